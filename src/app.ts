@@ -1,0 +1,83 @@
+import type { Config } from "./config.js";
+import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
+import type { Clock } from "./services/records.js";
+import { openStore, type Store } from "./store/store.js";
+import { createAuthenticator } from "./transport/auth.js";
+import type { ErrorLogger } from "./transport/errors.js";
+import { createGrpcServer } from "./transport/grpc.js";
+import { buildHttpApp } from "./transport/http-app.js";
+import { createServiceRegistrations } from "./transport/routes.js";
+import { createSharedPortServer } from "./transport/server.js";
+
+/** A built service: listen, then close. */
+export interface App {
+  readonly store: Store;
+  /** Set on the first start of an empty store: the demo tenant and its keys. */
+  readonly demo: ProvisionedDemo | undefined;
+  /** Starts listening; resolves with the bound port. */
+  listen(port: number, host: string): Promise<number>;
+  /** Stops serving and closes the store. */
+  close(): Promise<void>;
+}
+
+/**
+ * Builds the whole service without listening: store, provisioning,
+ * services, and the three transports on one shared-port server.
+ */
+export async function buildApp(config: Config, options: { clock?: Clock } = {}): Promise<App> {
+  const clock = options.clock ?? (() => new Date());
+  const store = await openStore(config.store);
+  try {
+    const demo = await provisionDemo(store, {
+      clock,
+      bootstrapSecretKey: config.bootstrapSecretKey,
+      bootstrapPublicKey: config.bootstrapPublicKey,
+    });
+    const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
+    const http = await buildHttpAppWithLog(config, store, clock, authenticator);
+    const server = createSharedPortServer(http.grpc, http.app);
+    return {
+      store,
+      demo,
+      listen: (port, host) => server.listen(port, host),
+      async close() {
+        await server.close();
+        await store.close();
+      },
+    };
+  } catch (error) {
+    await store.close();
+    throw error;
+  }
+}
+
+async function buildHttpAppWithLog(
+  config: Config,
+  store: Store,
+  clock: Clock,
+  authenticator: ReturnType<typeof createAuthenticator>,
+) {
+  let log: ErrorLogger = (error, rpc) => console.error(`unexpected error in ${rpc}`, error);
+  const registrations = createServiceRegistrations(
+    { store, clock, onKeyRevoked: (hash) => authenticator.forget(hash) },
+    (error, rpc) => log(error, rpc),
+  );
+  const app = await buildHttpApp({
+    registrations,
+    authenticator,
+    store,
+    log: (error, rpc) => log(error, rpc),
+    logLevel: config.logLevel,
+    maxBodyBytes: config.maxBodyBytes,
+  });
+  // Unexpected errors go to the structured log once it exists.
+  log = (error, rpc) => app.log.error({ err: error, rpc }, "unexpected error");
+  const { server: grpc } = createGrpcServer({
+    registrations,
+    authenticator,
+    log: (error, rpc) => log(error, rpc),
+    maxMessageBytes: config.maxBodyBytes,
+  });
+  await app.ready();
+  return { app, grpc };
+}

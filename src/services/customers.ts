@@ -1,0 +1,98 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+import { limits } from "../domain/limits.js";
+import { findCustomer, findCustomers, upsertCustomer } from "../store/customers.js";
+import type { Store } from "../store/store.js";
+import { tenantOf } from "./context.js";
+import { customerMessages } from "./customer-records.js";
+import { invalidArgument, notFound } from "./errors.js";
+import type { Clock } from "./records.js";
+import {
+  environmentName,
+  environmentOrProduction,
+  optionalEmail,
+  optionalText,
+  pageOf,
+  requiredText,
+} from "./validate.js";
+
+/** Creates the CustomersService implementation. */
+export function createCustomersService(deps: {
+  store: Store;
+  clock: Clock;
+}): ServiceImpl<typeof CustomersService> {
+  const { store, clock } = deps;
+  return {
+    async identifyCustomer(request, context) {
+      const tenant = tenantOf(context);
+      const input = {
+        externalUserId: requiredText(request.externalUserId, "externalUserId"),
+        name: requiredText(request.name, "name"),
+        email: optionalEmail(request.email, "email"),
+        environment: environmentOrProduction(request.environment),
+        customProperties: request.customProperties
+          ? checkedCustomProperties(request.customProperties)
+          : undefined,
+      };
+      const doc = await upsertCustomer(store, tenant, input, clock());
+      const [customer] = await customerMessages(store, [doc]);
+      return { customer };
+    },
+
+    async getCustomer(request, context) {
+      const tenant = tenantOf(context);
+      const id = requiredText(request.id, "id");
+      const doc = await findCustomer(store, tenant, id);
+      if (!doc) throw notFound(`customer ${id}`);
+      const [customer] = await customerMessages(store, [doc]);
+      return { customer };
+    },
+
+    async listCustomers(request, context) {
+      const tenant = tenantOf(context);
+      const page = pageOf(request.limit, request.offset);
+      const { total, docs } = await findCustomers(
+        store,
+        tenant,
+        {
+          environment: environmentName(request.environment),
+          externalUserId: optionalText(request.externalUserId, "externalUserId"),
+          email: optionalText(request.email, "email", limits.email),
+          referralCode: optionalText(request.referralCode, "referralCode"),
+        },
+        page,
+      );
+      return { total, ...page, data: await customerMessages(store, docs) };
+    },
+  };
+}
+
+/**
+ * customProperties: at most 50 keys and 16 KiB serialized; keys may not
+ * start with `$` or contain `.` (they become stored field paths).
+ */
+function checkedCustomProperties(properties: JsonObject): JsonObject {
+  const keys = Object.keys(properties);
+  if (keys.length > limits.customPropertyKeys) {
+    throw invalidArgument(
+      "customProperties",
+      `must have at most ${limits.customPropertyKeys} keys`,
+    );
+  }
+  for (const key of keys) {
+    if (key === "" || key.startsWith("$") || key.includes(".")) {
+      throw invalidArgument(
+        `customProperties.${key}`,
+        "key must be non-empty, not start with '$' and not contain '.'",
+      );
+    }
+  }
+  if (Buffer.byteLength(JSON.stringify(properties)) > limits.customPropertiesBytes) {
+    throw invalidArgument(
+      "customProperties",
+      `must be at most ${limits.customPropertiesBytes} bytes serialized`,
+    );
+  }
+  return properties;
+}

@@ -1,0 +1,139 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
+import { ReferralSchema, ReferralStatus } from "../../gen/referral/v1/resources_pb.js";
+import { findCampaign, findDefaultCampaign } from "../store/campaigns.js";
+import {
+  findCustomer,
+  findCustomerByExternalId,
+  findCustomerByReferralCode,
+} from "../store/customers.js";
+import type {
+  CustomerDoc,
+  EnvironmentName,
+  ReferralDoc,
+  ReferralStatusName,
+} from "../store/documents.js";
+import {
+  findReferralOfReferee,
+  findReferrals,
+  insertReferral,
+  reattributeReferral,
+} from "../store/referrals.js";
+import type { Store } from "../store/store.js";
+import type { TenantScope } from "../store/tenant.js";
+import { tenantOf } from "./context.js";
+import { invalidArgument, notFound } from "./errors.js";
+import { type Clock, messageFromDoc } from "./records.js";
+import {
+  environmentName,
+  environmentOrProduction,
+  optionalText,
+  pageOf,
+  requiredText,
+} from "./validate.js";
+
+const statusNames: Record<number, ReferralStatusName | undefined> = {
+  [ReferralStatus.PENDING]: "pending",
+  [ReferralStatus.FLAGGED]: "flagged",
+  [ReferralStatus.ACCEPTED]: "accepted",
+  [ReferralStatus.REJECTED]: "rejected",
+};
+
+/** Creates the ReferralsService implementation. */
+export function createReferralsService(deps: {
+  store: Store;
+  clock: Clock;
+}): ServiceImpl<typeof ReferralsService> {
+  const { store, clock } = deps;
+  return {
+    async createReferral(request, context) {
+      const tenant = tenantOf(context);
+      const referralCode = requiredText(request.referralCode, "referralCode");
+      const campaignId = optionalText(request.campaignId, "campaignId");
+      const refereeId = optionalText(request.refereeId, "refereeId");
+      const refereeExternalUserId = optionalText(
+        request.refereeExternalUserId,
+        "refereeExternalUserId",
+      );
+      if (refereeId === undefined && refereeExternalUserId === undefined) {
+        throw invalidArgument("refereeId", "or refereeExternalUserId is required");
+      }
+      const campaign = campaignId
+        ? await findCampaign(store, tenant, campaignId)
+        : await findDefaultCampaign(store, tenant, environmentOrProduction(request.environment));
+      if (!campaign) {
+        throw notFound(campaignId ? `campaign ${campaignId}` : "default campaign");
+      }
+      const environment = campaign.environment;
+      const referrer = await findCustomerByReferralCode(store, tenant, environment, referralCode);
+      if (!referrer) throw notFound(`referral code ${referralCode}`);
+      const referee = await findReferee(
+        store,
+        tenant,
+        environment,
+        refereeId,
+        refereeExternalUserId,
+      );
+      const parties = {
+        environment,
+        campaignId: campaign._id,
+        referrerId: referrer._id,
+        refereeId: referee._id,
+      };
+      const now = clock();
+      const existing = await findReferralOfReferee(store, tenant, parties);
+      let doc: ReferralDoc = existing ?? (await insertReferral(store, tenant, parties, now)).doc;
+      if (doc.referrerId !== referrer._id) {
+        doc = (await reattributeReferral(store, tenant, doc._id, referrer._id, now)) ?? doc;
+      }
+      return { referral: messageFromDoc(ReferralSchema, doc, { environment: null }) };
+    },
+
+    async listReferrals(request, context) {
+      const tenant = tenantOf(context);
+      const page = pageOf(request.limit, request.offset);
+      if (request.status !== ReferralStatus.UNSPECIFIED && !statusNames[request.status]) {
+        throw invalidArgument("status", "must be one of: pending, flagged, accepted, rejected");
+      }
+      const { total, docs } = await findReferrals(
+        store,
+        tenant,
+        {
+          status: statusNames[request.status],
+          campaignId: optionalText(request.campaignId, "campaignId"),
+          referrerId: optionalText(request.referrerId, "referrerId"),
+          refereeId: optionalText(request.refereeId, "refereeId"),
+          environment: environmentName(request.environment),
+        },
+        page,
+      );
+      return { total, ...page, data: docs.map((doc) => messageFromDoc(ReferralSchema, doc)) };
+    },
+  };
+}
+
+/** The referee by id or external id; both given must name the same customer. */
+async function findReferee(
+  store: Store,
+  tenant: TenantScope,
+  environment: EnvironmentName,
+  refereeId: string | undefined,
+  refereeExternalUserId: string | undefined,
+): Promise<CustomerDoc> {
+  const byId = refereeId === undefined ? undefined : await findCustomer(store, tenant, refereeId);
+  if (byId === null || (byId && byId.environment !== environment)) {
+    throw notFound(`referee ${refereeId}`);
+  }
+  if (refereeExternalUserId === undefined) return byId as CustomerDoc;
+  const byExternalId = await findCustomerByExternalId(
+    store,
+    tenant,
+    environment,
+    refereeExternalUserId,
+  );
+  if (!byExternalId) throw notFound(`referee with external user id ${refereeExternalUserId}`);
+  if (byId && byId._id !== byExternalId._id) {
+    throw invalidArgument("refereeExternalUserId", "names another customer than refereeId");
+  }
+  return byExternalId;
+}

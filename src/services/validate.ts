@@ -1,0 +1,75 @@
+import { Environment } from "../../gen/referral/v1/resources_pb.js";
+import { isValidEmail } from "../domain/email.js";
+import { limits } from "../domain/limits.js";
+import type { EnvironmentName } from "../store/documents.js";
+import { invalidArgument } from "./errors.js";
+
+/** A required string: present, not blank, at most `max` characters. */
+export function requiredText(value: string, field: string, max: number = limits.shortText): string {
+  if (value.trim() === "") throw invalidArgument(field, "is required");
+  return boundedText(value, field, max);
+}
+
+/** An optional string: unset stays unset; when given, not blank and at most `max` characters. */
+export function optionalText(
+  value: string | undefined,
+  field: string,
+  max: number = limits.shortText,
+): string | undefined {
+  if (value === undefined) return undefined;
+  if (value.trim() === "") throw invalidArgument(field, "must not be empty");
+  return boundedText(value, field, max);
+}
+
+function boundedText(value: string, field: string, max: number): string {
+  if (value.length > max) throw invalidArgument(field, `must be at most ${max} characters`);
+  return value;
+}
+
+/** An optional email: validated when given. */
+export function optionalEmail(value: string | undefined, field: string): string | undefined {
+  const email = optionalText(value, field, limits.email);
+  if (email !== undefined && !isValidEmail(email.trim())) {
+    throw invalidArgument(field, "must be a valid email address");
+  }
+  return email?.trim();
+}
+
+/** A page request: limit 1..100 (default 20), offset >= 0 (default 0). */
+export function pageOf(limit: number | undefined, offset: number | undefined) {
+  const size = limit ?? limits.defaultPageSize;
+  if (size < 1 || size > limits.maxPageSize) {
+    throw invalidArgument("limit", `must be between 1 and ${limits.maxPageSize}`);
+  }
+  const skip = offset ?? 0;
+  if (skip < 0) throw invalidArgument("offset", "must not be negative");
+  return { limit: size, offset: skip };
+}
+
+const environmentNames: Record<Environment, EnvironmentName | undefined> = {
+  [Environment.UNSPECIFIED]: undefined,
+  [Environment.PRODUCTION]: "production",
+  [Environment.TEST]: "test",
+};
+
+/** The stored name of an environment; unset gives undefined, an unknown number is refused. */
+export function environmentName(
+  value: Environment,
+  field = "environment",
+): EnvironmentName | undefined {
+  if (!(value in environmentNames))
+    throw invalidArgument(field, "must be one of: production, test");
+  return environmentNames[value];
+}
+
+/** An environment that is required. */
+export function requiredEnvironment(value: Environment, field: string): EnvironmentName {
+  const name = environmentName(value, field);
+  if (!name) throw invalidArgument(field, "is required: production or test");
+  return name;
+}
+
+/** An environment that defaults to production. */
+export function environmentOrProduction(value: Environment): EnvironmentName {
+  return environmentName(value) ?? "production";
+}

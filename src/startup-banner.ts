@@ -1,0 +1,47 @@
+import type { ProvisionedDemo } from "./services/provisioning.js";
+
+/** What the banner reports. */
+export interface BannerInput {
+  readonly port: number;
+  readonly host: string;
+  readonly engine: string;
+  readonly demo: ProvisionedDemo | undefined;
+  readonly adminEnabled: boolean;
+}
+
+/**
+ * The text printed at start-up: where the service listens and, on the first
+ * start, the demo keys (shown this once) with commands ready to paste.
+ */
+export function startupBanner(input: BannerInput): string {
+  const host = input.host === "0.0.0.0" || input.host === "::" ? "localhost" : input.host;
+  const address = `${host}:${input.port}`;
+  const lines = [
+    "",
+    `Referral service listening on ${address} (REST, Connect, gRPC-Web and gRPC on one port; store: ${input.engine})`,
+  ];
+  if (input.demo) {
+    const { secretKey, publicKey } = input.demo;
+    lines.push(
+      "",
+      "First start: provisioned a demo organization and application with a default live campaign",
+      "in production and in test. Its API keys are shown this once; keep them:",
+      `  secret key: ${secretKey}`,
+      `  public key: ${publicKey}`,
+      "",
+      "Try it:",
+      `  curl -s -X POST http://${address}/customers/identify -H "Authorization: ${publicKey}" \\`,
+      `       -H "Content-Type: application/json" -d '{"externalUserId":"u1","name":"Ada"}'`,
+      `  curl -s http://${address}/campaigns -H "Authorization: ${publicKey}"`,
+      `  npx buf curl --schema proto --protocol connect -H "Authorization: ${secretKey}" \\`,
+      `       http://${address}/referral.v1.CustomersService/ListCustomers`,
+      `  grpcurl -plaintext -H "authorization: ${secretKey}" ${address} referral.v1.CampaignsService/ListCampaigns`,
+    );
+  } else {
+    lines.push("Using existing data: the API keys were printed on the first start.");
+  }
+  if (!input.adminEnabled) {
+    lines.push("", "Admin API disabled; set ADMIN_TOKEN to enable it (and `npm run admin`).");
+  }
+  return `${lines.join("\n")}\n\n`;
+}

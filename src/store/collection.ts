@@ -1,0 +1,46 @@
+import type {
+  Collection,
+  CreateIndexesOptions,
+  DeleteResult,
+  Document,
+  Filter,
+  FindOneAndUpdateOptions,
+  FindOptions,
+  IndexSpecification,
+  InsertOneResult,
+  OptionalUnlessRequiredId,
+  UpdateFilter,
+  UpdateOptions,
+  UpdateResult,
+  WithId,
+} from "mongodb";
+
+/**
+ * The part of the driver's `Collection` the repositories use. Repositories are
+ * written against this type; the real driver satisfies it as it is (checked
+ * below at compile time) and the embedded engine implements it.
+ */
+export interface StoreCollection<T extends Document> {
+  insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>>;
+  findOne(filter: Filter<T>, options?: FindOptions): Promise<WithId<T> | null>;
+  find(filter: Filter<T>, options?: FindOptions): { toArray(): Promise<WithId<T>[]> };
+  countDocuments(filter?: Filter<T>): Promise<number>;
+  updateOne(
+    filter: Filter<T>,
+    update: UpdateFilter<T>,
+    options?: UpdateOptions,
+  ): Promise<UpdateResult<T>>;
+  updateMany(filter: Filter<T>, update: UpdateFilter<T>): Promise<UpdateResult<T>>;
+  /** Always called with `returnDocument: "after"`. */
+  findOneAndUpdate(
+    filter: Filter<T>,
+    update: UpdateFilter<T>,
+    options: FindOneAndUpdateOptions,
+  ): Promise<WithId<T> | null>;
+  deleteOne(filter: Filter<T>): Promise<DeleteResult>;
+  createIndex(spec: IndexSpecification, options?: CreateIndexesOptions): Promise<string>;
+}
+
+// The driver's Collection must stay usable as a StoreCollection.
+type Assignable<T extends Document> = Collection<T> extends StoreCollection<T> ? true : never;
+export const driverCollectionFits: Assignable<{ _id: string }> = true;

@@ -1,0 +1,152 @@
+import type { Filter } from "mongodb";
+import { normalizeEmailForLookup } from "../domain/email.js";
+import { newId } from "../domain/ids.js";
+import { generateReferralCode } from "../domain/referral-code.js";
+import type { CustomerDoc, EnvironmentName } from "./documents.js";
+import { isDuplicateKeyError } from "./errors.js";
+import type { Store } from "./store.js";
+import { ownedBy, type TenantScope } from "./tenant.js";
+
+/** What identify may change; unset fields are left as they are. */
+export interface IdentifyInput {
+  readonly environment: EnvironmentName;
+  readonly externalUserId: string;
+  readonly name: string;
+  readonly email?: string;
+  /** Shallow merge: a key set to null is removed. */
+  readonly customProperties?: Record<string, unknown>;
+}
+
+// A duplicate key here is either a concurrent identify of the same user (the
+// next attempt updates the document it inserted) or a referral-code
+// collision (the next attempt draws a new code); neither reaches the caller.
+const identifyAttempts = 8;
+
+/**
+ * Creates or updates the customer keyed by (application, environment,
+ * externalUserId) in one atomic upsert, so concurrent identifies of one user
+ * leave exactly one customer.
+ */
+export async function upsertCustomer(
+  store: Store,
+  tenant: TenantScope,
+  input: IdentifyInput,
+  now: Date,
+): Promise<CustomerDoc> {
+  const set: Record<string, unknown> = { name: input.name, updatedAt: now };
+  const unset: Record<string, ""> = {};
+  const onInsert: Record<string, unknown> = {
+    organizationId: tenant.organizationId,
+    createdAt: now,
+    deletedAt: null,
+  };
+  if (input.email !== undefined) {
+    set.email = input.email;
+    set.emailNormalized = normalizeEmailForLookup(input.email);
+  } else {
+    onInsert.email = null;
+    onInsert.emailNormalized = null;
+  }
+  const properties = Object.entries(input.customProperties ?? {});
+  for (const [key, value] of properties) {
+    if (value === null) unset[`customProperties.${key}`] = "";
+    else set[`customProperties.${key}`] = value;
+  }
+  if (!properties.some(([, value]) => value !== null)) {
+    // No key is set, so the object may not exist yet: create it on insert.
+    // (With keys set, the dotted paths create it, and naming it here too
+    // would conflict.)
+    if (Object.keys(unset).length === 0) onInsert.customProperties = {};
+  }
+  const filter = {
+    applicationId: tenant.applicationId,
+    environment: input.environment,
+    externalUserId: input.externalUserId,
+  };
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const update: Record<string, unknown> = {
+        $set: set,
+        $setOnInsert: { ...onInsert, _id: newId("cus", now), referralCode: generateReferralCode() },
+      };
+      if (Object.keys(unset).length > 0) update.$unset = unset;
+      const doc = await store.customers.findOneAndUpdate(filter, update, {
+        upsert: true,
+        returnDocument: "after",
+      });
+      if (!doc) throw new Error("upsert returned no document");
+      doc.customProperties ??= {};
+      return doc;
+    } catch (error) {
+      if (!isDuplicateKeyError(error) || attempt >= identifyAttempts) throw error;
+    }
+  }
+}
+
+/** One customer of the application by id. */
+export function findCustomer(
+  store: Store,
+  tenant: TenantScope,
+  id: string,
+): Promise<CustomerDoc | null> {
+  return store.customers.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
+}
+
+/** One customer by external user id in an environment. */
+export function findCustomerByExternalId(
+  store: Store,
+  tenant: TenantScope,
+  environment: EnvironmentName,
+  externalUserId: string,
+): Promise<CustomerDoc | null> {
+  return store.customers.findOne({
+    ...ownedBy(tenant),
+    environment,
+    externalUserId,
+    deletedAt: null,
+  });
+}
+
+/** One customer by referral code in an environment. */
+export function findCustomerByReferralCode(
+  store: Store,
+  tenant: TenantScope,
+  environment: EnvironmentName,
+  referralCode: string,
+): Promise<CustomerDoc | null> {
+  return store.customers.findOne({
+    ...ownedBy(tenant),
+    environment,
+    referralCode,
+    deletedAt: null,
+  });
+}
+
+/** Filters of ListCustomers. */
+export interface CustomerFilter {
+  readonly environment?: EnvironmentName;
+  readonly externalUserId?: string;
+  readonly email?: string;
+  readonly referralCode?: string;
+}
+
+/** A page of customers, newest first, and the number of all matches. */
+export async function findCustomers(
+  store: Store,
+  tenant: TenantScope,
+  filter: CustomerFilter,
+  page: { limit: number; offset: number },
+): Promise<{ total: number; docs: CustomerDoc[] }> {
+  const query: Filter<CustomerDoc> = { ...ownedBy(tenant), deletedAt: null };
+  if (filter.environment) query.environment = filter.environment;
+  if (filter.externalUserId !== undefined) query.externalUserId = filter.externalUserId;
+  if (filter.email !== undefined) query.emailNormalized = normalizeEmailForLookup(filter.email);
+  if (filter.referralCode !== undefined) query.referralCode = filter.referralCode;
+  const [total, docs] = await Promise.all([
+    store.customers.countDocuments(query),
+    store.customers
+      .find(query, { sort: { createdAt: -1, _id: -1 }, skip: page.offset, limit: page.limit })
+      .toArray(),
+  ]);
+  return { total, docs };
+}

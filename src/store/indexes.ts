@@ -1,0 +1,85 @@
+import type { CreateIndexesOptions, IndexSpecification } from "mongodb";
+import type { Store } from "./store.js";
+
+/** One index: its keys, options, and the query it serves. */
+interface IndexDeclaration {
+  readonly key: Record<string, 1 | -1>;
+  readonly options?: CreateIndexesOptions;
+  readonly serves: string;
+}
+
+/**
+ * Every index, per collection. Created at start-up with `createIndex`, which
+ * does nothing when an identical index exists, so starting is idempotent.
+ */
+export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclaration[] } = {
+  organizations: [],
+  applications: [{ key: { createdAt: 1 }, serves: "ListApplications, oldest first" }],
+  apiKeys: [
+    {
+      key: { hash: 1 },
+      options: { unique: true },
+      serves: "authenticating every request by the key's hash",
+    },
+    { key: { applicationId: 1, createdAt: 1 }, serves: "ListApiKeys" },
+  ],
+  customers: [
+    {
+      key: { applicationId: 1, environment: 1, externalUserId: 1 },
+      options: { unique: true },
+      serves: "IdentifyCustomer's upsert; makes concurrent identifies of one user race-free",
+    },
+    {
+      key: { applicationId: 1, environment: 1, referralCode: 1 },
+      options: { unique: true },
+      serves: "finding a referrer by code; makes codes unique per environment",
+    },
+    { key: { applicationId: 1, createdAt: -1, _id: -1 }, serves: "ListCustomers, newest first" },
+    { key: { applicationId: 1, emailNormalized: 1 }, serves: "ListCustomers by email" },
+  ],
+  referrals: [
+    {
+      key: { applicationId: 1, environment: 1, campaignId: 1, refereeId: 1 },
+      options: { unique: true },
+      serves: "one referral per campaign and referee; makes concurrent creates race-free",
+    },
+    { key: { applicationId: 1, createdAt: -1, _id: -1 }, serves: "ListReferrals, newest first" },
+    { key: { referrerId: 1, status: 1 }, serves: "a referrer's visited and converted counts" },
+    { key: { refereeId: 1, createdAt: -1 }, serves: "who referred a customer" },
+  ],
+  checkpoints: [
+    {
+      key: { applicationId: 1, environment: 1, customerId: 1, name: 1 },
+      serves: "a customer's checkpoints by name",
+    },
+  ],
+  campaigns: [
+    {
+      key: { applicationId: 1, environment: 1, isDefault: 1 },
+      serves: "the environment's default campaign",
+    },
+    { key: { applicationId: 1, createdAt: -1 }, serves: "ListCampaigns" },
+  ],
+  webhooks: [{ key: { applicationId: 1, createdAt: -1 }, serves: "ListWebhooks" }],
+};
+
+/** The names of the store's collections. */
+export type CollectionName =
+  | "organizations"
+  | "applications"
+  | "apiKeys"
+  | "customers"
+  | "referrals"
+  | "checkpoints"
+  | "campaigns"
+  | "webhooks";
+
+/** Creates every declared index; safe to run on every start. */
+export async function ensureIndexes(store: Store): Promise<void> {
+  for (const [name, declarations] of Object.entries(indexDeclarations)) {
+    const collection = store[name as CollectionName];
+    for (const { key, options } of declarations) {
+      await collection.createIndex(key as IndexSpecification, options);
+    }
+  }
+}

@@ -1,0 +1,104 @@
+import type { DescMethod } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import { Access } from "../../gen/referral/v1/options_pb.js";
+import { methodAccess } from "../contract/options.js";
+import { hashApiKey, secretsEqual } from "../domain/api-keys.js";
+import type { Tenant } from "../services/context.js";
+import type { Store } from "../store/store.js";
+import { findApiKeyByHash } from "../store/tenants.js";
+
+/** Checks a call's credential against its RPC's `(referral.v1.access)`. */
+export interface Authenticator {
+  /**
+   * The tenant of the API key in `authorization` (undefined for admin
+   * calls), or a ConnectError: UNAUTHENTICATED for a missing, unknown or
+   * revoked credential, PERMISSION_DENIED for a key of the wrong kind.
+   */
+  authenticate(
+    method: DescMethod,
+    authorization: string | null | undefined,
+  ): Promise<Tenant | undefined>;
+  /** Forgets a cached key at once (called when it is revoked). */
+  forget(hash: string): void;
+}
+
+// Authenticated keys are cached briefly so a hot path does not hit the store
+// on every call; revocation through this process evicts at once, through
+// another instance within this time.
+const cacheTtlMs = 10_000;
+const cacheMaxEntries = 10_000;
+
+/** Creates the authenticator; `adminToken` unset disables the admin API. */
+export function createAuthenticator(deps: {
+  store: Store;
+  adminToken?: string;
+  now?: () => number;
+}): Authenticator {
+  const now = deps.now ?? Date.now;
+  const cache = new Map<string, { tenant: Tenant; expires: number }>();
+
+  async function tenantOfKey(key: string): Promise<Tenant> {
+    const hash = hashApiKey(key);
+    const cached = cache.get(hash);
+    if (cached && cached.expires > now()) return cached.tenant;
+    const doc = await findApiKeyByHash(deps.store, hash);
+    // The lookup is by hash; comparing again in constant time keeps timing flat.
+    if (!doc || !secretsEqual(doc.hash, hash) || doc.revokedAt) {
+      cache.delete(hash);
+      throw new ConnectError("invalid or revoked API key", Code.Unauthenticated);
+    }
+    const tenant: Tenant = {
+      organizationId: doc.organizationId,
+      applicationId: doc.applicationId,
+      keyId: doc._id,
+      keyKind: doc.kind,
+    };
+    if (cache.size >= cacheMaxEntries) cache.clear();
+    cache.set(hash, { tenant, expires: now() + cacheTtlMs });
+    return tenant;
+  }
+
+  return {
+    async authenticate(method, authorization) {
+      const credential = parseAuthorization(authorization);
+      const access = methodAccess(method);
+      if (access === Access.ADMIN) {
+        if (!deps.adminToken) {
+          throw new ConnectError(
+            "the admin API is disabled: set ADMIN_TOKEN to enable it",
+            Code.PermissionDenied,
+          );
+        }
+        if (!credential || !secretsEqual(credential, deps.adminToken)) {
+          throw new ConnectError("invalid admin token", Code.Unauthenticated);
+        }
+        return undefined;
+      }
+      if (!credential) {
+        throw new ConnectError(
+          "missing API key: send it in the Authorization header",
+          Code.Unauthenticated,
+        );
+      }
+      const tenant = await tenantOfKey(credential);
+      if (access === Access.SECRET && tenant.keyKind !== "secret") {
+        throw new ConnectError(
+          `a public key cannot call ${method.parent.name}.${method.name}: use a secret key`,
+          Code.PermissionDenied,
+        );
+      }
+      return tenant;
+    },
+    forget(hash) {
+      cache.delete(hash);
+    },
+  };
+}
+
+/** The credential of an Authorization header: the value, or what follows `Bearer `. */
+function parseAuthorization(value: string | null | undefined): string | undefined {
+  if (!value) return undefined;
+  const trimmed = value.trim();
+  const credential = /^bearer\s+/i.test(trimmed) ? trimmed.replace(/^bearer\s+/i, "") : trimmed;
+  return credential || undefined;
+}
