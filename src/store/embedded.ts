@@ -54,6 +54,11 @@ export class EmbeddedCollection<T extends Document> implements StoreCollection<T
     return new EmbeddedCollection<T>(db);
   }
 
+  /** Stops background compaction (its timer would keep the process alive). */
+  close(): void {
+    this.db.stopAutocompaction();
+  }
+
   async insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>> {
     const inserted = await translateErrors(() =>
       this.db.insertAsync(doc as Record<string, unknown>),

@@ -82,7 +82,7 @@ async function openMongo(config: { mongodbUri: string; mongodbDb: string }): Pro
 async function openEmbedded(dataDir: string): Promise<Store> {
   const releaseLock = acquireLock(dataDir);
   try {
-    const collections: Record<string, StoreCollection<Document>> = {};
+    const collections: Record<string, EmbeddedCollection<Document>> = {};
     for (const name of collectionNames) {
       collections[name] = await EmbeddedCollection.open(dataDir, name);
     }
@@ -91,6 +91,7 @@ async function openEmbedded(dataDir: string): Promise<Store> {
       engine: "embedded",
       async ping() {},
       async close() {
+        for (const collection of Object.values(collections)) collection.close();
         releaseLock();
       },
     };

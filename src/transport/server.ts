@@ -50,14 +50,19 @@ export function createSharedPortServer(
       injector.drain(graceMs);
       // Idle keep-alive sockets would otherwise hold the HTTP side open.
       app.server.closeIdleConnections();
-      const force = setTimeout(() => {
-        for (const socket of sockets) socket.destroy();
-        grpcServer.forceShutdown();
-      }, graceMs);
-      force.unref();
-      await Promise.all([app.close(), grpcClosed]);
-      clearTimeout(force);
+      let forceTimer: NodeJS.Timeout | undefined;
+      const forced = new Promise<void>((resolve) => {
+        forceTimer = setTimeout(() => {
+          for (const socket of sockets) socket.destroy();
+          grpcServer.forceShutdown();
+          resolve();
+        }, graceMs);
+      });
+      await Promise.race([Promise.all([app.close(), grpcClosed]), forced]);
+      clearTimeout(forceTimer);
       for (const socket of sockets) socket.destroy();
+      grpcServer.forceShutdown();
+      await app.close();
       await listenerClosed;
     },
   };

@@ -1,0 +1,156 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import {
+  create,
+  type DescMessage,
+  type DescMethod,
+  type DescService,
+  fromBinary,
+  type MessageInitShape,
+  type MessageShape,
+  toBinary,
+} from "@bufbuild/protobuf";
+import { type Client, type Code, createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
+import { type App, buildApp } from "../../src/app.js";
+import { loadConfig } from "../../src/config.js";
+
+/** The bootstrap keys and admin token every test server uses. */
+export const keys = {
+  secret: "sk_test_secret_key_for_tests_000000000000",
+  public: "pk_test_public_key_for_tests_000000000000",
+  admin: "admin-token-for-tests",
+};
+
+/** A running service on a loopback port with a temporary embedded store. */
+export interface TestServer {
+  readonly app: App;
+  readonly port: number;
+  readonly baseUrl: string;
+  readonly dataDir: string;
+  /** Stops the service; `keepData` leaves the directory for a restart. */
+  stop(options?: { keepData?: boolean }): Promise<void>;
+}
+
+/** Starts the service as `npm start` would, on port 0, with the test keys. */
+export async function startServer(
+  options: { dataDir?: string; env?: Record<string, string> } = {},
+): Promise<TestServer> {
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), "referrals-test-"));
+  const config = loadConfig({
+    DATA_DIR: dataDir,
+    ADMIN_TOKEN: keys.admin,
+    BOOTSTRAP_SECRET_KEY: keys.secret,
+    BOOTSTRAP_PUBLIC_KEY: keys.public,
+    LOG_LEVEL: "silent",
+    ...options.env,
+  });
+  const app = await buildApp(config);
+  const port = await app.listen(0, "127.0.0.1");
+  return {
+    app,
+    port,
+    baseUrl: `http://127.0.0.1:${port}`,
+    dataDir,
+    async stop({ keepData = false } = {}) {
+      await app.close();
+      if (!keepData) rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A REST call with fetch; the parsed JSON body (or text) and status. */
+export async function rest(
+  server: TestServer,
+  method: string,
+  path: string,
+  options: { key?: string; body?: unknown; rawBody?: string; contentType?: string } = {},
+): Promise<{ status: number; body: any; headers: Headers }> {
+  const headers: Record<string, string> = {};
+  if (options.key !== undefined) headers.authorization = options.key;
+  let body: string | undefined;
+  if (options.rawBody !== undefined || options.body !== undefined) {
+    headers["content-type"] = options.contentType ?? "application/json";
+    body = options.rawBody ?? JSON.stringify(options.body);
+  }
+  const response = await fetch(`${server.baseUrl}${path}`, { method, headers, body });
+  const text = await response.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {}
+  return { status: response.status, body: parsed, headers: response.headers };
+}
+
+/** A Connect client over HTTP/1.1, JSON or binary. */
+export function connectClient<S extends DescService>(
+  server: TestServer,
+  service: S,
+  options: { key?: string; binary?: boolean } = {},
+): Client<S> {
+  const transport = createConnectTransport({
+    baseUrl: server.baseUrl,
+    httpVersion: "1.1",
+    useBinaryFormat: options.binary ?? false,
+    interceptors: options.key
+      ? [
+          (next) => (request) => {
+            request.header.set("authorization", options.key as string);
+            return next(request);
+          },
+        ]
+      : [],
+  });
+  return createClient(service, transport);
+}
+
+/** The outcome of a gRPC call: the response, or the status code and message. */
+export type GrpcOutcome<O extends DescMessage> =
+  | { ok: true; message: MessageShape<O> }
+  | { ok: false; code: Code; details: string; metadata: grpc.Metadata };
+
+const grpcClients = new Map<number, grpc.Client>();
+
+/** A unary call with a plain @grpc/grpc-js client (HTTP/2) on the same port. */
+export function grpcCall<I extends DescMessage, O extends DescMessage>(
+  server: TestServer,
+  method: DescMethod & { input: I; output: O },
+  request: MessageInitShape<I>,
+  key?: string,
+): Promise<GrpcOutcome<O>> {
+  let client = grpcClients.get(server.port);
+  if (!client) {
+    client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    grpcClients.set(server.port, client);
+  }
+  const metadata = new grpc.Metadata();
+  if (key !== undefined) metadata.set("authorization", key);
+  const path = `/${method.parent.typeName}/${method.name}`;
+  return new Promise((resolve) => {
+    (client as grpc.Client).makeUnaryRequest(
+      path,
+      (value: MessageShape<I>) => Buffer.from(toBinary(method.input, value)),
+      (bytes: Buffer) => fromBinary(method.output, bytes),
+      create(method.input, request),
+      metadata,
+      (error, message) => {
+        if (error) {
+          resolve({
+            ok: false,
+            code: error.code as number as Code,
+            details: error.details,
+            metadata: error.metadata,
+          });
+        } else resolve({ ok: true, message: message as MessageShape<O> });
+      },
+    );
+  });
+}
+
+/** Closes the cached gRPC client of a server. */
+export function closeGrpcClient(server: TestServer): void {
+  grpcClients.get(server.port)?.close();
+  grpcClients.delete(server.port);
+}
