@@ -115,11 +115,16 @@ function acquireLock(dataDir: string): () => void {
       const fd = openSync(path, "wx");
       writeSync(fd, String(process.pid));
       closeSync(fd);
-      return () => rmSync(path, { force: true });
+      heldLocks.add(path);
+      return () => {
+        heldLocks.delete(path);
+        rmSync(path, { force: true });
+      };
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
       const owner = Number(readFileSync(path, "utf8"));
-      if (owner && owner !== process.pid && isAlive(owner)) {
+      const ownedElsewhere = owner !== process.pid || heldLocks.has(path);
+      if (owner && ownedElsewhere && isAlive(owner)) {
         throw new Error(
           `${dataDir} is in use by process ${owner}: the embedded store has a single writer. ` +
             "Use the running service's API (npm run admin) or stop it first.",
@@ -130,6 +135,9 @@ function acquireLock(dataDir: string): () => void {
   }
   throw new Error(`could not lock ${dataDir}`);
 }
+
+/** Lock files this process holds, so a second open in-process is refused too. */
+const heldLocks = new Set<string>();
 
 function isAlive(pid: number): boolean {
   try {
