@@ -66,26 +66,30 @@ test.serial("a record of another application is NOT_FOUND by id, on REST and gRP
   if (!viaGrpc.ok) t.is(viaGrpc.code, Code.NotFound);
 });
 
-test.serial("another application cannot use a referral code, referee or campaign of the demo one", async (t) => {
-  const alice = (await rest(server, "GET", "/customers?externalUserId=alice", { key: keys.secret }))
-    .body.data[0];
-  const campaign = (await rest(server, "GET", "/campaigns", { key: keys.public })).body[0];
-  const withoutCampaign = await rest(server, "POST", "/referrals", {
-    key: other.public,
-    body: { referralCode: alice.referralCode, refereeId: alice.id },
-  });
-  t.is(withoutCampaign.status, 404, "the other application has no default campaign");
-  const withCampaign = await rest(server, "POST", "/referrals", {
-    key: other.public,
-    body: { referralCode: alice.referralCode, refereeId: alice.id, campaignId: campaign.id },
-  });
-  t.is(withCampaign.status, 404);
-  const checkpoint = await rest(server, "POST", "/checkpoints/ingest", {
-    key: other.public,
-    body: { name: "purchase", externalUserId: "alice", environment: "production" },
-  });
-  t.is(checkpoint.status, 404);
-});
+test.serial(
+  "another application cannot use a referral code, referee or campaign of the demo one",
+  async (t) => {
+    const alice = (
+      await rest(server, "GET", "/customers?externalUserId=alice", { key: keys.secret })
+    ).body.data[0];
+    const campaign = (await rest(server, "GET", "/campaigns", { key: keys.public })).body[0];
+    const withoutCampaign = await rest(server, "POST", "/referrals", {
+      key: other.public,
+      body: { referralCode: alice.referralCode, refereeId: alice.id },
+    });
+    t.is(withoutCampaign.status, 404, "the other application has no default campaign");
+    const withCampaign = await rest(server, "POST", "/referrals", {
+      key: other.public,
+      body: { referralCode: alice.referralCode, refereeId: alice.id, campaignId: campaign.id },
+    });
+    t.is(withCampaign.status, 404);
+    const checkpoint = await rest(server, "POST", "/checkpoints/ingest", {
+      key: other.public,
+      body: { name: "purchase", externalUserId: "alice", environment: "production" },
+    });
+    t.is(checkpoint.status, 404);
+  },
+);
 
 test.serial("the same external user id in two applications is two customers", async (t) => {
   const mine = await rest(server, "POST", "/customers/identify", {

@@ -1,0 +1,214 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+import { upsertCustomer } from "../../src/store/customers.js";
+import { isDuplicateKeyError } from "../../src/store/errors.js";
+import { openStore, type Store } from "../../src/store/store.js";
+
+/**
+ * The storage contract: what the repositories rely on, run against the
+ * embedded engine always and against MongoDB when MONGODB_URI is set
+ * (each run in a fresh database that is dropped afterwards).
+ */
+interface Engine {
+  readonly name: string;
+  open(): Promise<{ store: Store; cleanup(): Promise<void> }>;
+}
+
+const engines: Engine[] = [
+  {
+    name: "embedded",
+    async open() {
+      const dir = mkdtempSync(join(tmpdir(), "referrals-contract-"));
+      const store = await openStore({ dataDir: dir });
+      return {
+        store,
+        async cleanup() {
+          await store.close();
+          rmSync(dir, { recursive: true, force: true });
+        },
+      };
+    },
+  },
+];
+
+const mongodbUri = process.env.MONGODB_URI;
+if (mongodbUri) {
+  engines.push({
+    name: "mongodb",
+    async open() {
+      const mongodbDb = `referrals_contract_${process.pid}_${Date.now()}_${Math.floor(Math.random() * 1e6)}`;
+      const store = await openStore({ mongodbUri, mongodbDb });
+      return {
+        store,
+        async cleanup() {
+          const { MongoClient } = await import("mongodb");
+          const client = await MongoClient.connect(mongodbUri);
+          await client.db(mongodbDb).dropDatabase();
+          await client.close();
+          await store.close();
+        },
+      };
+    },
+  });
+}
+
+const tenant = { organizationId: "org_1", applicationId: "app_1" };
+const now = new Date("2026-01-02T03:04:05.000Z");
+
+function customer(id: string, externalUserId: string, createdAt: Date) {
+  return {
+    _id: id,
+    ...tenant,
+    environment: "production" as const,
+    externalUserId,
+    email: null,
+    emailNormalized: null,
+    name: externalUserId,
+    referralCode: `CODE${id}`,
+    customProperties: {},
+    createdAt,
+    updatedAt: createdAt,
+    deletedAt: null,
+  };
+}
+
+for (const engine of engines) {
+  const storeTest = (
+    title: string,
+    body: (t: import("ava").ExecutionContext, store: Store) => Promise<void>,
+  ) =>
+    test(`${engine.name}: ${title}`, async (t) => {
+      const { store, cleanup } = await engine.open();
+      try {
+        await body(t, store);
+      } finally {
+        await cleanup();
+      }
+    });
+
+  storeTest("insertOne, findOne, dates and nulls round-trip", async (t, store) => {
+    await store.customers.insertOne(customer("c1", "u1", now));
+    const found = await store.customers.findOne({ _id: "c1" });
+    t.truthy(found);
+    t.true(found?.createdAt instanceof Date);
+    t.is(found?.createdAt.getTime(), now.getTime());
+    t.is(found?.email, null);
+    t.is(await store.customers.findOne({ _id: "missing" }), null);
+  });
+
+  storeTest("find sorts, skips, limits and projects; countDocuments counts", async (t, store) => {
+    for (let i = 0; i < 5; i++) {
+      await store.customers.insertOne(
+        customer(`c${i}`, `u${i}`, new Date(now.getTime() + i * 1000)),
+      );
+    }
+    const page = await store.customers
+      .find({ applicationId: "app_1" }, { sort: { createdAt: -1, _id: -1 }, skip: 1, limit: 2 })
+      .toArray();
+    t.deepEqual(
+      page.map((c) => c._id),
+      ["c3", "c2"],
+    );
+    const projected = await store.customers
+      .find({ _id: { $in: ["c1", "c4"] } }, { projection: { externalUserId: 1 } })
+      .toArray();
+    t.deepEqual(projected.map((c) => Object.keys(c).sort()).sort(), [
+      ["_id", "externalUserId"],
+      ["_id", "externalUserId"],
+    ]);
+    t.is(await store.customers.countDocuments({ _id: { $ne: "c0" } }), 4);
+  });
+
+  storeTest(
+    "unique indexes raise a duplicate-key error the repositories recognise",
+    async (t, store) => {
+      await store.customers.insertOne(customer("c1", "same", now));
+      const error = await t.throwsAsync(() =>
+        store.customers.insertOne(customer("c2", "same", now)),
+      );
+      t.true(isDuplicateKeyError(error));
+      t.is(await store.customers.countDocuments({}), 1);
+    },
+  );
+
+  storeTest(
+    "findOneAndUpdate upserts with $setOnInsert, dotted $set and $unset",
+    async (t, store) => {
+      const filter = {
+        applicationId: "app_1",
+        environment: "production" as const,
+        externalUserId: "u",
+      };
+      const inserted = await store.customers.findOneAndUpdate(
+        filter,
+        {
+          $set: { name: "First", updatedAt: now, "customProperties.plan": "pro" },
+          $setOnInsert: { _id: "c1", createdAt: now, referralCode: "AAAA2222" },
+        },
+        { upsert: true, returnDocument: "after" },
+      );
+      t.like(inserted, { _id: "c1", name: "First", externalUserId: "u", referralCode: "AAAA2222" });
+      t.deepEqual(inserted?.customProperties, { plan: "pro" });
+      const updated = await store.customers.findOneAndUpdate(
+        filter,
+        {
+          $set: { name: "Second", "customProperties.seats": 3 },
+          $unset: { "customProperties.plan": "" },
+          $setOnInsert: { _id: "c2", referralCode: "BBBB3333" },
+        },
+        { upsert: true, returnDocument: "after" },
+      );
+      t.like(updated, { _id: "c1", name: "Second", referralCode: "AAAA2222" });
+      t.deepEqual(updated?.customProperties, { seats: 3 });
+      t.is(
+        await store.customers.findOneAndUpdate(
+          { _id: "none" },
+          { $set: { name: "x" } },
+          { returnDocument: "after" },
+        ),
+        null,
+      );
+    },
+  );
+
+  storeTest("updateOne, updateMany and deleteOne report what they did", async (t, store) => {
+    for (const id of ["c1", "c2", "c3"]) await store.customers.insertOne(customer(id, id, now));
+    const one = await store.customers.updateOne({ _id: "c1" }, { $set: { name: "one" } });
+    t.is(one.matchedCount, 1);
+    const many = await store.customers.updateMany(
+      { _id: { $in: ["c2", "c3"] } },
+      { $set: { name: "many" } },
+    );
+    t.is(many.modifiedCount, 2);
+    t.is(await store.customers.countDocuments({ name: "many" }), 2);
+    const deleted = await store.customers.deleteOne({ _id: "c3" });
+    t.is(deleted.deletedCount, 1);
+    t.is(await store.customers.countDocuments({}), 2);
+  });
+
+  storeTest(
+    "100 concurrent identifies of one user leave one customer with one code",
+    async (t, store) => {
+      const results = await Promise.all(
+        Array.from({ length: 100 }, () =>
+          upsertCustomer(
+            store,
+            tenant,
+            { environment: "production", externalUserId: "racer", name: "R" },
+            now,
+          ),
+        ),
+      );
+      t.is(new Set(results.map((r) => r._id)).size, 1);
+      t.is(new Set(results.map((r) => r.referralCode)).size, 1);
+      t.is(await store.customers.countDocuments({ externalUserId: "racer" }), 1);
+    },
+  );
+
+  storeTest("creating indexes again is harmless", async (t, store) => {
+    const { ensureIndexes } = await import("../../src/store/indexes.js");
+    await t.notThrowsAsync(() => ensureIndexes(store));
+  });
+}
