@@ -1,0 +1,123 @@
+import { execFile } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { promisify } from "node:util";
+import test from "ava";
+import { keys, rest, startServer, type TestServer } from "../helpers/server.js";
+
+const run = promisify(execFile);
+let server: TestServer;
+
+test.before(async () => {
+  server = await startServer();
+});
+test.after.always(async () => {
+  await server.stop();
+});
+
+/** `npm run admin -- <args>` as a separate process, while the server holds the store. */
+async function admin(...args: string[]): Promise<any> {
+  const { stdout } = await run(
+    "npx",
+    ["tsx", "src/cli/admin.ts", ...args, "--url", server.baseUrl, "--json"],
+    {
+      env: { ...process.env, ADMIN_TOKEN: keys.admin },
+    },
+  );
+  return JSON.parse(stdout);
+}
+
+test.serial("create an application, use its keys, revoke one", async (t) => {
+  const created = await admin("create-app", "CLI App");
+  t.regex(created.secretKey, /^sk_/);
+  t.regex(created.publicKey, /^pk_/);
+  const appId = created.application.id;
+  t.is((await rest(server, "GET", "/customers", { key: created.secretKey })).status, 200);
+
+  const key = await admin("create-key", appId, "public", "--name", "ios app");
+  t.is(key.apiKey.kind, "public");
+  t.is(key.apiKey.name, "ios app");
+  t.is((await rest(server, "GET", "/campaigns", { key: key.key })).status, 200);
+
+  const listed = await admin("list-keys", appId);
+  t.is(listed.length, 3);
+  t.false(JSON.stringify(listed).includes(key.key), "keys are never listed");
+  const revoked = await admin("revoke-key", key.apiKey.id);
+  t.truthy(revoked.revokedAt);
+  t.is((await rest(server, "GET", "/campaigns", { key: key.key })).status, 401);
+  const apps = await admin("list-apps");
+  t.is(apps.length, 2);
+});
+
+test.serial("create, update and delete a campaign from a JSON file", async (t) => {
+  const created = await admin("create-app", "Campaign App");
+  const file = join(mkdtempSync(join(tmpdir(), "referrals-cli-")), "campaign.json");
+  writeFileSync(
+    file,
+    JSON.stringify({
+      name: "Spring promo",
+      environment: "test",
+      isLive: true,
+      isDefault: true,
+      manualRewardTrigger: "subscription",
+      platforms: ["web"],
+      rewards: [
+        {
+          type: "discount",
+          party: "referee",
+          method: "custom",
+          currency: "cad",
+          discountPercentage: 15,
+        },
+      ],
+      emails: [
+        {
+          type: "invitee:reward",
+          subjectLine: "Hi",
+          message: "15% off",
+          buttonText: "Go",
+          buttonColor: "#000",
+        },
+      ],
+      faqs: [{ question: "Q?", answer: "A." }],
+    }),
+  );
+  const campaign = await admin("create-campaign", created.application.id, "--file", file);
+  t.like(campaign, {
+    name: "Spring promo",
+    environment: "test",
+    isDefault: true,
+    manualRewardTrigger: "subscription",
+  });
+  t.regex(campaign.rewards[0].id, /^rwd_/);
+  t.is(campaign.rewards[0].campaignId, campaign.id);
+  t.is(campaign.emails[0].type, "invitee:reward");
+
+  const listed = await rest(server, "GET", "/campaigns", { key: created.publicKey });
+  t.deepEqual(
+    listed.body.map((c: { id: string }) => c.id),
+    [campaign.id],
+  );
+
+  writeFileSync(file, JSON.stringify({ name: "Summer promo", isLive: false }));
+  const updated = await admin(
+    "update-campaign",
+    campaign.id,
+    "--file",
+    file,
+    "--mask",
+    "name,isLive",
+  );
+  t.like(updated, { name: "Summer promo", isLive: false, isDefault: true });
+  t.is(updated.rewards.length, 1, "fields outside the mask are kept");
+
+  const deleted = await admin("delete-campaign", campaign.id);
+  t.truthy(deleted.deletedAt);
+  t.deepEqual((await rest(server, "GET", "/campaigns", { key: created.publicKey })).body, []);
+});
+
+test.serial("errors are reported with a non-zero exit", async (t) => {
+  const error = await t.throwsAsync(() => admin("revoke-key", "key_missing"));
+  t.regex(String((error as { stdout?: string }).stdout), /not found/);
+});
