@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
-import { keys, rest, startServer, type TestServer } from "../helpers/server.js";
+import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
 
 const run = promisify(execFile);
 let server: TestServer;
@@ -17,7 +17,7 @@ test.after.always(async () => {
 });
 
 /** `npm run admin -- <args>` as a separate process, while the server holds the store. */
-async function admin(...args: string[]): Promise<any> {
+async function admin(...args: string[]): Promise<Json> {
   const { stdout } = await run(
     "npx",
     ["tsx", "src/cli/admin.ts", ...args, "--url", server.baseUrl, "--json"],

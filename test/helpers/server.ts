@@ -61,13 +61,17 @@ export async function startServer(
   };
 }
 
+/** Response JSON as the tests read it: any shape, asserted field by field. */
+// biome-ignore lint/suspicious/noExplicitAny: assertions read arbitrary response JSON.
+export type Json = any;
+
 /** A REST call with fetch; the parsed JSON body (or text) and status. */
 export async function rest(
   server: TestServer,
   method: string,
   path: string,
   options: { key?: string; body?: unknown; rawBody?: string; contentType?: string } = {},
-): Promise<{ status: number; body: any; headers: Headers }> {
+): Promise<{ status: number; body: Json; headers: Headers }> {
   const headers: Record<string, string> = {};
   if (options.key !== undefined) headers.authorization = options.key;
   let body: string | undefined;

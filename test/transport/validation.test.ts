@@ -217,7 +217,8 @@ test.serial(
       t.true(outcome.details.startsWith(field), outcome.details);
       const [statusBytes] = outcome.metadata.get("grpc-status-details-bin") as Buffer[];
       const status = fromBinary(StatusSchema, statusBytes as Buffer);
-      const badRequest = anyUnpack(status.details[0]!, BadRequestSchema);
+      const [detail] = status.details;
+      const badRequest = detail && anyUnpack(detail, BadRequestSchema);
       t.is(badRequest?.fieldViolations[0]?.field, field);
     }
   },
