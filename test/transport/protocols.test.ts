@@ -1,6 +1,8 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import type { DescMessage, Message } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
@@ -228,6 +230,24 @@ test.serial("ListCampaigns is a bare array on REST and the same campaigns elsewh
   t.is(both.body.length, 2);
   const defaults = await rest(server, "GET", "/campaigns?isDefault=false", { key: keys.public });
   t.deepEqual(defaults.body, []);
+});
+
+test.serial("gRPC-Web (HTTP/1.1) serves the same campaigns as REST", async (t) => {
+  const transport = createGrpcWebTransport({
+    baseUrl: server.baseUrl,
+    httpVersion: "1.1",
+    interceptors: [
+      (next) => (request) => {
+        request.header.set("authorization", keys.public);
+        return next(request);
+      },
+    ],
+  });
+  const viaGrpcWeb = await createClient(CampaignsService, transport).listCampaigns({});
+  const viaRest = await rest(server, "GET", "/campaigns", { key: keys.public });
+  t.deepEqual(json(CampaignsService.method.listCampaigns.output, viaGrpcWeb), {
+    campaigns: viaRest.body,
+  });
 });
 
 test.serial("ListWebhooks is a bare array on REST, empty until endpoints exist", async (t) => {
