@@ -60,7 +60,7 @@ export async function insertReferral(
   }
 }
 
-/** Moves a referral to another referrer, if it is still in `fromStatuses`. */
+/** Moves a referral to another referrer while it is pending or flagged; null otherwise. */
 export function reattributeReferral(
   store: Store,
   tenant: TenantScope,

@@ -26,8 +26,6 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   const app = Fastify({
     logger: options.logLevel === "silent" ? false : { level: options.logLevel },
     bodyLimit: options.maxBodyBytes,
-    // Never trust a client's request id; pino logs ours.
-    genReqId: undefined,
   });
 
   app.get("/healthz", async () => ({ status: "ok" }));
