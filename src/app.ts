@@ -34,8 +34,8 @@ export async function buildApp(config: Config, options: { clock?: Clock } = {}):
       bootstrapPublicKey: config.bootstrapPublicKey,
     });
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
-    const http = await buildHttpAppWithLog(config, store, clock, authenticator);
-    const server = createSharedPortServer(http.grpc, http.app);
+    const transports = await buildTransports(config, store, clock, authenticator);
+    const server = createSharedPortServer(transports.grpc, transports.http);
     return {
       store,
       demo,
@@ -51,33 +51,36 @@ export async function buildApp(config: Config, options: { clock?: Clock } = {}):
   }
 }
 
-async function buildHttpAppWithLog(
+/** The services and the two servers that share the port: Fastify (HTTP/1.1) and grpc-js. */
+async function buildTransports(
   config: Config,
   store: Store,
   clock: Clock,
   authenticator: ReturnType<typeof createAuthenticator>,
 ) {
-  let log: ErrorLogger = (error, rpc) => console.error(`unexpected error in ${rpc}`, error);
+  // Unexpected errors go to Fastify's structured log, which exists only once
+  // the app is built; until then (never in practice) to stderr.
+  let sink: ErrorLogger = (error, rpc) => console.error(`unexpected error in ${rpc}`, error);
+  const log: ErrorLogger = (error, rpc) => sink(error, rpc);
   const registrations = createServiceRegistrations(
     { store, clock, onKeyRevoked: (hash) => authenticator.forget(hash) },
-    (error, rpc) => log(error, rpc),
+    log,
   );
-  const app = await buildHttpApp({
+  const http = await buildHttpApp({
     registrations,
     authenticator,
     store,
-    log: (error, rpc) => log(error, rpc),
+    log,
     logLevel: config.logLevel,
     maxBodyBytes: config.maxBodyBytes,
   });
-  // Unexpected errors go to the structured log once it exists.
-  log = (error, rpc) => app.log.error({ err: error, rpc }, "unexpected error");
+  sink = (error, rpc) => http.log.error({ err: error, rpc }, "unexpected error");
   const { server: grpc } = createGrpcServer({
     registrations,
     authenticator,
-    log: (error, rpc) => log(error, rpc),
+    log,
     maxMessageBytes: config.maxBodyBytes,
   });
-  await app.ready();
-  return { app, grpc };
+  await http.ready();
+  return { http, grpc };
 }

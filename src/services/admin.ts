@@ -2,13 +2,18 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import {
   type AdminService,
   type ApiKey,
-  ApiKeyKind,
+  ApiKeyKindSchema,
   ApiKeySchema,
   ApplicationSchema,
 } from "../../gen/referral/v1/admin_pb.js";
 import { type Campaign, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
-import { insertCampaign, markCampaignDeleted, replaceCampaignFields } from "../store/campaigns.js";
-import type { ApiKeyDoc, ApplicationDoc, CampaignDoc } from "../store/documents.js";
+import {
+  findCampaignById,
+  insertCampaign,
+  markCampaignDeleted,
+  replaceCampaignFields,
+} from "../store/campaigns.js";
+import type { ApiKeyDoc, ApiKeyKindName, ApplicationDoc, CampaignDoc } from "../store/documents.js";
 import type { Store } from "../store/store.js";
 import {
   findApiKeys,
@@ -23,7 +28,7 @@ import {
 import { campaignUpdateFields, newCampaignDoc } from "./campaign-records.js";
 import { invalidArgument, notFound } from "./errors.js";
 import { type Clock, messageFromDoc } from "./records.js";
-import { optionalText, requiredText } from "./validate.js";
+import { enumWord, optionalText, requiredText } from "./validate.js";
 
 /** Notified when a key is revoked, so caches of authenticated keys can drop it. */
 export type KeyRevokedListener = (hash: string) => void;
@@ -44,7 +49,7 @@ export function createAdminService(deps: {
 
   async function campaignOrNotFound(id: string): Promise<CampaignDoc> {
     requiredText(id, "id");
-    const doc = await store.campaigns.findOne({ _id: id, deletedAt: null });
+    const doc = await findCampaignById(store, id);
     if (!doc) throw notFound(`campaign ${id}`);
     return doc;
   }
@@ -79,12 +84,7 @@ export function createAdminService(deps: {
 
     async createApiKey(request) {
       const application = await applicationOrNotFound(request.applicationId);
-      const kind =
-        request.kind === ApiKeyKind.PUBLIC
-          ? "public"
-          : request.kind === ApiKeyKind.SECRET
-            ? "secret"
-            : undefined;
+      const kind = enumWord<ApiKeyKindName>(ApiKeyKindSchema, request.kind, "kind");
       if (!kind) throw invalidArgument("kind", "is required: public or secret");
       const { doc, key } = await insertApiKey(store, application, kind, clock(), {
         name: optionalText(request.name, "name"),

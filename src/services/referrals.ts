@@ -1,6 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
-import { ReferralSchema, ReferralStatus } from "../../gen/referral/v1/resources_pb.js";
+import { ReferralSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { findCampaign, findDefaultCampaign } from "../store/campaigns.js";
 import {
   findCustomer,
@@ -25,19 +25,13 @@ import { tenantOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
 import { type Clock, messageFromDoc } from "./records.js";
 import {
+  enumWord,
   environmentName,
   environmentOrProduction,
   optionalText,
   pageOf,
   requiredText,
 } from "./validate.js";
-
-const statusNames: Record<number, ReferralStatusName | undefined> = {
-  [ReferralStatus.PENDING]: "pending",
-  [ReferralStatus.FLAGGED]: "flagged",
-  [ReferralStatus.ACCEPTED]: "accepted",
-  [ReferralStatus.REJECTED]: "rejected",
-};
 
 /** Creates the ReferralsService implementation. */
 export function createReferralsService(deps: {
@@ -92,14 +86,11 @@ export function createReferralsService(deps: {
     async listReferrals(request, context) {
       const tenant = tenantOf(context);
       const page = pageOf(request.limit, request.offset);
-      if (request.status !== ReferralStatus.UNSPECIFIED && !statusNames[request.status]) {
-        throw invalidArgument("status", "must be one of: pending, flagged, accepted, rejected");
-      }
       const { total, docs } = await findReferrals(
         store,
         tenant,
         {
-          status: statusNames[request.status],
+          status: enumWord<ReferralStatusName>(ReferralStatusSchema, request.status, "status"),
           campaignId: optionalText(request.campaignId, "campaignId"),
           referrerId: optionalText(request.referrerId, "referrerId"),
           refereeId: optionalText(request.refereeId, "refereeId"),

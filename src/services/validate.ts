@@ -1,4 +1,6 @@
-import { Environment } from "../../gen/referral/v1/resources_pb.js";
+import type { DescEnum } from "@bufbuild/protobuf";
+import { type Environment, EnvironmentSchema } from "../../gen/referral/v1/resources_pb.js";
+import { enumWords } from "../contract/options.js";
 import { isValidEmail } from "../domain/email.js";
 import { limits } from "../domain/limits.js";
 import type { EnvironmentName } from "../store/documents.js";
@@ -46,20 +48,28 @@ export function pageOf(limit: number | undefined, offset: number | undefined) {
   return { limit: size, offset: skip };
 }
 
-const environmentNames: Record<Environment, EnvironmentName | undefined> = {
-  [Environment.UNSPECIFIED]: undefined,
-  [Environment.PRODUCTION]: "production",
-  [Environment.TEST]: "test",
-};
+/**
+ * The word an enum value is stored and shown as (its REST word, from the
+ * descriptors); unset gives undefined and a number the enum lacks is refused.
+ */
+export function enumWord<Word extends string>(
+  schema: DescEnum,
+  value: number,
+  field: string,
+): Word | undefined {
+  if (value === 0) return undefined;
+  const words = enumWords(schema);
+  const word = words.byNumber.get(value);
+  if (word === undefined) throw invalidArgument(field, `must be one of: ${words.words.join(", ")}`);
+  return word as Word;
+}
 
 /** The stored name of an environment; unset gives undefined, an unknown number is refused. */
 export function environmentName(
   value: Environment,
   field = "environment",
 ): EnvironmentName | undefined {
-  if (!(value in environmentNames))
-    throw invalidArgument(field, "must be one of: production, test");
-  return environmentNames[value];
+  return enumWord<EnvironmentName>(EnvironmentSchema, value, field);
 }
 
 /** An environment that is required. */

@@ -34,6 +34,11 @@ export function findCampaign(
   return store.campaigns.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
 }
 
+/** One campaign of any application by id, for the operator's admin API. */
+export function findCampaignById(store: Store, id: string): Promise<CampaignDoc | null> {
+  return store.campaigns.findOne({ _id: id, deletedAt: null });
+}
+
 /** The environment's default campaign, if it has one. */
 export function findDefaultCampaign(
   store: Store,

@@ -4,6 +4,7 @@ import { newId } from "../domain/ids.js";
 import { generateReferralCode } from "../domain/referral-code.js";
 import type { CustomerDoc, EnvironmentName } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
+import { findNewestFirst, type PageRequest } from "./paging.js";
 import type { Store } from "./store.js";
 import { ownedBy, type TenantScope } from "./tenant.js";
 
@@ -135,18 +136,12 @@ export async function findCustomers(
   store: Store,
   tenant: TenantScope,
   filter: CustomerFilter,
-  page: { limit: number; offset: number },
+  page: PageRequest,
 ): Promise<{ total: number; docs: CustomerDoc[] }> {
   const query: Filter<CustomerDoc> = { ...ownedBy(tenant), deletedAt: null };
   if (filter.environment) query.environment = filter.environment;
   if (filter.externalUserId !== undefined) query.externalUserId = filter.externalUserId;
   if (filter.email !== undefined) query.emailNormalized = normalizeEmailForLookup(filter.email);
   if (filter.referralCode !== undefined) query.referralCode = filter.referralCode;
-  const [total, docs] = await Promise.all([
-    store.customers.countDocuments(query),
-    store.customers
-      .find(query, { sort: { createdAt: -1, _id: -1 }, skip: page.offset, limit: page.limit })
-      .toArray(),
-  ]);
-  return { total, docs };
+  return findNewestFirst(store.customers, query, page);
 }

@@ -2,6 +2,7 @@ import type { Filter } from "mongodb";
 import { newId } from "../domain/ids.js";
 import type { EnvironmentName, ReferralDoc, ReferralStatusName } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
+import { findNewestFirst, type PageRequest } from "./paging.js";
 import type { Store } from "./store.js";
 import { ownedBy, type TenantScope } from "./tenant.js";
 
@@ -89,7 +90,7 @@ export async function findReferrals(
   store: Store,
   tenant: TenantScope,
   filter: ReferralFilter,
-  page: { limit: number; offset: number },
+  page: PageRequest,
 ): Promise<{ total: number; docs: ReferralDoc[] }> {
   const query: Filter<ReferralDoc> = { ...ownedBy(tenant), deletedAt: null };
   if (filter.status) query.status = filter.status;
@@ -97,13 +98,7 @@ export async function findReferrals(
   if (filter.referrerId !== undefined) query.referrerId = filter.referrerId;
   if (filter.refereeId !== undefined) query.refereeId = filter.refereeId;
   if (filter.environment) query.environment = filter.environment;
-  const [total, docs] = await Promise.all([
-    store.referrals.countDocuments(query),
-    store.referrals
-      .find(query, { sort: { createdAt: -1, _id: -1 }, skip: page.offset, limit: page.limit })
-      .toArray(),
-  ]);
-  return { total, docs };
+  return findNewestFirst(store.referrals, query, page);
 }
 
 /** What a customer's referral fields are derived from. */

@@ -1,0 +1,26 @@
+import type { Document, Filter } from "mongodb";
+import type { StoreCollection } from "./collection.js";
+
+/** A page request: how many to return and how many to skip. */
+export interface PageRequest {
+  readonly limit: number;
+  readonly offset: number;
+}
+
+/**
+ * One page of a query, newest first (`createdAt` then `_id`, so the order is
+ * stable when times tie), and the number of all matches.
+ */
+export async function findNewestFirst<T extends Document & { _id: string; createdAt: Date }>(
+  collection: StoreCollection<T>,
+  query: Filter<T>,
+  page: PageRequest,
+): Promise<{ total: number; docs: T[] }> {
+  const [total, docs] = await Promise.all([
+    collection.countDocuments(query),
+    collection
+      .find(query, { sort: { createdAt: -1, _id: -1 }, skip: page.offset, limit: page.limit })
+      .toArray(),
+  ]);
+  return { total, docs: docs as T[] };
+}
