@@ -4,17 +4,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
-import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
+import { type Json, keys, rest, useServer } from "../helpers/server.js";
 
 const run = promisify(execFile);
-let server: TestServer;
-
-test.before(async () => {
-  server = await startServer();
-});
-test.after.always(async () => {
-  await server.stop();
-});
+const server = useServer();
 
 /** `npm run admin -- <args>` as a separate process, while the server holds the store. */
 async function admin(...args: string[]): Promise<Json> {

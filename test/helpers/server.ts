@@ -14,6 +14,7 @@ import {
 import { type Client, type Code, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
+import test from "ava";
 import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
 
@@ -58,6 +59,43 @@ export async function startServer(
       await app.close();
       if (!keepData) rmSync(dataDir, { recursive: true, force: true });
     },
+  };
+}
+
+/**
+ * Starts one server for the test file (in a serial `before` hook, ahead of
+ * the file's own serial hooks) and stops it afterwards. The handle forwards
+ * to that server, so it can be passed around before the server exists.
+ */
+export function useServer(options: Parameters<typeof startServer>[0] = {}): TestServer {
+  let started: TestServer | undefined;
+  // Serial, so it runs (in declaration order) before the file's own setup.
+  test.serial.before(async () => {
+    started = await startServer(options);
+  });
+  test.after.always(async () => {
+    if (!started) return;
+    closeGrpcClient(started);
+    await started.stop();
+  });
+  const current = (): TestServer => {
+    if (!started) throw new Error("the test server is not started yet");
+    return started;
+  };
+  return {
+    get app() {
+      return current().app;
+    },
+    get port() {
+      return current().port;
+    },
+    get baseUrl() {
+      return current().baseUrl;
+    },
+    get dataDir() {
+      return current().dataDir;
+    },
+    stop: (stopOptions) => current().stop(stopOptions),
   };
 }
 

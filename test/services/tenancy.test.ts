@@ -1,20 +1,12 @@
 import { Code } from "@connectrpc/connect";
 import test from "ava";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
-import {
-  closeGrpcClient,
-  grpcCall,
-  keys,
-  rest,
-  startServer,
-  type TestServer,
-} from "../helpers/server.js";
+import { grpcCall, keys, rest, useServer } from "../helpers/server.js";
 
-let server: TestServer;
+const server = useServer();
 let other: { secret: string; public: string };
 
-test.before(async () => {
-  server = await startServer();
+test.serial.before(async () => {
   const created = await rest(server, "POST", "/admin/applications", {
     key: keys.admin,
     body: { name: "Other app" },
@@ -34,10 +26,6 @@ test.before(async () => {
     key: keys.public,
     body: { referralCode: alice.body.data[0].referralCode, refereeExternalUserId: "bob" },
   });
-});
-test.after.always(async () => {
-  closeGrpcClient(server);
-  await server.stop();
 });
 
 test.serial("another application sees none of the demo application's records", async (t) => {

@@ -16,14 +16,13 @@ import {
   keys,
   rest,
   startServer,
-  type TestServer,
+  useServer,
 } from "../helpers/server.js";
 
-let server: TestServer;
+const server = useServer();
 let revokedKey: string;
 
-test.before(async () => {
-  server = await startServer();
+test.serial.before(async () => {
   const created = await rest(server, "POST", "/admin/applications", {
     key: keys.admin,
     body: { name: "Revoked app" },
@@ -42,10 +41,6 @@ test.before(async () => {
     key: keys.admin,
   });
   if (revoked.status !== 200) throw new Error("revoke failed");
-});
-test.after.always(async () => {
-  closeGrpcClient(server);
-  await server.stop();
 });
 
 const tenantMethods: DescMethod[] = [

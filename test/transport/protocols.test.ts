@@ -12,26 +12,10 @@ import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { CustomerSchema, Environment } from "../../gen/referral/v1/resources_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import { toPlain } from "../../src/contract/plain-codec.js";
-import {
-  closeGrpcClient,
-  connectClient,
-  grpcCall,
-  keys,
-  rest,
-  startServer,
-  type TestServer,
-} from "../helpers/server.js";
+import { connectClient, grpcCall, keys, rest, useServer } from "../helpers/server.js";
 
 const run = promisify(execFile);
-let server: TestServer;
-
-test.before(async () => {
-  server = await startServer();
-});
-test.after.always(async () => {
-  closeGrpcClient(server);
-  await server.stop();
-});
+const server = useServer();
 
 /** The REST JSON of a message, to compare gRPC and Connect results with REST. */
 function json(schema: DescMessage, message: Message | undefined): unknown {

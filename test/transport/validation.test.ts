@@ -7,24 +7,9 @@ import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
-import {
-  closeGrpcClient,
-  connectClient,
-  grpcCall,
-  keys,
-  rest,
-  startServer,
-  type TestServer,
-} from "../helpers/server.js";
+import { connectClient, grpcCall, keys, rest, useServer } from "../helpers/server.js";
 
-let server: TestServer;
-test.before(async () => {
-  server = await startServer();
-});
-test.after.always(async () => {
-  closeGrpcClient(server);
-  await server.stop();
-});
+const server = useServer();
 
 async function customerCount(): Promise<number> {
   return (await rest(server, "GET", "/customers", { key: keys.secret })).body.total;
