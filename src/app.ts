@@ -63,7 +63,12 @@ async function buildTransports(
   let sink: ErrorLogger = (error, rpc) => console.error(`unexpected error in ${rpc}`, error);
   const log: ErrorLogger = (error, rpc) => sink(error, rpc);
   const registrations = createServiceRegistrations(
-    { store, clock, onKeyRevoked: (hash) => authenticator.forget(hash) },
+    {
+      store,
+      clock,
+      fraudPolicy: config.fraudPolicy,
+      onKeyRevoked: (hash) => authenticator.forget(hash),
+    },
     log,
   );
   const http = await buildHttpApp({

@@ -1,4 +1,5 @@
 import { resolve } from "node:path";
+import { defaultFraudPolicy, type FraudPolicy } from "./domain/fraud-rules.js";
 import type { StoreConfig } from "./store/store.js";
 
 /** The service's settings, read once from the environment. */
@@ -11,6 +12,8 @@ export interface Config {
   readonly bootstrapPublicKey: string | undefined;
   readonly logLevel: string;
   readonly maxBodyBytes: number;
+  /** The fraud rules' thresholds. */
+  readonly fraudPolicy: FraudPolicy;
 }
 
 /** Reads and checks the configuration; throws with the variable's name when one is wrong. */
@@ -27,6 +30,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     bootstrapPublicKey: nonEmpty(env.BOOTSTRAP_PUBLIC_KEY),
     logLevel: nonEmpty(env.LOG_LEVEL) ?? "info",
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
+    fraudPolicy: {
+      maxRefereeAgeMs: duration(
+        env,
+        "REFERRAL_MAX_REFEREE_AGE",
+        defaultFraudPolicy.maxRefereeAgeMs,
+      ),
+      velocityLimit: integer(
+        env,
+        "REFERRAL_VELOCITY_LIMIT",
+        defaultFraudPolicy.velocityLimit,
+        1,
+        1_000_000,
+      ),
+    },
   };
 }
 
@@ -46,6 +63,22 @@ function integer(
   const value = Number(raw);
   if (!Number.isInteger(value) || value < min || value > max) {
     throw new Error(`${name} must be an integer from ${min} to ${max}, got "${raw}"`);
+  }
+  return value;
+}
+
+const durationUnits: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration such as "7d", "36h", "90m" or "45s", in milliseconds. */
+function duration(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = nonEmpty(env[name]);
+  if (raw === undefined) return fallback;
+  const match = /^(\d+)\s*([smhd])$/.exec(raw);
+  const value = match ? Number(match[1]) * (durationUnits[match[2] as string] as number) : 0;
+  if (value <= 0) {
+    throw new Error(
+      `${name} must be a positive duration such as 7d, 36h, 90m or 45s, got "${raw}"`,
+    );
   }
   return value;
 }

@@ -4,6 +4,8 @@ export const limits = {
   shortText: 256,
   /** Email addresses (RFC 5321 path limit). */
   email: 320,
+  /** A reviewer's reason for a status change. */
+  reason: 1024,
   /** URLs and long texts such as email bodies. */
   longText: 8192,
   /** Keys in customProperties. */

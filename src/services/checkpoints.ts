@@ -2,17 +2,15 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { insertCheckpoint } from "../store/checkpoints.js";
 import { findCustomerByExternalId } from "../store/customers.js";
-import type { Store } from "../store/store.js";
 import { tenantOf } from "./context.js";
 import { notFound } from "./errors.js";
-import type { Clock } from "./records.js";
+import { convertReferrals, type LifecycleDeps } from "./referral-lifecycle.js";
 import { requiredEnvironment, requiredText } from "./validate.js";
 
 /** Creates the CheckpointsService implementation. */
-export function createCheckpointsService(deps: {
-  store: Store;
-  clock: Clock;
-}): ServiceImpl<typeof CheckpointsService> {
+export function createCheckpointsService(
+  deps: LifecycleDeps,
+): ServiceImpl<typeof CheckpointsService> {
   const { store, clock } = deps;
   return {
     async ingestCheckpoint(request, context) {
@@ -23,7 +21,10 @@ export function createCheckpointsService(deps: {
       const customer = await findCustomerByExternalId(store, tenant, environment, externalUserId);
       if (!customer)
         throw notFound(`customer with external user id ${externalUserId} in ${environment}`);
-      await insertCheckpoint(store, customer, name, clock());
+      // Stored first: a failure after this point is retried by the client,
+      // and conversion is idempotent, so the checkpoint's effect is never lost.
+      const checkpoint = await insertCheckpoint(store, customer, name, clock());
+      await convertReferrals(deps, customer, checkpoint);
       return { success: true };
     },
   };

@@ -1,29 +1,22 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { ReferralSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
+import { limits } from "../domain/limits.js";
+import type { ReferralStatusName } from "../domain/referral-status.js";
 import { findCampaign, findDefaultCampaign } from "../store/campaigns.js";
 import {
   findCustomer,
   findCustomerByExternalId,
   findCustomerByReferralCode,
 } from "../store/customers.js";
-import type {
-  CustomerDoc,
-  EnvironmentName,
-  ReferralDoc,
-  ReferralStatusName,
-} from "../store/documents.js";
-import {
-  findReferralOfReferee,
-  findReferrals,
-  insertReferral,
-  reattributeReferral,
-} from "../store/referrals.js";
+import type { CustomerDoc, EnvironmentName } from "../store/documents.js";
+import { findReferrals } from "../store/referrals.js";
 import type { Store } from "../store/store.js";
 import type { TenantScope } from "../store/tenant.js";
 import { tenantOf } from "./context.js";
-import { invalidArgument, notFound } from "./errors.js";
-import { type Clock, messageFromDoc } from "./records.js";
+import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
+import { messageFromDoc } from "./records.js";
+import { attributeReferral, type LifecycleDeps, reviewReferral } from "./referral-lifecycle.js";
 import {
   enumWord,
   environmentName,
@@ -34,11 +27,8 @@ import {
 } from "./validate.js";
 
 /** Creates the ReferralsService implementation. */
-export function createReferralsService(deps: {
-  store: Store;
-  clock: Clock;
-}): ServiceImpl<typeof ReferralsService> {
-  const { store, clock } = deps;
+export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof ReferralsService> {
+  const { store } = deps;
   return {
     async createReferral(request, context) {
       const tenant = tenantOf(context);
@@ -68,19 +58,20 @@ export function createReferralsService(deps: {
         refereeId,
         refereeExternalUserId,
       );
-      const parties = {
-        environment,
-        campaignId: campaign._id,
-        referrerId: referrer._id,
-        refereeId: referee._id,
-      };
-      const now = clock();
-      const existing = await findReferralOfReferee(store, tenant, parties);
-      let doc: ReferralDoc = existing ?? (await insertReferral(store, tenant, parties, now)).doc;
-      if (doc.referrerId !== referrer._id) {
-        doc = (await reattributeReferral(store, tenant, doc._id, referrer._id, now)) ?? doc;
-      }
+      if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
+      const doc = await attributeReferral(deps, tenant, campaign, referrer, referee);
+      // The specification's create response has no environment field.
       return { referral: messageFromDoc(ReferralSchema, doc, { environment: null }) };
+    },
+
+    async updateReferralStatus(request, context) {
+      const tenant = tenantOf(context);
+      const id = requiredText(request.id, "id");
+      const status = enumWord<ReferralStatusName>(ReferralStatusSchema, request.status, "status");
+      if (!status) throw invalidArgument("status", "is required");
+      const reason = optionalText(request.reason, "reason", limits.reason);
+      const doc = await reviewReferral(deps, tenant, id, status, reason);
+      return { referral: messageFromDoc(ReferralSchema, doc) };
     },
 
     async listReferrals(request, context) {

@@ -34,6 +34,17 @@ export function findCampaign(
   return store.campaigns.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
 }
 
+/** Campaigns of the application by id; deleted ones are left out. */
+export function findCampaignsByIds(
+  store: Store,
+  tenant: TenantScope,
+  ids: readonly string[],
+): Promise<CampaignDoc[]> {
+  return store.campaigns
+    .find({ ...ownedBy(tenant), _id: { $in: [...ids] }, deletedAt: null })
+    .toArray();
+}
+
 /** One campaign of any application by id, for the operator's admin API. */
 export function findCampaignById(store: Store, id: string): Promise<CampaignDoc | null> {
   return store.campaigns.findOne({ _id: id, deletedAt: null });

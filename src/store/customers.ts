@@ -1,5 +1,5 @@
 import type { Filter } from "mongodb";
-import { normalizeEmailForLookup } from "../domain/email.js";
+import { canonicalEmail, normalizeEmailForLookup } from "../domain/email.js";
 import { newId } from "../domain/ids.js";
 import { generateReferralCode } from "../domain/referral-code.js";
 import type { CustomerDoc, EnvironmentName } from "./documents.js";
@@ -44,9 +44,11 @@ export async function upsertCustomer(
   if (input.email !== undefined) {
     set.email = input.email;
     set.emailNormalized = normalizeEmailForLookup(input.email);
+    set.emailCanonical = canonicalEmail(input.email);
   } else {
     onInsert.email = null;
     onInsert.emailNormalized = null;
+    onInsert.emailCanonical = null;
   }
   const properties = Object.entries(input.customProperties ?? {});
   for (const [key, value] of properties) {

@@ -4,11 +4,11 @@
  * `applicationId`, and every update sets `updatedAt`.
  */
 
+import type { FraudRuleName } from "../domain/fraud-rules.js";
+import type { ReferralStatusName, StatusChangeCauseName } from "../domain/referral-status.js";
+
 /** `production` or `test`: the REST words of `referral.v1.Environment`. */
 export type EnvironmentName = "production" | "test";
-
-/** The REST words of `referral.v1.ReferralStatus`. */
-export type ReferralStatusName = "pending" | "flagged" | "accepted" | "rejected";
 
 /** The REST words of `referral.v1.ApiKeyKind`. */
 export type ApiKeyKindName = "public" | "secret";
@@ -77,8 +77,10 @@ export interface CustomerDoc {
   externalUserId: string;
   /** The email as given. */
   email: string | null;
-  /** The email lowercased and trimmed, for case-insensitive matching. */
+  /** The email lowercased and trimmed, for case-insensitive lookup. */
   emailNormalized: string | null;
+  /** The mailbox the email reaches (see `canonicalEmail`), for the fraud rules. */
+  emailCanonical: string | null;
   /** The name. */
   name: string;
   /** The code the customer shares; unique per application and environment. */
@@ -96,9 +98,25 @@ export interface CustomerDoc {
 /** One reason a referral was flagged. */
 export interface SuspectedFraudDoc {
   /** Rule name. */
-  type: string;
+  type: FraudRuleName;
   /** Explanation. */
   message: string;
+}
+
+/** One entry of a referral's status history. */
+export interface StatusChangeDoc {
+  /** The status before; null for the entry written at creation. */
+  fromStatus: ReferralStatusName | null;
+  /** The status after. */
+  toStatus: ReferralStatusName;
+  /** What made the change. */
+  cause: StatusChangeCauseName;
+  /** The API key (creation, re-attribution, review) or checkpoint (conversion). */
+  actorId: string;
+  /** The reviewer's reason or the rules that fired; null for none. */
+  reason: string | null;
+  /** When. */
+  changedAt: Date;
 }
 
 /** A referral: referrer, referee and campaign. */
@@ -121,6 +139,10 @@ export interface ReferralDoc {
   status: ReferralStatusName;
   /** Why the referral was flagged. */
   suspectedFrauds: SuspectedFraudDoc[];
+  /** Every status it has had, oldest first. */
+  statusHistory: StatusChangeDoc[];
+  /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
+  attributedAt: Date;
   /** Creation time. */
   createdAt: Date;
   /** Last change. */
@@ -167,6 +189,10 @@ export interface CampaignDoc {
   isLive: boolean;
   /** The environment's default campaign. */
   isDefault: boolean;
+  /** The reward trigger set by hand (a checkpoint name); wins over the proposed one. */
+  manualRewardTrigger?: string | null;
+  /** The proposed reward trigger (a checkpoint name). */
+  proposedRewardTrigger?: string | null;
   /** Creation time. */
   createdAt: Date;
   /** Last change. */

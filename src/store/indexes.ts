@@ -36,6 +36,10 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     },
     { key: { applicationId: 1, createdAt: -1, _id: -1 }, serves: "ListCustomers, newest first" },
     { key: { applicationId: 1, emailNormalized: 1 }, serves: "ListCustomers by email" },
+    {
+      key: { applicationId: 1, environment: 1, emailCanonical: 1 },
+      serves: "the duplicate_referee_email rule: customers sharing a mailbox",
+    },
   ],
   referrals: [
     {
@@ -45,7 +49,14 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     },
     { key: { applicationId: 1, createdAt: -1, _id: -1 }, serves: "ListReferrals, newest first" },
     { key: { referrerId: 1, status: 1 }, serves: "a referrer's visited and converted counts" },
-    { key: { refereeId: 1, createdAt: -1 }, serves: "who referred a customer" },
+    {
+      key: { referrerId: 1, attributedAt: -1 },
+      serves: "the velocity rule: a referrer's last hour",
+    },
+    {
+      key: { refereeId: 1, createdAt: -1 },
+      serves: "who referred a customer; the referrals a checkpoint may convert",
+    },
   ],
   checkpoints: [
     {

@@ -1,6 +1,13 @@
-import type { Filter } from "mongodb";
+import type { Filter, UpdateFilter } from "mongodb";
 import { newId } from "../domain/ids.js";
-import type { EnvironmentName, ReferralDoc, ReferralStatusName } from "./documents.js";
+import type { ReferralStatusName } from "../domain/referral-status.js";
+import type {
+  CustomerDoc,
+  EnvironmentName,
+  ReferralDoc,
+  StatusChangeDoc,
+  SuspectedFraudDoc,
+} from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
 import type { Store } from "./store.js";
@@ -12,6 +19,21 @@ export interface ReferralParties {
   readonly campaignId: string;
   readonly referrerId: string;
   readonly refereeId: string;
+}
+
+/** What the fraud rules decided for a referral's current attribution. */
+export interface RuledStatus {
+  readonly status: ReferralStatusName;
+  readonly suspectedFrauds: SuspectedFraudDoc[];
+}
+
+/** One referral of the application by id. */
+export function findReferral(
+  store: Store,
+  tenant: TenantScope,
+  id: string,
+): Promise<ReferralDoc | null> {
+  return store.referrals.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
 }
 
 /** The referral of a referee in a campaign, if any. */
@@ -29,23 +51,26 @@ export function findReferralOfReferee(
 }
 
 /**
- * Inserts a pending referral, or returns the one a concurrent call inserted
- * first: the unique index on (application, environment, campaign, referee)
- * lets exactly one insert win.
+ * Inserts a referral, or returns the one a concurrent call inserted first:
+ * the unique index on (application, environment, campaign, referee) lets
+ * exactly one insert win.
  */
 export async function insertReferral(
   store: Store,
   tenant: TenantScope,
   parties: ReferralParties,
-  now: Date,
+  ruled: RuledStatus,
+  change: StatusChangeDoc,
 ): Promise<{ doc: ReferralDoc; created: boolean }> {
+  const now = change.changedAt;
   const doc: ReferralDoc = {
     _id: newId("ref", now),
     organizationId: tenant.organizationId,
     applicationId: tenant.applicationId,
     ...parties,
-    status: "pending",
-    suspectedFrauds: [],
+    ...ruled,
+    statusHistory: [change],
+    attributedAt: now,
     createdAt: now,
     updatedAt: now,
     deletedAt: null,
@@ -61,19 +86,117 @@ export async function insertReferral(
   }
 }
 
-/** Moves a referral to another referrer while it is pending or flagged; null otherwise. */
+/**
+ * Moves a referral to another referrer with the status and frauds the rules
+ * gave, appending `change` when the status moves. Applies only if the
+ * referral is still as `current` was read (same referrer and status), so a
+ * concurrent change is never overwritten; null when it was.
+ */
 export function reattributeReferral(
   store: Store,
-  tenant: TenantScope,
-  id: string,
+  current: ReferralDoc,
   referrerId: string,
-  now: Date,
+  ruled: RuledStatus,
+  change: StatusChangeDoc,
+): Promise<ReferralDoc | null> {
+  const now = change.changedAt;
+  const update: UpdateFilter<ReferralDoc> = {
+    $set: { referrerId, ...ruled, attributedAt: now, updatedAt: now },
+  };
+  if (ruled.status !== current.status) update.$push = { statusHistory: change };
+  return store.referrals.findOneAndUpdate(unchangedSince(current), update, {
+    returnDocument: "after",
+  });
+}
+
+/**
+ * Moves a referral from `change.fromStatus` to `change.toStatus` and records
+ * the change, only if it is still in the `from` status: of concurrent
+ * transitions exactly one applies. Null when the referral was not in that
+ * status.
+ */
+export function transitionReferral(
+  store: Store,
+  current: ReferralDoc,
+  change: StatusChangeDoc & { fromStatus: ReferralStatusName },
 ): Promise<ReferralDoc | null> {
   return store.referrals.findOneAndUpdate(
-    { ...ownedBy(tenant), _id: id, status: { $in: ["pending", "flagged"] } },
-    { $set: { referrerId, updatedAt: now } },
+    { _id: current._id, applicationId: current.applicationId, status: change.fromStatus },
+    {
+      $set: { status: change.toStatus, updatedAt: change.changedAt },
+      $push: { statusHistory: change },
+    },
     { returnDocument: "after" },
   );
+}
+
+function unchangedSince(current: ReferralDoc): Filter<ReferralDoc> {
+  return {
+    _id: current._id,
+    applicationId: current.applicationId,
+    referrerId: current.referrerId,
+    status: current.status,
+  };
+}
+
+/** How many referrals were attributed to a referrer since a time, for the velocity rule. */
+export function countReferralsAttributedSince(
+  store: Store,
+  tenant: TenantScope,
+  environment: EnvironmentName,
+  referrerId: string,
+  since: Date,
+): Promise<number> {
+  return store.referrals.countDocuments({
+    ...ownedBy(tenant),
+    environment,
+    referrerId,
+    attributedAt: { $gte: since },
+    deletedAt: null,
+  });
+}
+
+/**
+ * Whether a customer other than `refereeId`, with the same canonical email,
+ * was already referred in the environment (the duplicate_referee_email rule).
+ */
+export async function isMailboxAlreadyReferred(
+  store: Store,
+  tenant: TenantScope,
+  environment: EnvironmentName,
+  emailCanonical: string,
+  refereeId: string,
+): Promise<boolean> {
+  const sameMailbox = await store.customers
+    .find(
+      { ...ownedBy(tenant), environment, emailCanonical, _id: { $ne: refereeId } },
+      { projection: { _id: 1 } },
+    )
+    .toArray();
+  if (sameMailbox.length === 0) return false;
+  const referred = await store.referrals.countDocuments({
+    ...ownedBy(tenant),
+    environment,
+    refereeId: { $in: sameMailbox.map((customer) => customer._id) },
+    deletedAt: null,
+  });
+  return referred > 0;
+}
+
+/** A referee's pending referrals: the ones a reward-trigger checkpoint may accept. */
+export function findPendingReferralsOfReferee(
+  store: Store,
+  customer: CustomerDoc,
+): Promise<ReferralDoc[]> {
+  return store.referrals
+    .find({
+      refereeId: customer._id,
+      applicationId: customer.applicationId,
+      environment: customer.environment,
+      status: "pending",
+      deletedAt: null,
+    })
+    .toArray();
 }
 
 /** Filters of ListReferrals. */

@@ -7,6 +7,7 @@ import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import type { FraudPolicy } from "../domain/fraud-rules.js";
 import { createAdminService, type KeyRevokedListener } from "../services/admin.js";
 import { createCampaignsService } from "../services/campaigns.js";
 import { createCheckpointsService } from "../services/checkpoints.js";
@@ -27,6 +28,7 @@ export interface ServiceRegistration {
 export interface ServiceDeps {
   readonly store: Store;
   readonly clock: Clock;
+  readonly fraudPolicy: FraudPolicy;
   readonly onKeyRevoked?: KeyRevokedListener;
 }
 

@@ -65,6 +65,7 @@ function customer(id: string, externalUserId: string, createdAt: Date) {
     externalUserId,
     email: null,
     emailNormalized: null,
+    emailCanonical: null,
     name: externalUserId,
     referralCode: `CODE${id}`,
     customProperties: {},

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/referrals.proto.
  */
 export const file_referral_v1_referrals: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9yZWZlcnJhbHMucHJvdG8SC3JlZmVycmFsLnYxIvMBChVDcmVhdGVSZWZlcnJhbFJlcXVlc3QSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARIVCg1yZWZlcnJhbF9jb2RlGAIgASgJEhcKCnJlZmVyZWVfaWQYAyABKAlIAYgBARIlChhyZWZlcmVlX2V4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARItCgtlbnZpcm9ubWVudBgFIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Qg4KDF9jYW1wYWlnbl9pZEINCgtfcmVmZXJlZV9pZEIbChlfcmVmZXJlZV9leHRlcm5hbF91c2VyX2lkIkEKFkNyZWF0ZVJlZmVycmFsUmVzcG9uc2USJwoIcmVmZXJyYWwYASABKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbCKsAgoUTGlzdFJlZmVycmFsc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBARIrCgZzdGF0dXMYAyABKA4yGy5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1cxIYCgtjYW1wYWlnbl9pZBgEIAEoCUgCiAEBEhgKC3JlZmVycmVyX2lkGAUgASgJSAOIAQESFwoKcmVmZXJlZV9pZBgGIAEoCUgEiAEBEi0KC2Vudmlyb25tZW50GAcgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCCAoGX2xpbWl0QgkKB19vZmZzZXRCDgoMX2NhbXBhaWduX2lkQg4KDF9yZWZlcnJlcl9pZEINCgtfcmVmZXJlZV9pZCJqChVMaXN0UmVmZXJyYWxzUmVzcG9uc2USDQoFdG90YWwYASABKAUSDQoFbGltaXQYAiABKAUSDgoGb2Zmc2V0GAMgASgFEiMKBGRhdGEYBCADKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbDKIAgoQUmVmZXJyYWxzU2VydmljZRKDAQoOQ3JlYXRlUmVmZXJyYWwSIi5yZWZlcnJhbC52MS5DcmVhdGVSZWZlcnJhbFJlcXVlc3QaIy5yZWZlcnJhbC52MS5DcmVhdGVSZWZlcnJhbFJlc3BvbnNlIijA8xgByPMYyQGC0+STAhk6ASpiCHJlZmVycmFsIgovcmVmZXJyYWxzEm4KDUxpc3RSZWZlcnJhbHMSIS5yZWZlcnJhbC52MS5MaXN0UmVmZXJyYWxzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RSZWZlcnJhbHNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL3JlZmVycmFsc2IGcHJvdG8z", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChtyZWZlcnJhbC92MS9yZWZlcnJhbHMucHJvdG8SC3JlZmVycmFsLnYxIvMBChVDcmVhdGVSZWZlcnJhbFJlcXVlc3QSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARIVCg1yZWZlcnJhbF9jb2RlGAIgASgJEhcKCnJlZmVyZWVfaWQYAyABKAlIAYgBARIlChhyZWZlcmVlX2V4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARItCgtlbnZpcm9ubWVudBgFIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Qg4KDF9jYW1wYWlnbl9pZEINCgtfcmVmZXJlZV9pZEIbChlfcmVmZXJlZV9leHRlcm5hbF91c2VyX2lkIkEKFkNyZWF0ZVJlZmVycmFsUmVzcG9uc2USJwoIcmVmZXJyYWwYASABKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbCJ2ChtVcGRhdGVSZWZlcnJhbFN0YXR1c1JlcXVlc3QSCgoCaWQYASABKAkSKwoGc3RhdHVzGAIgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSEwoGcmVhc29uGAMgASgJSACIAQFCCQoHX3JlYXNvbiJHChxVcGRhdGVSZWZlcnJhbFN0YXR1c1Jlc3BvbnNlEicKCHJlZmVycmFsGAEgASgLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwirAIKFExpc3RSZWZlcnJhbHNSZXF1ZXN0EhIKBWxpbWl0GAEgASgFSACIAQESEwoGb2Zmc2V0GAIgASgFSAGIAQESKwoGc3RhdHVzGAMgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSGAoLY2FtcGFpZ25faWQYBCABKAlIAogBARIYCgtyZWZlcnJlcl9pZBgFIAEoCUgDiAEBEhcKCnJlZmVyZWVfaWQYBiABKAlIBIgBARItCgtlbnZpcm9ubWVudBgHIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50QggKBl9saW1pdEIJCgdfb2Zmc2V0Qg4KDF9jYW1wYWlnbl9pZEIOCgxfcmVmZXJyZXJfaWRCDQoLX3JlZmVyZWVfaWQiagoVTGlzdFJlZmVycmFsc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgFEg0KBWxpbWl0GAIgASgFEg4KBm9mZnNldBgDIAEoBRIjCgRkYXRhGAQgAygLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwyoAMKEFJlZmVycmFsc1NlcnZpY2USgwEKDkNyZWF0ZVJlZmVycmFsEiIucmVmZXJyYWwudjEuQ3JlYXRlUmVmZXJyYWxSZXF1ZXN0GiMucmVmZXJyYWwudjEuQ3JlYXRlUmVmZXJyYWxSZXNwb25zZSIowPMYAcjzGMkBgtPkkwIZOgEqYghyZWZlcnJhbCIKL3JlZmVycmFscxKVAQoUVXBkYXRlUmVmZXJyYWxTdGF0dXMSKC5yZWZlcnJhbC52MS5VcGRhdGVSZWZlcnJhbFN0YXR1c1JlcXVlc3QaKS5yZWZlcnJhbC52MS5VcGRhdGVSZWZlcnJhbFN0YXR1c1Jlc3BvbnNlIijA8xgCgtPkkwIeOgEqYghyZWZlcnJhbDIPL3JlZmVycmFscy97aWR9Em4KDUxpc3RSZWZlcnJhbHMSIS5yZWZlcnJhbC52MS5MaXN0UmVmZXJyYWxzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RSZWZlcnJhbHNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL3JlZmVycmFsc2IGcHJvdG8z", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
 
 /**
  * CreateReferralRequest names the referrer, the referee and the campaign.
@@ -88,6 +88,62 @@ export const CreateReferralResponseSchema: GenMessage<CreateReferralResponse> = 
   messageDesc(file_referral_v1_referrals, 1);
 
 /**
+ * UpdateReferralStatusRequest names the referral and its new status.
+ *
+ * @generated from message referral.v1.UpdateReferralStatusRequest
+ */
+export type UpdateReferralStatusRequest = Message<"referral.v1.UpdateReferralStatusRequest"> & {
+  /**
+   * Required. The referral's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Required. The new status.
+   *
+   * @generated from field: referral.v1.ReferralStatus status = 2;
+   */
+  status: ReferralStatus;
+
+  /**
+   * Why, for the status history; at most 1024 characters.
+   *
+   * @generated from field: optional string reason = 3;
+   */
+  reason?: string | undefined;
+};
+
+/**
+ * Describes the message referral.v1.UpdateReferralStatusRequest.
+ * Use `create(UpdateReferralStatusRequestSchema)` to create a new message.
+ */
+export const UpdateReferralStatusRequestSchema: GenMessage<UpdateReferralStatusRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 2);
+
+/**
+ * UpdateReferralStatusResponse carries the referral after the change.
+ *
+ * @generated from message referral.v1.UpdateReferralStatusResponse
+ */
+export type UpdateReferralStatusResponse = Message<"referral.v1.UpdateReferralStatusResponse"> & {
+  /**
+   * The referral as stored, with its environment and status history.
+   *
+   * @generated from field: referral.v1.Referral referral = 1;
+   */
+  referral?: Referral | undefined;
+};
+
+/**
+ * Describes the message referral.v1.UpdateReferralStatusResponse.
+ * Use `create(UpdateReferralStatusResponseSchema)` to create a new message.
+ */
+export const UpdateReferralStatusResponseSchema: GenMessage<UpdateReferralStatusResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 3);
+
+/**
  * ListReferralsRequest filters and pages the application's referrals.
  *
  * @generated from message referral.v1.ListReferralsRequest
@@ -148,7 +204,7 @@ export type ListReferralsRequest = Message<"referral.v1.ListReferralsRequest"> &
  * Use `create(ListReferralsRequestSchema)` to create a new message.
  */
 export const ListReferralsRequestSchema: GenMessage<ListReferralsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_referrals, 2);
+  messageDesc(file_referral_v1_referrals, 4);
 
 /**
  * ListReferralsResponse is one page of referrals.
@@ -190,7 +246,7 @@ export type ListReferralsResponse = Message<"referral.v1.ListReferralsResponse">
  * Use `create(ListReferralsResponseSchema)` to create a new message.
  */
 export const ListReferralsResponseSchema: GenMessage<ListReferralsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_referrals, 3);
+  messageDesc(file_referral_v1_referrals, 5);
 
 /**
  * ReferralsService records who referred whom, and lists the referrals.
@@ -210,6 +266,20 @@ export const ReferralsService: GenService<{
     methodKind: "unary";
     input: typeof CreateReferralRequestSchema;
     output: typeof CreateReferralResponseSchema;
+  },
+  /**
+   * Moves a referral to another status by manual review: pending to
+   * accepted, rejected or flagged; flagged to accepted, rejected or pending.
+   * Accepted and rejected are final. FAILED_PRECONDITION for any other
+   * move, which changes nothing. The change is recorded in the referral's
+   * status_history with the calling key and the reason. Secret keys only.
+   *
+   * @generated from rpc referral.v1.ReferralsService.UpdateReferralStatus
+   */
+  updateReferralStatus: {
+    methodKind: "unary";
+    input: typeof UpdateReferralStatusRequestSchema;
+    output: typeof UpdateReferralStatusResponseSchema;
   },
   /**
    * Lists the application's referrals, newest first. Page size: default 20,

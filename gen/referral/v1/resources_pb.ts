@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/resources.proto.
  */
 export const file_referral_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9yZXNvdXJjZXMucHJvdG8SC3JlZmVycmFsLnYxImMKD0N1c3RvbWVyU3VtbWFyeRIKCgJpZBgBIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAIgASgJEhIKBWVtYWlsGAMgASgJSACIAQESDAoEbmFtZRgEIAEoCUIICgZfZW1haWwiwgUKCEN1c3RvbWVyEgoKAmlkGAEgASgJEhgKEGV4dGVybmFsX3VzZXJfaWQYAiABKAkSEgoFZW1haWwYAyABKAlIAIgBARIMCgRuYW1lGAQgASgJEjEKC3JlZmVycmVkX2J5GAUgASgLMhwucmVmZXJyYWwudjEuQ3VzdG9tZXJTdW1tYXJ5EhsKDnJlZmVycmVkX2J5X2lkGAYgASgJSAGIAQESJAoXcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWQYByABKAlIAogBARIkChdyZWZlcnJlZF9pbl9jYW1wYWlnbl9pZBgIIAEoCUgDiAEBEh8KF3Zpc2l0ZWRfcmVmZXJyYWxzX2NvdW50GAkgASgFEiEKGWNvbnZlcnRlZF9yZWZlcnJhbHNfY291bnQYCiABKAUSFQoNcmVmZXJyYWxfY29kZRgLIAEoCRIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9vcmdhbml6YXRpb25faWQYDyABKAkSFgoOYXBwbGljYXRpb25faWQYECABKAkSMgoRY3VzdG9tX3Byb3BlcnRpZXMYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KC2Vudmlyb25tZW50GBIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCCAoGX2VtYWlsQhEKD19yZWZlcnJlZF9ieV9pZEIaChhfcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWRCGgoYX3JlZmVycmVkX2luX2NhbXBhaWduX2lkIi8KDlN1c3BlY3RlZEZyYXVkEgwKBHR5cGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSLDAwoIUmVmZXJyYWwSCgoCaWQYASABKAkSEwoLY2FtcGFpZ25faWQYAiABKAkSEgoKcmVmZXJlZV9pZBgDIAEoCRITCgtyZWZlcnJlcl9pZBgEIAEoCRIrCgZzdGF0dXMYBSABKA4yGy5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1cxI1ChBzdXNwZWN0ZWRfZnJhdWRzGAYgAygLMhsucmVmZXJyYWwudjEuU3VzcGVjdGVkRnJhdWQSOAoLZW52aXJvbm1lbnQYByABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudEIEwPMYAUgAiAEBEhcKD29yZ2FuaXphdGlvbl9pZBgIIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgJIAEoCRIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfZW52aXJvbm1lbnQi/gYKBlJld2FyZBIKCgJpZBgBIAEoCRIRCgRuYW1lGAIgASgJSACIAQESGAoLZGVzY3JpcHRpb24YAyABKAlIAYgBARITCgtjYW1wYWlnbl9pZBgEIAEoCRIXCg9vcmdhbml6YXRpb25faWQYBSABKAkSFgoOYXBwbGljYXRpb25faWQYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEdHlwZRgKIAEoDjIXLnJlZmVycmFsLnYxLlJld2FyZFR5cGUSJwoFcGFydHkYCyABKA4yGC5yZWZlcnJhbC52MS5SZXdhcmRQYXJ0eRIpCgZtZXRob2QYDCABKA4yGS5yZWZlcnJhbC52MS5SZXdhcmRNZXRob2QSJwoIY3VycmVuY3kYDSABKA4yFS5yZWZlcnJhbC52MS5DdXJyZW5jeRIaCg1wYXlvdXRfYW1vdW50GA4gASgBSAKIAQESHAoPZGlzY291bnRfYW1vdW50GA8gASgBSAOIAQESIAoTZGlzY291bnRfcGVyY2VudGFnZRgQIAEoAUgEiAEBEicKGmRpc2NvdW50X2R1cmF0aW9uX2luX21vbnRoGBEgASgFSAWIAQESEgoFbGltaXQYEiABKAVIBogBARI1CgpsaW1pdF91bml0GBMgASgOMhwucmVmZXJyYWwudjEuUmV3YXJkTGltaXRVbml0SAeIAQESPQoObGltaXRfaW50ZXJ2YWwYFCABKA4yIC5yZWZlcnJhbC52MS5SZXdhcmRMaW1pdEludGVydmFsSAiIAQESEAoIZGlzYWJsZWQYFSABKAhCBwoFX25hbWVCDgoMX2Rlc2NyaXB0aW9uQhAKDl9wYXlvdXRfYW1vdW50QhIKEF9kaXNjb3VudF9hbW91bnRCFgoUX2Rpc2NvdW50X3BlcmNlbnRhZ2VCHQobX2Rpc2NvdW50X2R1cmF0aW9uX2luX21vbnRoQggKBl9saW1pdEINCgtfbGltaXRfdW5pdEIRCg9fbGltaXRfaW50ZXJ2YWwiqwMKBUVtYWlsEgoKAmlkGAEgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgCIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgDIAEoCRITCgtjYW1wYWlnbl9pZBgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhQKDHN1YmplY3RfbGluZRgGIAEoCRITCgtidXR0b25fdGV4dBgHIAEoCRIUCgxidXR0b25fY29sb3IYCCABKAkSJAoEdHlwZRgJIAEoDjIWLnJlZmVycmFsLnYxLkVtYWlsVHlwZRIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCghsb2dvX3VybBgNIAEoCUgAiAEBEhYKCWxvZ29fc2l6ZRgOIAEoBUgBiAEBQgsKCV9sb2dvX3VybEIMCgpfbG9nb19zaXplIr0BCgxDYW1wYWlnblBhZ2USCgoCaWQYASABKAkSDAoEcGF0aBgCIAEoCRIQCghpc19lbXB0eRgDIAEoCBIRCgRuYW1lGAQgASgJSACIAQESGQoMcGxhY2VtZW50X2lkGAUgASgJSAGIAQESLAoIcGxhdGZvcm0YBiABKA4yFS5yZWZlcnJhbC52MS5QbGF0Zm9ybUgCiAEBQgcKBV9uYW1lQg8KDV9wbGFjZW1lbnRfaWRCCwoJX3BsYXRmb3JtIjMKA0ZhcRIKCgJpZBgBIAEoCRIQCghxdWVzdGlvbhgCIAEoCRIOCgZhbnN3ZXIYAyABKAkiwgcKCENhbXBhaWduEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSJQoYcmVmZXJlZV9sYW5kaW5nX3BhZ2VfdXJsGAMgASgJSACIAQESFgoJdGVybXNfdXJsGAQgASgJSAGIAQESJAoXcHJvcG9zZWRfcmV3YXJkX3RyaWdnZXIYBSABKAlIAogBARIiChVtYW51YWxfcmV3YXJkX3RyaWdnZXIYBiABKAlIA4gBARIbCg5pbnZpdGVfbWVzc2FnZRgHIAEoCUgEiAEBEg8KB2lzX2xpdmUYCCABKAgSEgoKaXNfZGVmYXVsdBgJIAEoCBItCgtlbnZpcm9ubWVudBgKIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EiQKF2NvcGllZF9mcm9tX2NhbXBhaWduX2lkGAsgASgJSAWIAQESLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPb3JnYW5pemF0aW9uX2lkGA8gASgJEhYKDmFwcGxpY2F0aW9uX2lkGBAgASgJEjAKDGxhc3RfcGluZ19hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQbGFzdF9waW5nX29yaWdpbhgSIAEoCUgGiAEBEiQKB3Jld2FyZHMYEyADKAsyEy5yZWZlcnJhbC52MS5SZXdhcmQSIgoGZW1haWxzGBQgAygLMhIucmVmZXJyYWwudjEuRW1haWwSMQoOY2FtcGFpZ25fcGFnZXMYFSADKAsyGS5yZWZlcnJhbC52MS5DYW1wYWlnblBhZ2USHgoEZmFxcxgWIAMoCzIQLnJlZmVycmFsLnYxLkZhcRIoCglwbGF0Zm9ybXMYFyADKA4yFS5yZWZlcnJhbC52MS5QbGF0Zm9ybUIbChlfcmVmZXJlZV9sYW5kaW5nX3BhZ2VfdXJsQgwKCl90ZXJtc191cmxCGgoYX3Byb3Bvc2VkX3Jld2FyZF90cmlnZ2VyQhgKFl9tYW51YWxfcmV3YXJkX3RyaWdnZXJCEQoPX2ludml0ZV9tZXNzYWdlQhoKGF9jb3BpZWRfZnJvbV9jYW1wYWlnbl9pZEITChFfbGFzdF9waW5nX29yaWdpbiLPAgoPV2ViaG9va0VuZHBvaW50EgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBEhMKC2V2ZW50X3R5cGVzGAQgAygJEg8KB2VuYWJsZWQYBSABKAgSMgoLZW52aXJvbm1lbnQYBiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudEgBiAEBEhcKD29yZ2FuaXphdGlvbl9pZBgHIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgIIAEoCRIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfZGVzY3JpcHRpb25CDgoMX2Vudmlyb25tZW50KlwKC0Vudmlyb25tZW50EhsKF0VOVklST05NRU5UX1VOU1BFQ0lGSUVEEAASGgoWRU5WSVJPTk1FTlRfUFJPRFVDVElPThABEhQKEEVOVklST05NRU5UX1RFU1QQAiqnAQoOUmVmZXJyYWxTdGF0dXMSHwobUkVGRVJSQUxfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUkVGRVJSQUxfU1RBVFVTX1BFTkRJTkcQARIbChdSRUZFUlJBTF9TVEFUVVNfRkxBR0dFRBACEhwKGFJFRkVSUkFMX1NUQVRVU19BQ0NFUFRFRBADEhwKGFJFRkVSUkFMX1NUQVRVU19SRUpFQ1RFRBAEKksKCFBsYXRmb3JtEhgKFFBMQVRGT1JNX1VOU1BFQ0lGSUVEEAASEwoPUExBVEZPUk1fTU9CSUxFEAESEAoMUExBVEZPUk1fV0VCEAIqWwoKUmV3YXJkVHlwZRIbChdSRVdBUkRfVFlQRV9VTlNQRUNJRklFRBAAEhYKElJFV0FSRF9UWVBFX1BBWU9VVBABEhgKFFJFV0FSRF9UWVBFX0RJU0NPVU5UEAIqYAoLUmV3YXJkUGFydHkSHAoYUkVXQVJEX1BBUlRZX1VOU1BFQ0lGSUVEEAASGQoVUkVXQVJEX1BBUlRZX1JFRkVSUkVSEAESGAoUUkVXQVJEX1BBUlRZX1JFRkVSRUUQAirhAQoMUmV3YXJkTWV0aG9kEh0KGVJFV0FSRF9NRVRIT0RfVU5TUEVDSUZJRUQQABIYChRSRVdBUkRfTUVUSE9EX1BBWVBBTBABEhcKE1JFV0FSRF9NRVRIT0RfVkVOTU8QAhIiCh5SRVdBUkRfTUVUSE9EX0FNQVpPTl9HSUZUX0NBUkQQAxIgChxSRVdBUkRfTUVUSE9EX1ZJU0FfR0lGVF9DQVJEEAQSHwobUkVXQVJEX01FVEhPRF9NT0JJTEVfQ09VUE9OEAUSGAoUUkVXQVJEX01FVEhPRF9DVVNUT00QBipsCghDdXJyZW5jeRIYChRDVVJSRU5DWV9VTlNQRUNJRklFRBAAEhAKDENVUlJFTkNZX1VTRBABEhAKDENVUlJFTkNZX0NBRBACEhAKDENVUlJFTkNZX0VVUhADEhAKDENVUlJFTkNZX0dCUBAEKnEKD1Jld2FyZExpbWl0VW5pdBIhCh1SRVdBUkRfTElNSVRfVU5JVF9VTlNQRUNJRklFRBAAEh0KGVJFV0FSRF9MSU1JVF9VTklUX1JFV0FSRFMQARIcChhSRVdBUkRfTElNSVRfVU5JVF9BTU9VTlQQAirgAQoTUmV3YXJkTGltaXRJbnRlcnZhbBIlCiFSRVdBUkRfTElNSVRfSU5URVJWQUxfVU5TUEVDSUZJRUQQABIdChlSRVdBUkRfTElNSVRfSU5URVJWQUxfREFZEAESHgoaUkVXQVJEX0xJTUlUX0lOVEVSVkFMX1dFRUsQAhIfChtSRVdBUkRfTElNSVRfSU5URVJWQUxfTU9OVEgQAxIeChpSRVdBUkRfTElNSVRfSU5URVJWQUxfWUVBUhAEEiIKHlJFV0FSRF9MSU1JVF9JTlRFUlZBTF9MSUZFVElNRRAFKo8BCglFbWFpbFR5cGUSGgoWRU1BSUxfVFlQRV9VTlNQRUNJRklFRBAAEjMKGkVNQUlMX1RZUEVfUkVGRVJSRVJfUkVXQVJEEAEaE8LzGA9yZWZlcnJlcjpyZXdhcmQSMQoZRU1BSUxfVFlQRV9JTlZJVEVFX1JFV0FSRBACGhLC8xgOaW52aXRlZTpyZXdhcmRiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options]);
+  fileDesc("ChtyZWZlcnJhbC92MS9yZXNvdXJjZXMucHJvdG8SC3JlZmVycmFsLnYxImMKD0N1c3RvbWVyU3VtbWFyeRIKCgJpZBgBIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAIgASgJEhIKBWVtYWlsGAMgASgJSACIAQESDAoEbmFtZRgEIAEoCUIICgZfZW1haWwiwgUKCEN1c3RvbWVyEgoKAmlkGAEgASgJEhgKEGV4dGVybmFsX3VzZXJfaWQYAiABKAkSEgoFZW1haWwYAyABKAlIAIgBARIMCgRuYW1lGAQgASgJEjEKC3JlZmVycmVkX2J5GAUgASgLMhwucmVmZXJyYWwudjEuQ3VzdG9tZXJTdW1tYXJ5EhsKDnJlZmVycmVkX2J5X2lkGAYgASgJSAGIAQESJAoXcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWQYByABKAlIAogBARIkChdyZWZlcnJlZF9pbl9jYW1wYWlnbl9pZBgIIAEoCUgDiAEBEh8KF3Zpc2l0ZWRfcmVmZXJyYWxzX2NvdW50GAkgASgFEiEKGWNvbnZlcnRlZF9yZWZlcnJhbHNfY291bnQYCiABKAUSFQoNcmVmZXJyYWxfY29kZRgLIAEoCRIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9vcmdhbml6YXRpb25faWQYDyABKAkSFgoOYXBwbGljYXRpb25faWQYECABKAkSMgoRY3VzdG9tX3Byb3BlcnRpZXMYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KC2Vudmlyb25tZW50GBIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCCAoGX2VtYWlsQhEKD19yZWZlcnJlZF9ieV9pZEIaChhfcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWRCGgoYX3JlZmVycmVkX2luX2NhbXBhaWduX2lkIi8KDlN1c3BlY3RlZEZyYXVkEgwKBHR5cGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSKeAgoUUmVmZXJyYWxTdGF0dXNDaGFuZ2USNQoLZnJvbV9zdGF0dXMYASABKA4yGy5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0gAiAEBEi4KCXRvX3N0YXR1cxgCIAEoDjIbLnJlZmVycmFsLnYxLlJlZmVycmFsU3RhdHVzEi0KBWNhdXNlGAMgASgOMh4ucmVmZXJyYWwudjEuU3RhdHVzQ2hhbmdlQ2F1c2USEAoIYWN0b3JfaWQYBCABKAkSEwoGcmVhc29uGAUgASgJSAGIAQESLgoKY2hhbmdlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2Zyb21fc3RhdHVzQgkKB19yZWFzb24i/gMKCFJlZmVycmFsEgoKAmlkGAEgASgJEhMKC2NhbXBhaWduX2lkGAIgASgJEhIKCnJlZmVyZWVfaWQYAyABKAkSEwoLcmVmZXJyZXJfaWQYBCABKAkSKwoGc3RhdHVzGAUgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSNQoQc3VzcGVjdGVkX2ZyYXVkcxgGIAMoCzIbLnJlZmVycmFsLnYxLlN1c3BlY3RlZEZyYXVkEjgKC2Vudmlyb25tZW50GAcgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCBMDzGAFIAIgBARIXCg9vcmdhbml6YXRpb25faWQYCCABKAkSFgoOYXBwbGljYXRpb25faWQYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoOc3RhdHVzX2hpc3RvcnkYDSADKAsyIS5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0NoYW5nZUIOCgxfZW52aXJvbm1lbnQi/gYKBlJld2FyZBIKCgJpZBgBIAEoCRIRCgRuYW1lGAIgASgJSACIAQESGAoLZGVzY3JpcHRpb24YAyABKAlIAYgBARITCgtjYW1wYWlnbl9pZBgEIAEoCRIXCg9vcmdhbml6YXRpb25faWQYBSABKAkSFgoOYXBwbGljYXRpb25faWQYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEdHlwZRgKIAEoDjIXLnJlZmVycmFsLnYxLlJld2FyZFR5cGUSJwoFcGFydHkYCyABKA4yGC5yZWZlcnJhbC52MS5SZXdhcmRQYXJ0eRIpCgZtZXRob2QYDCABKA4yGS5yZWZlcnJhbC52MS5SZXdhcmRNZXRob2QSJwoIY3VycmVuY3kYDSABKA4yFS5yZWZlcnJhbC52MS5DdXJyZW5jeRIaCg1wYXlvdXRfYW1vdW50GA4gASgBSAKIAQESHAoPZGlzY291bnRfYW1vdW50GA8gASgBSAOIAQESIAoTZGlzY291bnRfcGVyY2VudGFnZRgQIAEoAUgEiAEBEicKGmRpc2NvdW50X2R1cmF0aW9uX2luX21vbnRoGBEgASgFSAWIAQESEgoFbGltaXQYEiABKAVIBogBARI1CgpsaW1pdF91bml0GBMgASgOMhwucmVmZXJyYWwudjEuUmV3YXJkTGltaXRVbml0SAeIAQESPQoObGltaXRfaW50ZXJ2YWwYFCABKA4yIC5yZWZlcnJhbC52MS5SZXdhcmRMaW1pdEludGVydmFsSAiIAQESEAoIZGlzYWJsZWQYFSABKAhCBwoFX25hbWVCDgoMX2Rlc2NyaXB0aW9uQhAKDl9wYXlvdXRfYW1vdW50QhIKEF9kaXNjb3VudF9hbW91bnRCFgoUX2Rpc2NvdW50X3BlcmNlbnRhZ2VCHQobX2Rpc2NvdW50X2R1cmF0aW9uX2luX21vbnRoQggKBl9saW1pdEINCgtfbGltaXRfdW5pdEIRCg9fbGltaXRfaW50ZXJ2YWwiqwMKBUVtYWlsEgoKAmlkGAEgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgCIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgDIAEoCRITCgtjYW1wYWlnbl9pZBgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhQKDHN1YmplY3RfbGluZRgGIAEoCRITCgtidXR0b25fdGV4dBgHIAEoCRIUCgxidXR0b25fY29sb3IYCCABKAkSJAoEdHlwZRgJIAEoDjIWLnJlZmVycmFsLnYxLkVtYWlsVHlwZRIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCghsb2dvX3VybBgNIAEoCUgAiAEBEhYKCWxvZ29fc2l6ZRgOIAEoBUgBiAEBQgsKCV9sb2dvX3VybEIMCgpfbG9nb19zaXplIr0BCgxDYW1wYWlnblBhZ2USCgoCaWQYASABKAkSDAoEcGF0aBgCIAEoCRIQCghpc19lbXB0eRgDIAEoCBIRCgRuYW1lGAQgASgJSACIAQESGQoMcGxhY2VtZW50X2lkGAUgASgJSAGIAQESLAoIcGxhdGZvcm0YBiABKA4yFS5yZWZlcnJhbC52MS5QbGF0Zm9ybUgCiAEBQgcKBV9uYW1lQg8KDV9wbGFjZW1lbnRfaWRCCwoJX3BsYXRmb3JtIjMKA0ZhcRIKCgJpZBgBIAEoCRIQCghxdWVzdGlvbhgCIAEoCRIOCgZhbnN3ZXIYAyABKAkiwgcKCENhbXBhaWduEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSJQoYcmVmZXJlZV9sYW5kaW5nX3BhZ2VfdXJsGAMgASgJSACIAQESFgoJdGVybXNfdXJsGAQgASgJSAGIAQESJAoXcHJvcG9zZWRfcmV3YXJkX3RyaWdnZXIYBSABKAlIAogBARIiChVtYW51YWxfcmV3YXJkX3RyaWdnZXIYBiABKAlIA4gBARIbCg5pbnZpdGVfbWVzc2FnZRgHIAEoCUgEiAEBEg8KB2lzX2xpdmUYCCABKAgSEgoKaXNfZGVmYXVsdBgJIAEoCBItCgtlbnZpcm9ubWVudBgKIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EiQKF2NvcGllZF9mcm9tX2NhbXBhaWduX2lkGAsgASgJSAWIAQESLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPb3JnYW5pemF0aW9uX2lkGA8gASgJEhYKDmFwcGxpY2F0aW9uX2lkGBAgASgJEjAKDGxhc3RfcGluZ19hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQbGFzdF9waW5nX29yaWdpbhgSIAEoCUgGiAEBEiQKB3Jld2FyZHMYEyADKAsyEy5yZWZlcnJhbC52MS5SZXdhcmQSIgoGZW1haWxzGBQgAygLMhIucmVmZXJyYWwudjEuRW1haWwSMQoOY2FtcGFpZ25fcGFnZXMYFSADKAsyGS5yZWZlcnJhbC52MS5DYW1wYWlnblBhZ2USHgoEZmFxcxgWIAMoCzIQLnJlZmVycmFsLnYxLkZhcRIoCglwbGF0Zm9ybXMYFyADKA4yFS5yZWZlcnJhbC52MS5QbGF0Zm9ybUIbChlfcmVmZXJlZV9sYW5kaW5nX3BhZ2VfdXJsQgwKCl90ZXJtc191cmxCGgoYX3Byb3Bvc2VkX3Jld2FyZF90cmlnZ2VyQhgKFl9tYW51YWxfcmV3YXJkX3RyaWdnZXJCEQoPX2ludml0ZV9tZXNzYWdlQhoKGF9jb3BpZWRfZnJvbV9jYW1wYWlnbl9pZEITChFfbGFzdF9waW5nX29yaWdpbiLPAgoPV2ViaG9va0VuZHBvaW50EgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBEhMKC2V2ZW50X3R5cGVzGAQgAygJEg8KB2VuYWJsZWQYBSABKAgSMgoLZW52aXJvbm1lbnQYBiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudEgBiAEBEhcKD29yZ2FuaXphdGlvbl9pZBgHIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgIIAEoCRIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfZGVzY3JpcHRpb25CDgoMX2Vudmlyb25tZW50KlwKC0Vudmlyb25tZW50EhsKF0VOVklST05NRU5UX1VOU1BFQ0lGSUVEEAASGgoWRU5WSVJPTk1FTlRfUFJPRFVDVElPThABEhQKEEVOVklST05NRU5UX1RFU1QQAiqnAQoOUmVmZXJyYWxTdGF0dXMSHwobUkVGRVJSQUxfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUkVGRVJSQUxfU1RBVFVTX1BFTkRJTkcQARIbChdSRUZFUlJBTF9TVEFUVVNfRkxBR0dFRBACEhwKGFJFRkVSUkFMX1NUQVRVU19BQ0NFUFRFRBADEhwKGFJFRkVSUkFMX1NUQVRVU19SRUpFQ1RFRBAEKsMBChFTdGF0dXNDaGFuZ2VDYXVzZRIjCh9TVEFUVVNfQ0hBTkdFX0NBVVNFX1VOU1BFQ0lGSUVEEAASHwobU1RBVFVTX0NIQU5HRV9DQVVTRV9DUkVBVEVEEAESJAogU1RBVFVTX0NIQU5HRV9DQVVTRV9SRUFUVFJJQlVURUQQAhIiCh5TVEFUVVNfQ0hBTkdFX0NBVVNFX0NIRUNLUE9JTlQQAxIeChpTVEFUVVNfQ0hBTkdFX0NBVVNFX1JFVklFVxAEKksKCFBsYXRmb3JtEhgKFFBMQVRGT1JNX1VOU1BFQ0lGSUVEEAASEwoPUExBVEZPUk1fTU9CSUxFEAESEAoMUExBVEZPUk1fV0VCEAIqWwoKUmV3YXJkVHlwZRIbChdSRVdBUkRfVFlQRV9VTlNQRUNJRklFRBAAEhYKElJFV0FSRF9UWVBFX1BBWU9VVBABEhgKFFJFV0FSRF9UWVBFX0RJU0NPVU5UEAIqYAoLUmV3YXJkUGFydHkSHAoYUkVXQVJEX1BBUlRZX1VOU1BFQ0lGSUVEEAASGQoVUkVXQVJEX1BBUlRZX1JFRkVSUkVSEAESGAoUUkVXQVJEX1BBUlRZX1JFRkVSRUUQAirhAQoMUmV3YXJkTWV0aG9kEh0KGVJFV0FSRF9NRVRIT0RfVU5TUEVDSUZJRUQQABIYChRSRVdBUkRfTUVUSE9EX1BBWVBBTBABEhcKE1JFV0FSRF9NRVRIT0RfVkVOTU8QAhIiCh5SRVdBUkRfTUVUSE9EX0FNQVpPTl9HSUZUX0NBUkQQAxIgChxSRVdBUkRfTUVUSE9EX1ZJU0FfR0lGVF9DQVJEEAQSHwobUkVXQVJEX01FVEhPRF9NT0JJTEVfQ09VUE9OEAUSGAoUUkVXQVJEX01FVEhPRF9DVVNUT00QBipsCghDdXJyZW5jeRIYChRDVVJSRU5DWV9VTlNQRUNJRklFRBAAEhAKDENVUlJFTkNZX1VTRBABEhAKDENVUlJFTkNZX0NBRBACEhAKDENVUlJFTkNZX0VVUhADEhAKDENVUlJFTkNZX0dCUBAEKnEKD1Jld2FyZExpbWl0VW5pdBIhCh1SRVdBUkRfTElNSVRfVU5JVF9VTlNQRUNJRklFRBAAEh0KGVJFV0FSRF9MSU1JVF9VTklUX1JFV0FSRFMQARIcChhSRVdBUkRfTElNSVRfVU5JVF9BTU9VTlQQAirgAQoTUmV3YXJkTGltaXRJbnRlcnZhbBIlCiFSRVdBUkRfTElNSVRfSU5URVJWQUxfVU5TUEVDSUZJRUQQABIdChlSRVdBUkRfTElNSVRfSU5URVJWQUxfREFZEAESHgoaUkVXQVJEX0xJTUlUX0lOVEVSVkFMX1dFRUsQAhIfChtSRVdBUkRfTElNSVRfSU5URVJWQUxfTU9OVEgQAxIeChpSRVdBUkRfTElNSVRfSU5URVJWQUxfWUVBUhAEEiIKHlJFV0FSRF9MSU1JVF9JTlRFUlZBTF9MSUZFVElNRRAFKo8BCglFbWFpbFR5cGUSGgoWRU1BSUxfVFlQRV9VTlNQRUNJRklFRBAAEjMKGkVNQUlMX1RZUEVfUkVGRVJSRVJfUkVXQVJEEAEaE8LzGA9yZWZlcnJlcjpyZXdhcmQSMQoZRU1BSUxfVFlQRV9JTlZJVEVFX1JFV0FSRBACGhLC8xgOaW52aXRlZTpyZXdhcmRiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options]);
 
 /**
  * CustomerSummary identifies another customer, as embedded in a Customer.
@@ -229,6 +229,65 @@ export const SuspectedFraudSchema: GenMessage<SuspectedFraud> = /*@__PURE__*/
   messageDesc(file_referral_v1_resources, 2);
 
 /**
+ * ReferralStatusChange is one entry of a referral's status history.
+ *
+ * @generated from message referral.v1.ReferralStatusChange
+ */
+export type ReferralStatusChange = Message<"referral.v1.ReferralStatusChange"> & {
+  /**
+   * The status before the change; null for the first entry, when the
+   * referral was created.
+   *
+   * @generated from field: optional referral.v1.ReferralStatus from_status = 1;
+   */
+  fromStatus?: ReferralStatus | undefined;
+
+  /**
+   * The status after the change.
+   *
+   * @generated from field: referral.v1.ReferralStatus to_status = 2;
+   */
+  toStatus: ReferralStatus;
+
+  /**
+   * What made the change.
+   *
+   * @generated from field: referral.v1.StatusChangeCause cause = 3;
+   */
+  cause: StatusChangeCause;
+
+  /**
+   * Who or what made it: the API key id ("key_...") for creation,
+   * re-attribution and review, the checkpoint id ("chk_...") for a
+   * conversion.
+   *
+   * @generated from field: string actor_id = 4;
+   */
+  actorId: string;
+
+  /**
+   * The reviewer's reason, or the fraud rules that fired; null for none.
+   *
+   * @generated from field: optional string reason = 5;
+   */
+  reason?: string | undefined;
+
+  /**
+   * When the change was made.
+   *
+   * @generated from field: google.protobuf.Timestamp changed_at = 6;
+   */
+  changedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.ReferralStatusChange.
+ * Use `create(ReferralStatusChangeSchema)` to create a new message.
+ */
+export const ReferralStatusChangeSchema: GenMessage<ReferralStatusChange> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 3);
+
+/**
  * Referral links a referrer to a referee inside a campaign.
  *
  * @generated from message referral.v1.Referral
@@ -318,6 +377,14 @@ export type Referral = Message<"referral.v1.Referral"> & {
    * @generated from field: google.protobuf.Timestamp deleted_at = 12;
    */
   deletedAt?: Timestamp | undefined;
+
+  /**
+   * Every status the referral has had, oldest first: who or what set it,
+   * when and why.
+   *
+   * @generated from field: repeated referral.v1.ReferralStatusChange status_history = 13;
+   */
+  statusHistory: ReferralStatusChange[];
 };
 
 /**
@@ -325,7 +392,7 @@ export type Referral = Message<"referral.v1.Referral"> & {
  * Use `create(ReferralSchema)` to create a new message.
  */
 export const ReferralSchema: GenMessage<Referral> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 3);
+  messageDesc(file_referral_v1_resources, 4);
 
 /**
  * Reward is what a party of a campaign receives when a referral converts.
@@ -487,7 +554,7 @@ export type Reward = Message<"referral.v1.Reward"> & {
  * Use `create(RewardSchema)` to create a new message.
  */
 export const RewardSchema: GenMessage<Reward> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 4);
+  messageDesc(file_referral_v1_resources, 5);
 
 /**
  * Email is a template the campaign sends.
@@ -599,7 +666,7 @@ export type Email = Message<"referral.v1.Email"> & {
  * Use `create(EmailSchema)` to create a new message.
  */
 export const EmailSchema: GenMessage<Email> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 5);
+  messageDesc(file_referral_v1_resources, 6);
 
 /**
  * CampaignPage is a page of the campaign inside the application.
@@ -655,7 +722,7 @@ export type CampaignPage = Message<"referral.v1.CampaignPage"> & {
  * Use `create(CampaignPageSchema)` to create a new message.
  */
 export const CampaignPageSchema: GenMessage<CampaignPage> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 6);
+  messageDesc(file_referral_v1_resources, 7);
 
 /**
  * Faq is a question and answer shown with the campaign.
@@ -690,7 +757,7 @@ export type Faq = Message<"referral.v1.Faq"> & {
  * Use `create(FaqSchema)` to create a new message.
  */
 export const FaqSchema: GenMessage<Faq> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 7);
+  messageDesc(file_referral_v1_resources, 8);
 
 /**
  * Campaign is a referral program: its rewards, emails, pages and FAQs.
@@ -868,7 +935,7 @@ export type Campaign = Message<"referral.v1.Campaign"> & {
  * Use `create(CampaignSchema)` to create a new message.
  */
 export const CampaignSchema: GenMessage<Campaign> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 8);
+  messageDesc(file_referral_v1_resources, 9);
 
 /**
  * WebhookEndpoint is a URL the service calls when something happens.
@@ -952,7 +1019,7 @@ export type WebhookEndpoint = Message<"referral.v1.WebhookEndpoint"> & {
  * Use `create(WebhookEndpointSchema)` to create a new message.
  */
 export const WebhookEndpointSchema: GenMessage<WebhookEndpoint> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 9);
+  messageDesc(file_referral_v1_resources, 10);
 
 /**
  * Environment separates live data from test data inside one application.
@@ -1037,6 +1104,58 @@ export const ReferralStatusSchema: GenEnum<ReferralStatus> = /*@__PURE__*/
   enumDesc(file_referral_v1_resources, 1);
 
 /**
+ * StatusChangeCause says what moved a referral to a status.
+ *
+ * @generated from enum referral.v1.StatusChangeCause
+ */
+export enum StatusChangeCause {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: STATUS_CHANGE_CAUSE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * CreateReferral created the referral; the fraud rules chose pending or
+   * flagged. The actor is the API key. REST: "created".
+   *
+   * @generated from enum value: STATUS_CHANGE_CAUSE_CREATED = 1;
+   */
+  CREATED = 1,
+
+  /**
+   * CreateReferral moved the referral to another referrer and the fraud
+   * rules were run again. The actor is the API key. REST: "reattributed".
+   *
+   * @generated from enum value: STATUS_CHANGE_CAUSE_REATTRIBUTED = 2;
+   */
+  REATTRIBUTED = 2,
+
+  /**
+   * The campaign's reward-trigger checkpoint was ingested for the referee.
+   * The actor is the checkpoint. REST: "checkpoint".
+   *
+   * @generated from enum value: STATUS_CHANGE_CAUSE_CHECKPOINT = 3;
+   */
+  CHECKPOINT = 3,
+
+  /**
+   * A manual review through UpdateReferralStatus. The actor is the API key.
+   * REST: "review".
+   *
+   * @generated from enum value: STATUS_CHANGE_CAUSE_REVIEW = 4;
+   */
+  REVIEW = 4,
+}
+
+/**
+ * Describes the enum referral.v1.StatusChangeCause.
+ */
+export const StatusChangeCauseSchema: GenEnum<StatusChangeCause> = /*@__PURE__*/
+  enumDesc(file_referral_v1_resources, 2);
+
+/**
  * Platform is where a campaign runs.
  *
  * @generated from enum referral.v1.Platform
@@ -1068,7 +1187,7 @@ export enum Platform {
  * Describes the enum referral.v1.Platform.
  */
 export const PlatformSchema: GenEnum<Platform> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 2);
+  enumDesc(file_referral_v1_resources, 3);
 
 /**
  * RewardType is what a reward gives.
@@ -1102,7 +1221,7 @@ export enum RewardType {
  * Describes the enum referral.v1.RewardType.
  */
 export const RewardTypeSchema: GenEnum<RewardType> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 3);
+  enumDesc(file_referral_v1_resources, 4);
 
 /**
  * RewardParty is who receives a reward.
@@ -1136,7 +1255,7 @@ export enum RewardParty {
  * Describes the enum referral.v1.RewardParty.
  */
 export const RewardPartySchema: GenEnum<RewardParty> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 4);
+  enumDesc(file_referral_v1_resources, 5);
 
 /**
  * RewardMethod is how a reward is delivered.
@@ -1198,7 +1317,7 @@ export enum RewardMethod {
  * Describes the enum referral.v1.RewardMethod.
  */
 export const RewardMethodSchema: GenEnum<RewardMethod> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 5);
+  enumDesc(file_referral_v1_resources, 6);
 
 /**
  * Currency of a monetary reward (ISO 4217, lowercase on REST). New values
@@ -1247,7 +1366,7 @@ export enum Currency {
  * Describes the enum referral.v1.Currency.
  */
 export const CurrencySchema: GenEnum<Currency> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 6);
+  enumDesc(file_referral_v1_resources, 7);
 
 /**
  * RewardLimitUnit is what a reward's limit counts.
@@ -1281,7 +1400,7 @@ export enum RewardLimitUnit {
  * Describes the enum referral.v1.RewardLimitUnit.
  */
 export const RewardLimitUnitSchema: GenEnum<RewardLimitUnit> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 7);
+  enumDesc(file_referral_v1_resources, 8);
 
 /**
  * RewardLimitInterval is the window over which a reward's limit applies.
@@ -1336,7 +1455,7 @@ export enum RewardLimitInterval {
  * Describes the enum referral.v1.RewardLimitInterval.
  */
 export const RewardLimitIntervalSchema: GenEnum<RewardLimitInterval> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 8);
+  enumDesc(file_referral_v1_resources, 9);
 
 /**
  * EmailType is the occasion an email template is sent for.
@@ -1370,5 +1489,5 @@ export enum EmailType {
  * Describes the enum referral.v1.EmailType.
  */
 export const EmailTypeSchema: GenEnum<EmailType> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 9);
+  enumDesc(file_referral_v1_resources, 10);
 

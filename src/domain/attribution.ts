@@ -1,0 +1,43 @@
+import type { FraudRuleName } from "./fraud-rules.js";
+import { isFinal, type ReferralStatusName, type StatusChangeCauseName } from "./referral-status.js";
+
+/** What CreateReferral does, given the referee's existing referral in the campaign. */
+export type Attribution =
+  /** No referral yet: create one. */
+  | { readonly kind: "create" }
+  /** The same referrer again: an idempotent retry, return the referral as it is. */
+  | { readonly kind: "unchanged" }
+  /** Another referrer while pending or flagged: move the referral and re-run the rules. */
+  | { readonly kind: "reattribute" }
+  /** Another referrer once final: refused. */
+  | { readonly kind: "refuse"; readonly reason: string };
+
+/** Decides how a referral request treats the referee's existing referral. */
+export function decideAttribution(
+  existing: { readonly status: ReferralStatusName; readonly referrerId: string } | null,
+  referrerId: string,
+): Attribution {
+  if (!existing) return { kind: "create" };
+  if (existing.referrerId === referrerId) return { kind: "unchanged" };
+  if (isFinal(existing.status)) {
+    return { kind: "refuse", reason: `referral already ${existing.status}` };
+  }
+  return { kind: "reattribute" };
+}
+
+/**
+ * The status a referral gets from the fraud rules when it is created or
+ * re-attributed: `flagged` when a rule fires, else `pending`. A flag a
+ * reviewer set stays, so re-attribution cannot clear a human decision.
+ */
+export function statusFromRules(
+  frauds: readonly { readonly type: FraudRuleName }[],
+  current?: {
+    readonly status: ReferralStatusName;
+    readonly lastChangeCause: StatusChangeCauseName | undefined;
+  },
+): ReferralStatusName {
+  if (frauds.length > 0) return "flagged";
+  if (current?.status === "flagged" && current.lastChangeCause === "review") return "flagged";
+  return "pending";
+}

@@ -1,0 +1,219 @@
+import { decideAttribution, statusFromRules } from "../domain/attribution.js";
+import { convertsOnTrigger, rewardTriggerOf } from "../domain/conversion.js";
+import {
+  type FraudPolicy,
+  type SuspectedFraud,
+  suspectedFrauds,
+  velocityWindowMs,
+} from "../domain/fraud-rules.js";
+import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
+import { findCampaignsByIds } from "../store/campaigns.js";
+import type {
+  CampaignDoc,
+  CheckpointDoc,
+  CustomerDoc,
+  ReferralDoc,
+  StatusChangeDoc,
+} from "../store/documents.js";
+import {
+  countReferralsAttributedSince,
+  findPendingReferralsOfReferee,
+  findReferral,
+  findReferralOfReferee,
+  insertReferral,
+  isMailboxAlreadyReferred,
+  reattributeReferral,
+  transitionReferral,
+} from "../store/referrals.js";
+import type { Store } from "../store/store.js";
+import type { Tenant } from "./context.js";
+import { failedPrecondition, notFound } from "./errors.js";
+import type { Clock } from "./records.js";
+
+/** What the lifecycle needs. */
+export interface LifecycleDeps {
+  readonly store: Store;
+  readonly clock: Clock;
+  readonly fraudPolicy: FraudPolicy;
+}
+
+// Each attempt reads the referral, decides, and writes only if nothing
+// changed in between; a lost race re-reads and decides again. Races end
+// quickly (a referral has one winner), so a few attempts always suffice.
+const writeAttempts = 5;
+
+/**
+ * CreateReferral's rules: create the referee's referral in the campaign
+ * (pending, or flagged by the fraud rules), return it unchanged for the same
+ * referrer, re-attribute it to another referrer while pending or flagged,
+ * and refuse that once it is final.
+ */
+export async function attributeReferral(
+  deps: LifecycleDeps,
+  tenant: Tenant,
+  campaign: CampaignDoc,
+  referrer: CustomerDoc,
+  referee: CustomerDoc,
+): Promise<ReferralDoc> {
+  const { store } = deps;
+  const parties = {
+    environment: campaign.environment,
+    campaignId: campaign._id,
+    referrerId: referrer._id,
+    refereeId: referee._id,
+  };
+  let existing = await findReferralOfReferee(store, tenant, parties);
+  for (let attempt = 1; attempt <= writeAttempts; attempt++) {
+    const decision = decideAttribution(existing, referrer._id);
+    if (decision.kind === "unchanged" && existing) return existing;
+    if (decision.kind === "refuse") throw failedPrecondition(decision.reason);
+    const now = deps.clock();
+    const frauds = await judge(deps, tenant, referrer, referee, now);
+    if (decision.kind === "create") {
+      const status = statusFromRules(frauds);
+      const change = statusChange(null, status, "created", tenant.keyId, now, rulesReason(frauds));
+      const { doc, created } = await insertReferral(
+        store,
+        tenant,
+        parties,
+        { status, suspectedFrauds: frauds },
+        change,
+      );
+      if (created) return doc;
+      existing = doc;
+      continue;
+    }
+    const current = existing as ReferralDoc;
+    const status = statusFromRules(frauds, {
+      status: current.status,
+      lastChangeCause: current.statusHistory.at(-1)?.cause,
+    });
+    const change = statusChange(
+      current.status,
+      status,
+      "reattributed",
+      tenant.keyId,
+      now,
+      rulesReason(frauds),
+    );
+    const moved = await reattributeReferral(
+      store,
+      current,
+      referrer._id,
+      { status, suspectedFrauds: frauds },
+      change,
+    );
+    if (moved) return moved;
+    existing = await findReferralOfReferee(store, tenant, parties);
+  }
+  throw new Error(`referral of ${referee._id} kept changing during ${writeAttempts} attempts`);
+}
+
+/** Runs the fraud rules on a proposed attribution, gathering their facts from the store. */
+async function judge(
+  deps: LifecycleDeps,
+  tenant: Tenant,
+  referrer: CustomerDoc,
+  referee: CustomerDoc,
+  now: Date,
+): Promise<SuspectedFraud[]> {
+  const { store } = deps;
+  const environment = referee.environment;
+  const [referrerRecentReferrals, refereeEmailAlreadyReferred] = await Promise.all([
+    countReferralsAttributedSince(
+      store,
+      tenant,
+      environment,
+      referrer._id,
+      new Date(now.getTime() - velocityWindowMs),
+    ),
+    referee.emailCanonical
+      ? isMailboxAlreadyReferred(store, tenant, environment, referee.emailCanonical, referee._id)
+      : false,
+  ]);
+  return suspectedFrauds(
+    {
+      referrer: { id: referrer._id, email: referrer.email },
+      referee: { id: referee._id, email: referee.email, identifiedAt: referee.createdAt },
+      at: now,
+      referrerRecentReferrals,
+      refereeEmailAlreadyReferred,
+    },
+    deps.fraudPolicy,
+  );
+}
+
+/**
+ * Manual review: moves a referral to `to` when the lifecycle allows it from
+ * its current status; FAILED_PRECONDITION (changing nothing) otherwise.
+ */
+export async function reviewReferral(
+  deps: LifecycleDeps,
+  tenant: Tenant,
+  id: string,
+  to: ReferralStatusName,
+  reason: string | undefined,
+): Promise<ReferralDoc> {
+  for (let attempt = 1; attempt <= writeAttempts; attempt++) {
+    const current = await findReferral(deps.store, tenant, id);
+    if (!current) throw notFound(`referral ${id}`);
+    if (!canTransition(current.status, to)) {
+      throw failedPrecondition(`a ${current.status} referral cannot become ${to}`);
+    }
+    const change = statusChange(current.status, to, "review", tenant.keyId, deps.clock(), reason);
+    const moved = await transitionReferral(deps.store, current, change);
+    if (moved) return moved;
+  }
+  throw new Error(`referral ${id} kept changing during ${writeAttempts} attempts`);
+}
+
+/**
+ * Conversion: a checkpoint named like a campaign's reward trigger accepts
+ * the customer's pending referrals in that campaign. Flagged and final
+ * referrals stay as they are, and a repeated checkpoint finds nothing
+ * pending, so conversion happens once. Returns the accepted referrals.
+ */
+export async function convertReferrals(
+  deps: LifecycleDeps,
+  customer: CustomerDoc,
+  checkpoint: CheckpointDoc,
+): Promise<ReferralDoc[]> {
+  const { store } = deps;
+  const pending = await findPendingReferralsOfReferee(store, customer);
+  if (pending.length === 0) return [];
+  const campaignIds = [...new Set(pending.map((referral) => referral.campaignId))];
+  const campaigns = await findCampaignsByIds(store, customer, campaignIds);
+  const triggers = new Map(campaigns.map((campaign) => [campaign._id, rewardTriggerOf(campaign)]));
+  const accepted: ReferralDoc[] = [];
+  for (const referral of pending) {
+    if (triggers.get(referral.campaignId) !== checkpoint.name) continue;
+    if (!convertsOnTrigger(referral.status)) continue;
+    const change = statusChange(
+      referral.status,
+      "accepted",
+      "checkpoint",
+      checkpoint._id,
+      checkpoint.createdAt,
+      `checkpoint "${checkpoint.name}"`,
+    );
+    // Null when a concurrent ingest or review moved it first: nothing to do.
+    const moved = await transitionReferral(store, referral, change);
+    if (moved) accepted.push(moved);
+  }
+  return accepted;
+}
+
+function statusChange<From extends ReferralStatusName | null>(
+  fromStatus: From,
+  toStatus: ReferralStatusName,
+  cause: StatusChangeDoc["cause"],
+  actorId: string,
+  changedAt: Date,
+  reason: string | undefined,
+): StatusChangeDoc & { fromStatus: From } {
+  return { fromStatus, toStatus, cause, actorId, reason: reason ?? null, changedAt };
+}
+
+function rulesReason(frauds: readonly SuspectedFraud[]): string | undefined {
+  return frauds.length === 0 ? undefined : frauds.map((fraud) => fraud.type).join(", ");
+}
