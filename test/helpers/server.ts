@@ -17,6 +17,8 @@ import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
+import type { Clock } from "../../src/services/records.js";
+import { dropDatabase, type EngineName, freshDatabaseName, mongodbUri } from "./engines.js";
 
 /** The bootstrap keys and admin token every test server uses. */
 export const keys = {
@@ -35,20 +37,32 @@ export interface TestServer {
   stop(options?: { keepData?: boolean }): Promise<void>;
 }
 
+/** How a test server is started. */
+export interface ServerOptions {
+  /** The embedded store's directory; a new temporary one when unset. */
+  readonly dataDir?: string;
+  /** The store engine; "mongodb" uses MONGODB_URI with a fresh database. */
+  readonly engine?: EngineName;
+  /** More configuration variables. */
+  readonly env?: Record<string, string>;
+  /** The service's clock; the real time when unset. */
+  readonly clock?: Clock;
+}
+
 /** Starts the service as `npm start` would, on port 0, with the test keys. */
-export async function startServer(
-  options: { dataDir?: string; env?: Record<string, string> } = {},
-): Promise<TestServer> {
+export async function startServer(options: ServerOptions = {}): Promise<TestServer> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), "referrals-test-"));
+  const mongodbDb = options.engine === "mongodb" ? freshDatabaseName("server") : undefined;
   const config = loadConfig({
     DATA_DIR: dataDir,
+    ...(mongodbDb ? { MONGODB_URI: mongodbUri(), MONGODB_DB: mongodbDb } : {}),
     ADMIN_TOKEN: keys.admin,
     BOOTSTRAP_SECRET_KEY: keys.secret,
     BOOTSTRAP_PUBLIC_KEY: keys.public,
     LOG_LEVEL: "silent",
     ...options.env,
   });
-  const app = await buildApp(config);
+  const app = await buildApp(config, { clock: options.clock });
   const port = await app.listen(0, "127.0.0.1");
   return {
     app,
@@ -57,7 +71,9 @@ export async function startServer(
     dataDir,
     async stop({ keepData = false } = {}) {
       await app.close();
-      if (!keepData) rmSync(dataDir, { recursive: true, force: true });
+      if (keepData) return;
+      rmSync(dataDir, { recursive: true, force: true });
+      if (mongodbDb) await dropDatabase(mongodbDb);
     },
   };
 }
@@ -67,7 +83,7 @@ export async function startServer(
  * the file's own serial hooks) and stops it afterwards. The handle forwards
  * to that server, so it can be passed around before the server exists.
  */
-export function useServer(options: Parameters<typeof startServer>[0] = {}): TestServer {
+export function useServer(options: ServerOptions = {}): TestServer {
   let started: TestServer | undefined;
   // Serial, so it runs (in declaration order) before the file's own setup.
   test.serial.before(async () => {

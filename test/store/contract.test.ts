@@ -1,58 +1,14 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import test from "ava";
 import { upsertCustomer } from "../../src/store/customers.js";
 import { isDuplicateKeyError } from "../../src/store/errors.js";
-import { openStore, type Store } from "../../src/store/store.js";
+import type { Store } from "../../src/store/store.js";
+import { engineNames, openTestStore } from "../helpers/engines.js";
 
 /**
  * The storage contract: what the repositories rely on, run against the
  * embedded engine always and against MongoDB when MONGODB_URI is set
  * (each run in a fresh database that is dropped afterwards).
  */
-interface Engine {
-  readonly name: string;
-  open(): Promise<{ store: Store; cleanup(): Promise<void> }>;
-}
-
-const engines: Engine[] = [
-  {
-    name: "embedded",
-    async open() {
-      const dir = mkdtempSync(join(tmpdir(), "referrals-contract-"));
-      const store = await openStore({ dataDir: dir });
-      return {
-        store,
-        async cleanup() {
-          await store.close();
-          rmSync(dir, { recursive: true, force: true });
-        },
-      };
-    },
-  },
-];
-
-const mongodbUri = process.env.MONGODB_URI;
-if (mongodbUri) {
-  engines.push({
-    name: "mongodb",
-    async open() {
-      const mongodbDb = `referrals_contract_${process.pid}_${Date.now()}_${Math.floor(Math.random() * 1e6)}`;
-      const store = await openStore({ mongodbUri, mongodbDb });
-      return {
-        store,
-        async cleanup() {
-          const { MongoClient } = await import("mongodb");
-          const client = await MongoClient.connect(mongodbUri);
-          await client.db(mongodbDb).dropDatabase();
-          await client.close();
-          await store.close();
-        },
-      };
-    },
-  });
-}
 
 const tenant = { organizationId: "org_1", applicationId: "app_1" };
 const now = new Date("2026-01-02T03:04:05.000Z");
@@ -75,13 +31,13 @@ function customer(id: string, externalUserId: string, createdAt: Date) {
   };
 }
 
-for (const engine of engines) {
+for (const engine of engineNames) {
   const storeTest = (
     title: string,
     body: (t: import("ava").ExecutionContext, store: Store) => Promise<void>,
   ) =>
-    test(`${engine.name}: ${title}`, async (t) => {
-      const { store, cleanup } = await engine.open();
+    test(`${engine}: ${title}`, async (t) => {
+      const { store, cleanup } = await openTestStore(engine);
       try {
         await body(t, store);
       } finally {

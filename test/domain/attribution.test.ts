@@ -1,0 +1,62 @@
+import test from "ava";
+import { decideAttribution, statusFromRules } from "../../src/domain/attribution.js";
+import { convertsOnTrigger, rewardTriggerOf } from "../../src/domain/conversion.js";
+
+test("no referral yet: create", (t) => {
+  t.deepEqual(decideAttribution(null, "cus_a"), { kind: "create" });
+});
+
+test("the same referrer again: unchanged, in every status", (t) => {
+  for (const status of ["pending", "flagged", "accepted", "rejected"] as const) {
+    t.deepEqual(decideAttribution({ status, referrerId: "cus_a" }, "cus_a"), {
+      kind: "unchanged",
+    });
+  }
+});
+
+test("another referrer while pending or flagged: re-attribute", (t) => {
+  for (const status of ["pending", "flagged"] as const) {
+    t.deepEqual(decideAttribution({ status, referrerId: "cus_a" }, "cus_b"), {
+      kind: "reattribute",
+    });
+  }
+});
+
+test("another referrer once final: refused, saying why", (t) => {
+  t.deepEqual(decideAttribution({ status: "accepted", referrerId: "cus_a" }, "cus_b"), {
+    kind: "refuse",
+    reason: "referral already accepted",
+  });
+  t.deepEqual(decideAttribution({ status: "rejected", referrerId: "cus_a" }, "cus_b"), {
+    kind: "refuse",
+    reason: "referral already rejected",
+  });
+});
+
+test("status from the rules: flagged when one fires, else pending", (t) => {
+  t.is(statusFromRules([]), "pending");
+  t.is(statusFromRules([{ type: "velocity" }]), "flagged");
+});
+
+test("re-attribution clears a flag the rules set, but not a reviewer's", (t) => {
+  t.is(statusFromRules([], { status: "flagged", lastChangeCause: "created" }), "pending");
+  t.is(statusFromRules([], { status: "flagged", lastChangeCause: "reattributed" }), "pending");
+  t.is(statusFromRules([], { status: "flagged", lastChangeCause: "review" }), "flagged");
+  t.is(statusFromRules([], { status: "pending", lastChangeCause: "review" }), "pending");
+});
+
+test("reward trigger: manual wins over proposed; none when neither is set", (t) => {
+  t.is(rewardTriggerOf({ manualRewardTrigger: "paid", proposedRewardTrigger: "purchase" }), "paid");
+  t.is(
+    rewardTriggerOf({ manualRewardTrigger: null, proposedRewardTrigger: "purchase" }),
+    "purchase",
+  );
+  t.is(rewardTriggerOf({}), null);
+});
+
+test("the trigger converts pending referrals only", (t) => {
+  t.true(convertsOnTrigger("pending"));
+  t.false(convertsOnTrigger("flagged"));
+  t.false(convertsOnTrigger("accepted"));
+  t.false(convertsOnTrigger("rejected"));
+});
