@@ -33,6 +33,7 @@ export async function upsertCustomer(
   tenant: TenantScope,
   input: IdentifyInput,
   now: Date,
+  newReferralCode: () => string = generateReferralCode,
 ): Promise<CustomerDoc> {
   const set: Record<string, unknown> = { name: input.name, updatedAt: now };
   const unset: Record<string, ""> = {};
@@ -70,7 +71,7 @@ export async function upsertCustomer(
     try {
       const update: Record<string, unknown> = {
         $set: set,
-        $setOnInsert: { ...onInsert, _id: newId("cus", now), referralCode: generateReferralCode() },
+        $setOnInsert: { ...onInsert, _id: newId("cus", now), referralCode: newReferralCode() },
       };
       if (Object.keys(unset).length > 0) update.$unset = unset;
       const doc = await store.customers.findOneAndUpdate(filter, update, {

@@ -164,6 +164,27 @@ for (const engine of engineNames) {
     },
   );
 
+  storeTest(
+    "a referral code collision is retried with a new code, never surfaced",
+    async (t, store) => {
+      await store.customers.insertOne({
+        ...customer("c1", "first", now),
+        referralCode: "TAKEN234",
+      });
+      const drawn = ["TAKEN234", "TAKEN234", "FRESH234"];
+      const created = await upsertCustomer(
+        store,
+        tenant,
+        { environment: "production", externalUserId: "second", name: "S" },
+        now,
+        () => drawn.shift() as string,
+      );
+      t.is(created.referralCode, "FRESH234");
+      t.is(drawn.length, 0, "drew until a free code came up");
+      t.is(await store.customers.countDocuments({ externalUserId: "second" }), 1);
+    },
+  );
+
   storeTest("creating indexes again is harmless", async (t, store) => {
     const { ensureIndexes } = await import("../../src/store/indexes.js");
     await t.notThrowsAsync(() => ensureIndexes(store));
