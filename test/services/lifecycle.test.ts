@@ -221,6 +221,52 @@ for (const protocol of protocols) {
   );
 
   test.serial(
+    `${protocol}: the parties must be customers of the campaign's environment`,
+    async (t) => {
+      const referrer = await api.identify("env-referrer");
+      const testReferrer = await api.identify("env-test-referrer", { environment: "test" });
+      const referee = await api.identify("env-referee");
+      await api.identify("env-other");
+      await api.identify("env-test-referee", { environment: "test" });
+      const create = (body: Record<string, unknown>) =>
+        call(server, protocol, ReferralsService.method.createReferral, body, keys.public);
+
+      t.like(await create({ referralCode: testReferrer.referralCode, refereeId: referee.id }), {
+        ok: false,
+        code: "not_found",
+        message: `referral code ${testReferrer.referralCode} not found`,
+      });
+      t.like(
+        await create({
+          referralCode: referrer.referralCode,
+          refereeExternalUserId: api.id("env-test-referee"),
+        }),
+        {
+          ok: false,
+          code: "not_found",
+          message: `referee with external user id ${api.id("env-test-referee")} not found`,
+        },
+      );
+      t.like(
+        await create({
+          referralCode: referrer.referralCode,
+          refereeId: referee.id,
+          refereeExternalUserId: api.id("env-other"),
+        }),
+        { ok: false, code: "invalid_argument" },
+      );
+      const both = ok(
+        await create({
+          referralCode: referrer.referralCode,
+          refereeId: referee.id,
+          refereeExternalUserId: api.id("env-referee"),
+        }),
+      );
+      t.is(both.refereeId, referee.id);
+    },
+  );
+
+  test.serial(
     `${protocol}: self_referral fires for the same customer and for the same mailbox`,
     async (t) => {
       const solo = await api.identify("solo");
