@@ -2,10 +2,11 @@ import { deepStrictEqual } from "node:assert/strict";
 import test from "ava";
 import fc from "fast-check";
 import type { ReferralStatusName } from "../../src/domain/referral-status.js";
-import { findCustomers } from "../../src/store/customers.js";
-import type { CustomerDoc, EnvironmentName, ReferralDoc } from "../../src/store/documents.js";
+import { type CustomerFilter, findCustomers } from "../../src/store/customers.js";
+import type { EnvironmentName } from "../../src/store/documents.js";
 import type { PageRequest } from "../../src/store/paging.js";
-import { findReferrals } from "../../src/store/referrals.js";
+import { findReferrals, type ReferralFilter } from "../../src/store/referrals.js";
+import type { Store } from "../../src/store/store.js";
 import type { TenantScope } from "../../src/store/tenant.js";
 import { engineNames, openTestStore } from "../helpers/engines.js";
 
@@ -40,7 +41,7 @@ const recordsArbitrary: fc.Arbitrary<GeneratedRecord[]> = fc.uniqueArray(
   { selector: (record) => record.id, maxLength: 45 },
 );
 
-const referralFilterArbitrary = fc.record(
+const referralFilterArbitrary: fc.Arbitrary<ReferralFilter> = fc.record(
   {
     status: fc.constantFrom(...statuses),
     campaignId: fc.constantFrom("cmp_a", "cmp_b", "cmp_none"),
@@ -76,6 +77,70 @@ function newestFirst(records: readonly GeneratedRecord[]): string[] {
     .map((record) => record.id);
 }
 
+/** How one list is paged: its filters, and how a generated record is stored and matched. */
+interface PagedList<F> {
+  readonly name: string;
+  readonly filters: fc.Arbitrary<F>;
+  matches(record: GeneratedRecord, filter: F): boolean;
+  insert(store: Store, tenant: TenantScope, record: GeneratedRecord, at: Date): Promise<unknown>;
+  find(
+    store: Store,
+    tenant: TenantScope,
+    filter: F,
+    page: PageRequest,
+  ): Promise<{ total: number; docs: { _id: string }[] }>;
+}
+
+const referralList: PagedList<ReferralFilter> = {
+  name: "ListReferrals",
+  filters: referralFilterArbitrary,
+  matches: (record, filter) =>
+    (filter.status === undefined || record.status === filter.status) &&
+    (filter.campaignId === undefined || record.campaignId === filter.campaignId) &&
+    (filter.environment === undefined || record.environment === filter.environment),
+  insert: (store, tenant, record, at) =>
+    store.referrals.insertOne({
+      _id: idIn(tenant)(record.id),
+      ...tenant,
+      environment: record.environment,
+      campaignId: record.campaignId,
+      referrerId: "cus_referrer",
+      refereeId: `cus_${record.id}`,
+      status: record.status,
+      suspectedFrauds: [],
+      statusHistory: [],
+      attributedAt: at,
+      createdAt: at,
+      updatedAt: at,
+      deletedAt: null,
+    }),
+  find: findReferrals,
+};
+
+const customerList: PagedList<CustomerFilter> = {
+  name: "ListCustomers",
+  filters: fc.record({ environment: fc.constantFrom(...environments) }, { requiredKeys: [] }),
+  matches: (record, filter) =>
+    filter.environment === undefined || record.environment === filter.environment,
+  insert: (store, tenant, record, at) =>
+    store.customers.insertOne({
+      _id: idIn(tenant)(record.id),
+      ...tenant,
+      environment: record.environment,
+      externalUserId: `user-${record.id}`,
+      email: null,
+      emailNormalized: null,
+      emailCanonical: null,
+      name: record.id,
+      referralCode: `CODE${record.id}`,
+      customProperties: {},
+      createdAt: at,
+      updatedAt: at,
+      deletedAt: null,
+    }),
+  find: findCustomers,
+};
+
 for (const engine of engineNames) {
   let runs = 0;
   /** A tenant no other run uses, so runs share one store without seeing each other. */
@@ -84,102 +149,42 @@ for (const engine of engineNames) {
     applicationId: `app_paging_${++runs}`,
   });
 
-  test(`${engine}: ListReferrals pages hold every match exactly once, in order, with the exact total`, async (t) => {
-    const { store, cleanup } = await openTestStore(engine);
-    try {
-      await fc.assert(
-        fc.asyncProperty(
-          recordsArbitrary,
-          referralFilterArbitrary,
-          fc.integer({ min: 1, max: 12 }),
-          async (records, filter, limit) => {
-            const tenant = nextTenant();
-            for (const record of records) {
-              const at = new Date(base + record.createdAtSecond * 1000);
-              const doc: ReferralDoc = {
-                _id: idIn(tenant)(record.id),
-                ...tenant,
-                environment: record.environment,
-                campaignId: record.campaignId,
-                referrerId: "cus_referrer",
-                refereeId: `cus_${record.id}`,
-                status: record.status,
-                suspectedFrauds: [],
-                statusHistory: [],
-                attributedAt: at,
-                createdAt: at,
-                updatedAt: at,
-                deletedAt: null,
-              };
-              await store.referrals.insertOne(doc);
-            }
-            const matching = records.filter(
-              (record) =>
-                (filter.status === undefined || record.status === filter.status) &&
-                (filter.campaignId === undefined || record.campaignId === filter.campaignId) &&
-                (filter.environment === undefined || record.environment === filter.environment),
-            );
-            const { ids, totals } = await walk(limit, (page) =>
-              findReferrals(store, tenant, filter, page),
-            );
-            // assert throws, so fast-check sees the failure and shrinks it.
-            deepStrictEqual(ids, newestFirst(matching).map(idIn(tenant)));
-            deepStrictEqual(new Set(totals), new Set([matching.length]));
-          },
-        ),
-        { numRuns: 100 },
-      );
-      t.pass();
-    } finally {
-      await cleanup();
-    }
-  });
+  const pagingTest = <F>(list: PagedList<F>) =>
+    test(`${engine}: ${list.name} pages hold every match exactly once, in order, with the exact total`, async (t) => {
+      const { store, cleanup } = await openTestStore(engine);
+      try {
+        await fc.assert(
+          fc.asyncProperty(
+            recordsArbitrary,
+            list.filters,
+            fc.integer({ min: 1, max: 12 }),
+            async (records, filter, limit) => {
+              const tenant = nextTenant();
+              for (const record of records) {
+                await list.insert(
+                  store,
+                  tenant,
+                  record,
+                  new Date(base + record.createdAtSecond * 1000),
+                );
+              }
+              const matching = records.filter((record) => list.matches(record, filter));
+              const { ids, totals } = await walk(limit, (page) =>
+                list.find(store, tenant, filter, page),
+              );
+              // assert throws, so fast-check sees the failure and shrinks it.
+              deepStrictEqual(ids, newestFirst(matching).map(idIn(tenant)));
+              deepStrictEqual(new Set(totals), new Set([matching.length]));
+            },
+          ),
+          { numRuns: 100 },
+        );
+        t.pass();
+      } finally {
+        await cleanup();
+      }
+    });
 
-  test(`${engine}: ListCustomers pages hold every match exactly once, in order, with the exact total`, async (t) => {
-    const { store, cleanup } = await openTestStore(engine);
-    try {
-      await fc.assert(
-        fc.asyncProperty(
-          recordsArbitrary,
-          fc.option(fc.constantFrom(...environments), { nil: undefined }),
-          fc.integer({ min: 1, max: 12 }),
-          async (records, environment, limit) => {
-            const tenant = nextTenant();
-            for (const record of records) {
-              const at = new Date(base + record.createdAtSecond * 1000);
-              const doc: CustomerDoc = {
-                _id: idIn(tenant)(record.id),
-                ...tenant,
-                environment: record.environment,
-                externalUserId: `user-${record.id}`,
-                email: null,
-                emailNormalized: null,
-                emailCanonical: null,
-                name: record.id,
-                referralCode: `CODE${record.id}`,
-                customProperties: {},
-                createdAt: at,
-                updatedAt: at,
-                deletedAt: null,
-              };
-              await store.customers.insertOne(doc);
-            }
-            const matching = records.filter(
-              (record) => environment === undefined || record.environment === environment,
-            );
-            const { ids, totals } = await walk(limit, (page) =>
-              findCustomers(store, tenant, { environment }, page),
-            );
-            // assert throws, so fast-check sees the failure and shrinks it.
-            deepStrictEqual(ids, newestFirst(matching).map(idIn(tenant)));
-            deepStrictEqual(new Set(totals), new Set([matching.length]));
-          },
-        ),
-        { numRuns: 100 },
-      );
-      t.pass();
-    } finally {
-      await cleanup();
-    }
-  });
+  pagingTest(referralList);
+  pagingTest(customerList);
 }
