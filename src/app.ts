@@ -1,12 +1,15 @@
 import type { Config } from "./config.js";
+import { startWebhookRuntime, type WebhookRuntime } from "./delivery/runtime.js";
+import type { WebhookSender } from "./delivery/sender.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
 import type { Clock } from "./services/records.js";
+import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
 import { openStore, type Store } from "./store/store.js";
 import { createAuthenticator } from "./transport/auth.js";
 import type { ErrorLogger } from "./transport/errors.js";
 import { createGrpcServer } from "./transport/grpc.js";
 import { buildHttpApp } from "./transport/http-app.js";
-import { createServiceRegistrations } from "./transport/routes.js";
+import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
 
 /** A built service: listen, then close. */
@@ -24,9 +27,13 @@ export interface App {
  * Builds the whole service without listening: store, provisioning,
  * services, and the three transports on one shared-port server.
  */
-export async function buildApp(config: Config, options: { clock?: Clock } = {}): Promise<App> {
+export async function buildApp(
+  config: Config,
+  options: { clock?: Clock; sendWebhook?: WebhookSender } = {},
+): Promise<App> {
   const clock = options.clock ?? (() => new Date());
   const store = await openStore(config.store);
+  let webhooks: WebhookRuntime | undefined;
   try {
     const demo = await provisionDemo(store, {
       clock,
@@ -34,7 +41,29 @@ export async function buildApp(config: Config, options: { clock?: Clock } = {}):
       bootstrapPublicKey: config.bootstrapPublicKey,
     });
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
-    const transports = await buildTransports(config, store, clock, authenticator);
+    const secretBox = createSecretBox(webhookSecretKey(config));
+    const transports = await buildTransports(
+      config,
+      {
+        store,
+        clock,
+        fraudPolicy: config.fraudPolicy,
+        secretBox,
+        allowPrivateWebhooks: config.webhooks.allowPrivate,
+        notifyWebhooks: () => webhooks?.notify(),
+        onKeyRevoked: (hash) => authenticator.forget(hash),
+      },
+      authenticator,
+    );
+    const runtime = startWebhookRuntime({
+      store,
+      clock,
+      config: config.webhooks,
+      secretBox,
+      send: options.sendWebhook,
+      log: (error, message) => transports.http.log.error({ err: error }, message),
+    });
+    webhooks = runtime;
     const server = createSharedPortServer(transports.grpc, transports.http);
     return {
       store,
@@ -42,10 +71,12 @@ export async function buildApp(config: Config, options: { clock?: Clock } = {}):
       listen: (port, host) => server.listen(port, host),
       async close() {
         await server.close();
+        await runtime.stop();
         await store.close();
       },
     };
   } catch (error) {
+    await webhooks?.stop();
     await store.close();
     throw error;
   }
@@ -54,23 +85,15 @@ export async function buildApp(config: Config, options: { clock?: Clock } = {}):
 /** The services and the two servers that share the port: Fastify (HTTP/1.1) and grpc-js. */
 async function buildTransports(
   config: Config,
-  store: Store,
-  clock: Clock,
+  deps: ServiceDeps,
   authenticator: ReturnType<typeof createAuthenticator>,
 ) {
+  const { store } = deps;
   // Unexpected errors go to Fastify's structured log, which exists only once
   // the app is built; until then (never in practice) to stderr.
   let sink: ErrorLogger = (error, rpc) => console.error(`unexpected error in ${rpc}`, error);
   const log: ErrorLogger = (error, rpc) => sink(error, rpc);
-  const registrations = createServiceRegistrations(
-    {
-      store,
-      clock,
-      fraudPolicy: config.fraudPolicy,
-      onKeyRevoked: (hash) => authenticator.forget(hash),
-    },
-    log,
-  );
+  const registrations = createServiceRegistrations(deps, log);
   const http = await buildHttpApp({
     registrations,
     authenticator,
@@ -88,4 +111,11 @@ async function buildTransports(
   });
   await http.ready();
   return { http, grpc };
+}
+
+/** WEBHOOK_SECRET_KEY, or on the embedded store the key file in DATA_DIR (config requires the former with MongoDB). */
+function webhookSecretKey(config: Config): Buffer {
+  if (config.webhooks.secretKey) return config.webhooks.secretKey;
+  if ("dataDir" in config.store) return keyFromDataDir(config.store.dataDir);
+  throw new Error("WEBHOOK_SECRET_KEY is required with MONGODB_URI");
 }

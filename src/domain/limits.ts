@@ -4,8 +4,10 @@ export const limits = {
   shortText: 256,
   /** Email addresses (RFC 5321 path limit). */
   email: 320,
-  /** A reviewer's reason for a status change. */
-  reason: 1024,
+  /** A reviewer's reason for a status change; a webhook's description. */
+  note: 1024,
+  /** Webhook URLs. */
+  url: 2048,
   /** URLs and long texts such as email bodies. */
   longText: 8192,
   /** Keys in customProperties. */

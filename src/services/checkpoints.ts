@@ -4,6 +4,7 @@ import { insertCheckpoint } from "../store/checkpoints.js";
 import { findCustomerByExternalId } from "../store/customers.js";
 import { tenantOf } from "./context.js";
 import { notFound } from "./errors.js";
+import { checkpointEvents } from "./events.js";
 import { convertReferrals, type LifecycleDeps } from "./referral-lifecycle.js";
 import { requiredEnvironment, requiredText } from "./validate.js";
 
@@ -23,8 +24,9 @@ export function createCheckpointsService(
         throw notFound(`customer with external user id ${externalUserId} in ${environment}`);
       // Stored first: a failure after this point is retried by the client,
       // and conversion is idempotent, so the checkpoint's effect is never lost.
-      const checkpoint = await insertCheckpoint(store, customer, name, clock());
+      const checkpoint = await insertCheckpoint(store, customer, name, clock(), checkpointEvents);
       await convertReferrals(deps, customer, checkpoint);
+      deps.notifyWebhooks();
       return { success: true };
     },
   };

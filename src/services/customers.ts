@@ -21,6 +21,7 @@ import {
 export function createCustomersService(deps: {
   store: Store;
   clock: Clock;
+  notifyWebhooks: () => void;
 }): ServiceImpl<typeof CustomersService> {
   const { store, clock } = deps;
   return {
@@ -36,6 +37,7 @@ export function createCustomersService(deps: {
           : undefined,
       };
       const doc = await upsertCustomer(store, tenant, input, clock());
+      deps.notifyWebhooks();
       const [customer] = await customerMessages(store, [doc]);
       return { customer };
     },

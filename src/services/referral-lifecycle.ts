@@ -28,6 +28,11 @@ import {
 import type { Store } from "../store/store.js";
 import type { Tenant } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
+import {
+  referralCreatedEvents,
+  referralReattributedEvents,
+  referralStatusEvents,
+} from "./events.js";
 import type { Clock } from "./records.js";
 
 /** What the lifecycle needs. */
@@ -35,6 +40,8 @@ export interface LifecycleDeps {
   readonly store: Store;
   readonly clock: Clock;
   readonly fraudPolicy: FraudPolicy;
+  /** Says events were written to an outbox. */
+  readonly notifyWebhooks: () => void;
 }
 
 // Each attempt reads the referral, decides, and writes only if nothing
@@ -78,6 +85,7 @@ export async function attributeReferral(
         parties,
         { status, suspectedFrauds: frauds },
         change,
+        referralCreatedEvents,
       );
       if (created) return doc;
       existing = doc;
@@ -102,6 +110,7 @@ export async function attributeReferral(
       referrer._id,
       { status, suspectedFrauds: frauds },
       change,
+      referralReattributedEvents(current),
     );
     if (moved) return moved;
     existing = await findReferralOfReferee(store, tenant, parties);
@@ -161,7 +170,7 @@ export async function reviewReferral(
       throw failedPrecondition(`a ${current.status} referral cannot become ${to}`);
     }
     const change = statusChange(current.status, to, "review", tenant.keyId, deps.clock(), reason);
-    const moved = await transitionReferral(deps.store, current, change);
+    const moved = await transitionReferral(deps.store, current, change, referralStatusEvents);
     if (moved) return moved;
   }
   throw new Error(`referral ${id} kept changing during ${writeAttempts} attempts`);
@@ -196,8 +205,7 @@ export async function convertReferrals(
       checkpoint.createdAt,
       `checkpoint "${checkpoint.name}"`,
     );
-    // Null when a concurrent ingest or review moved it first: nothing to do.
-    const moved = await transitionReferral(store, referral, change);
+    const moved = await transitionReferral(store, referral, change, referralStatusEvents);
     if (moved) accepted.push(moved);
   }
   return accepted;

@@ -60,6 +60,7 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       );
       if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
       const doc = await attributeReferral(deps, tenant, campaign, referrer, referee);
+      deps.notifyWebhooks();
       // The specification's create response has no environment field.
       return { referral: messageFromDoc(ReferralSchema, doc, { environment: null }) };
     },
@@ -69,8 +70,9 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       const id = requiredText(request.id, "id");
       const status = enumWord<ReferralStatusName>(ReferralStatusSchema, request.status, "status");
       if (!status) throw invalidArgument("status", "is required");
-      const reason = optionalText(request.reason, "reason", limits.reason);
+      const reason = optionalText(request.reason, "reason", limits.note);
       const doc = await reviewReferral(deps, tenant, id, status, reason);
+      deps.notifyWebhooks();
       return { referral: messageFromDoc(ReferralSchema, doc) };
     },
 

@@ -1,18 +1,253 @@
+import { lookup } from "node:dns/promises";
+import { isIP } from "node:net";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { WebhookEndpointSchema } from "../../gen/referral/v1/resources_pb.js";
+import {
+  WebhookDeliverySchema,
+  WebhookDeliveryStatusSchema,
+  WebhookEndpointSchema,
+} from "../../gen/referral/v1/resources_pb.js";
 import type { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import { newId } from "../domain/ids.js";
+import { limits } from "../domain/limits.js";
+import { hostOf, isPublicAddress, webhookUrlProblem } from "../domain/webhook-delivery.js";
+import { isWebhookEventType, webhookEventTypes } from "../domain/webhook-events.js";
+import { generateWebhookSecret } from "../domain/webhook-secret.js";
+import { findDeliveries, findDelivery, requeueDelivery } from "../store/deliveries.js";
+import type { DeliveryStatusName, EnvironmentName, WebhookDoc } from "../store/documents.js";
+import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
-import { findWebhooks } from "../store/webhooks.js";
+import {
+  findWebhook,
+  findWebhooks,
+  healthyWebhook,
+  insertWebhook,
+  updateWebhook,
+} from "../store/webhooks.js";
 import { tenantOf } from "./context.js";
-import { messageFromDoc } from "./records.js";
+import { invalidArgument, notFound } from "./errors.js";
+import { type Clock, messageFromDoc } from "./records.js";
+import { enumWord, environmentName, optionalText, pageOf, requiredText } from "./validate.js";
+
+/** What WebhooksService needs. */
+export interface WebhooksServiceDeps {
+  readonly store: Store;
+  readonly clock: Clock;
+  readonly secretBox: SecretBox;
+  /** WEBHOOK_ALLOW_PRIVATE: skip the address checks. */
+  readonly allowPrivateWebhooks: boolean;
+  /** Wakes the delivery workers (a redelivery is due now). */
+  readonly notifyWebhooks: () => void;
+}
+
+/** How long a rotated-out secret keeps signing. */
+const previousSecretGraceMs = 24 * 3_600_000;
+
+const editableFields = ["url", "description", "eventTypes", "enabled"] as const;
+type EditableField = (typeof editableFields)[number];
 
 /** Creates the WebhooksService implementation. */
-export function createWebhooksService(deps: { store: Store }): ServiceImpl<typeof WebhooksService> {
-  const { store } = deps;
+export function createWebhooksService(
+  deps: WebhooksServiceDeps,
+): ServiceImpl<typeof WebhooksService> {
+  const { store, clock, secretBox } = deps;
+  const endpointMessage = (doc: WebhookDoc) => messageFromDoc(WebhookEndpointSchema, doc);
+
+  async function existing(tenant: ReturnType<typeof tenantOf>, id: string): Promise<WebhookDoc> {
+    const doc = await findWebhook(store, tenant, requiredText(id, "id"));
+    if (!doc) throw notFound(`webhook ${id}`);
+    return doc;
+  }
+
+  async function checkedUrl(value: string, environment: EnvironmentName | null): Promise<string> {
+    const url = requiredText(value, "url", limits.url).trim();
+    const problem = webhookUrlProblem(url, {
+      requireHttps: environment !== "test",
+      allowPrivate: deps.allowPrivateWebhooks,
+    });
+    if (problem) throw invalidArgument("url", problem);
+    if (!deps.allowPrivateWebhooks) await checkResolvesPublic(url);
+    return url;
+  }
+
   return {
     async listWebhooks(_request, context) {
       const docs = await findWebhooks(store, tenantOf(context));
-      return { webhooks: docs.map((doc) => messageFromDoc(WebhookEndpointSchema, doc)) };
+      return { webhooks: docs.map(endpointMessage) };
+    },
+
+    async createWebhook(request, context) {
+      const tenant = tenantOf(context);
+      const environment = environmentName(request.environment) ?? null;
+      const url = await checkedUrl(request.url, environment);
+      const now = clock();
+      const secret = generateWebhookSecret();
+      const doc: WebhookDoc = {
+        _id: newId("whk", now),
+        organizationId: tenant.organizationId,
+        applicationId: tenant.applicationId,
+        url,
+        description: optionalText(request.description, "description", limits.note) ?? null,
+        eventTypes: checkedEventTypes(request.eventTypes),
+        enabled: request.enabled ?? true,
+        environment,
+        secretSealed: secretBox.seal(secret),
+        previousSecretSealed: null,
+        previousSecretExpiresAt: null,
+        health: healthyWebhook(),
+        createdAt: now,
+        updatedAt: now,
+        deletedAt: null,
+      };
+      await insertWebhook(store, doc);
+      return { webhook: endpointMessage(doc), secret };
+    },
+
+    async updateWebhook(request, context) {
+      const current = await existing(tenantOf(context), request.id);
+      const fields = fieldsToUpdate(request.updateMask, {
+        url: request.url !== undefined,
+        description: request.description !== undefined,
+        eventTypes: request.eventTypes.length > 0,
+        enabled: request.enabled !== undefined,
+      });
+      const now = clock();
+      const changes: Partial<WebhookDoc> & Record<string, unknown> = {};
+      if (fields.has("url")) changes.url = await checkedUrl(request.url ?? "", current.environment);
+      if (fields.has("description")) {
+        const description = request.description ?? "";
+        changes.description =
+          description === ""
+            ? null
+            : (optionalText(description, "description", limits.note) ?? null);
+      }
+      if (fields.has("eventTypes")) changes.eventTypes = checkedEventTypes(request.eventTypes);
+      if (fields.has("enabled")) {
+        changes.enabled = request.enabled ?? false;
+        if (changes.enabled) {
+          // Resuming starts a fresh record: the failure streak that disabled it is over.
+          changes["health.disabledAt"] = null;
+          changes["health.disabledReason"] = null;
+          changes["health.failingSince"] = null;
+          changes["health.consecutiveFailures"] = 0;
+        }
+      }
+      const updated = await updateWebhook(store, current, changes, now);
+      if (!updated) throw notFound(`webhook ${request.id}`);
+      return { webhook: endpointMessage(updated) };
+    },
+
+    async deleteWebhook(request, context) {
+      const current = await existing(tenantOf(context), request.id);
+      const now = clock();
+      const deleted = await updateWebhook(store, current, { deletedAt: now, enabled: false }, now);
+      if (!deleted) throw notFound(`webhook ${request.id}`);
+      return { webhook: endpointMessage(current) };
+    },
+
+    async rotateWebhookSecret(request, context) {
+      const current = await existing(tenantOf(context), request.id);
+      const now = clock();
+      const secret = generateWebhookSecret();
+      const rotated = await updateWebhook(
+        store,
+        current,
+        {
+          secretSealed: secretBox.seal(secret),
+          previousSecretSealed: current.secretSealed,
+          previousSecretExpiresAt: new Date(now.getTime() + previousSecretGraceMs),
+        },
+        now,
+      );
+      if (!rotated) throw notFound(`webhook ${request.id}`);
+      return { webhook: endpointMessage(rotated), secret };
+    },
+
+    async listWebhookDeliveries(request, context) {
+      const tenant = tenantOf(context);
+      const webhook = await existing(tenant, request.id);
+      const page = pageOf(request.limit, request.offset);
+      const status = enumWord<DeliveryStatusName>(
+        WebhookDeliveryStatusSchema,
+        request.status,
+        "status",
+      );
+      const { total, docs } = await findDeliveries(store, tenant, webhook._id, status, page);
+      return {
+        total,
+        ...page,
+        data: docs.map((doc) => messageFromDoc(WebhookDeliverySchema, doc)),
+      };
+    },
+
+    async redeliverWebhookEvent(request, context) {
+      const tenant = tenantOf(context);
+      const webhook = await existing(tenant, request.id);
+      const deliveryId = requiredText(request.deliveryId, "deliveryId");
+      const delivery = await findDelivery(store, tenant, webhook._id, deliveryId);
+      if (!delivery) throw notFound(`delivery ${deliveryId}`);
+      const queued = await requeueDelivery(store, delivery, clock());
+      if (!queued) throw notFound(`delivery ${deliveryId}`);
+      deps.notifyWebhooks();
+      return { delivery: messageFromDoc(WebhookDeliverySchema, queued) };
     },
   };
+}
+
+/** Event types: each from the catalogue, duplicates dropped; empty means every type. */
+function checkedEventTypes(types: readonly string[]): string[] {
+  types.forEach((type, index) => {
+    if (!isWebhookEventType(type)) {
+      throw invalidArgument(
+        `eventTypes[${index}]`,
+        `is not an event type; one of: ${webhookEventTypes.join(", ")}`,
+      );
+    }
+  });
+  return [...new Set(types)];
+}
+
+/** The fields an update changes: the mask's, or else those the request sets. */
+function fieldsToUpdate(
+  mask: readonly string[],
+  set: Record<EditableField, boolean>,
+): Set<EditableField> {
+  const camel = (name: string) =>
+    name.replace(/_([a-z])/g, (_m, letter: string) => letter.toUpperCase());
+  const fields = new Set<EditableField>();
+  if (mask.length > 0) {
+    for (const name of mask) {
+      const field = camel(name) as EditableField;
+      if (!editableFields.includes(field)) {
+        throw invalidArgument(
+          "updateMask",
+          `names no editable field: ${name} (one of: ${editableFields.join(", ")})`,
+        );
+      }
+      fields.add(field);
+    }
+    return fields;
+  }
+  for (const field of editableFields) if (set[field]) fields.add(field);
+  if (fields.size === 0) {
+    throw invalidArgument(
+      "updateMask",
+      `nothing to update: set one of ${editableFields.join(", ")}`,
+    );
+  }
+  return fields;
+}
+
+/** Refuses a host name whose addresses include a private one (checked again at delivery). */
+async function checkResolvesPublic(url: string): Promise<void> {
+  const host = hostOf(new URL(url));
+  if (isIP(host) !== 0) return;
+  let addresses: { address: string }[];
+  try {
+    addresses = await lookup(host, { all: true });
+  } catch {
+    throw invalidArgument("url", `host ${host} does not resolve`);
+  }
+  if (addresses.some((entry) => !isPublicAddress(entry.address))) {
+    throw invalidArgument("url", "must not point at a private, loopback or link-local address");
+  }
 }

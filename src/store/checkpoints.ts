@@ -1,5 +1,5 @@
 import { newId } from "../domain/ids.js";
-import type { CheckpointDoc, CustomerDoc } from "./documents.js";
+import type { CheckpointDoc, CustomerDoc, OutboxEntryDoc } from "./documents.js";
 import type { Store } from "./store.js";
 
 /** Stores a checkpoint of a customer. */
@@ -8,6 +8,7 @@ export async function insertCheckpoint(
   customer: CustomerDoc,
   name: string,
   now: Date,
+  eventsFor: (checkpoint: CheckpointDoc) => OutboxEntryDoc[],
 ): Promise<CheckpointDoc> {
   const doc: CheckpointDoc = {
     _id: newId("chk", now),
@@ -19,6 +20,6 @@ export async function insertCheckpoint(
     name,
     createdAt: now,
   };
-  await store.checkpoints.insertOne(doc);
+  await store.checkpoints.insertOne({ ...doc, outbox: eventsFor(doc), outboxPending: true });
   return doc;
 }

@@ -2,7 +2,7 @@ import type { Filter } from "mongodb";
 import { canonicalEmail, normalizeEmailForLookup } from "../domain/email.js";
 import { newId } from "../domain/ids.js";
 import { generateReferralCode } from "../domain/referral-code.js";
-import type { CustomerDoc, EnvironmentName } from "./documents.js";
+import type { CustomerDoc, EnvironmentName, OutboxEntryDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
 import type { Store } from "./store.js";
@@ -35,7 +35,7 @@ export async function upsertCustomer(
   now: Date,
   newReferralCode: () => string = generateReferralCode,
 ): Promise<CustomerDoc> {
-  const set: Record<string, unknown> = { name: input.name, updatedAt: now };
+  const set: Record<string, unknown> = { name: input.name, updatedAt: now, outboxPending: true };
   const unset: Record<string, ""> = {};
   const onInsert: Record<string, unknown> = {
     organizationId: tenant.organizationId,
@@ -69,9 +69,19 @@ export async function upsertCustomer(
   };
   for (let attempt = 1; ; attempt++) {
     try {
+      const customerId = newId("cus", now);
+      // The event rides in the same atomic upsert; the relay tells created
+      // from updated by whether the customer got this attempt's id.
+      const event: OutboxEntryDoc = {
+        id: newId("evt", now),
+        type: "customer.identified",
+        occurredAt: now,
+        newCustomerId: customerId,
+      };
       const update: Record<string, unknown> = {
         $set: set,
-        $setOnInsert: { ...onInsert, _id: newId("cus", now), referralCode: newReferralCode() },
+        $setOnInsert: { ...onInsert, _id: customerId, referralCode: newReferralCode() },
+        $push: { outbox: event },
       };
       if (Object.keys(unset).length > 0) update.$unset = unset;
       const doc = await store.customers.findOneAndUpdate(filter, update, {

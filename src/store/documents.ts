@@ -6,6 +6,7 @@
 
 import type { FraudRuleName } from "../domain/fraud-rules.js";
 import type { ReferralStatusName, StatusChangeCauseName } from "../domain/referral-status.js";
+import type { WebhookEventType } from "../domain/webhook-events.js";
 
 /** `production` or `test`: the REST words of `referral.v1.Environment`. */
 export type EnvironmentName = "production" | "test";
@@ -87,6 +88,10 @@ export interface CustomerDoc {
   referralCode: string;
   /** Free-form data. */
   customProperties: Record<string, unknown>;
+  /** Events not yet relayed. */
+  outbox?: OutboxEntryDoc[];
+  /** Set while the outbox holds events: the relay's indexed way to find them. */
+  outboxPending?: true;
   /** Creation time. */
   createdAt: Date;
   /** Last change. */
@@ -141,6 +146,10 @@ export interface ReferralDoc {
   suspectedFrauds: SuspectedFraudDoc[];
   /** Every status it has had, oldest first. */
   statusHistory: StatusChangeDoc[];
+  /** Events not yet relayed. */
+  outbox?: OutboxEntryDoc[];
+  /** Set while the outbox holds events: the relay's indexed way to find them. */
+  outboxPending?: true;
   /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
   attributedAt: Date;
   /** Creation time. */
@@ -167,6 +176,10 @@ export interface CheckpointDoc {
   externalUserId: string;
   /** The checkpoint's name. */
   name: string;
+  /** Events not yet relayed. */
+  outbox?: OutboxEntryDoc[];
+  /** Set while the outbox holds events: the relay's indexed way to find them. */
+  outboxPending?: true;
   /** When it was ingested. */
   createdAt: Date;
 }
@@ -217,10 +230,108 @@ export interface WebhookDoc {
   description: string | null;
   /** Event types delivered; empty for all. */
   eventTypes: string[];
-  /** False while paused. */
+  /** False while paused (by the application, or by the service after continuous failure). */
   enabled: boolean;
   /** The environment whose events are delivered; null for both. */
   environment: EnvironmentName | null;
+  /** The signing secret, sealed by the secret box. */
+  secretSealed: string;
+  /** The secret before the last rotation, still signing until `previousSecretExpiresAt`. */
+  previousSecretSealed: string | null;
+  /** When the previous secret stops signing. */
+  previousSecretExpiresAt: Date | null;
+  /** Delivery health, shown as `health`. */
+  health: WebhookHealthDoc;
+  /** Creation time. */
+  createdAt: Date;
+  /** Last change. */
+  updatedAt: Date;
+  /** Deletion time; null while the endpoint exists. */
+  deletedAt: Date | null;
+}
+
+/** How deliveries to an endpoint are going. */
+export interface WebhookHealthDoc {
+  lastSuccessAt: Date | null;
+  lastFailureAt: Date | null;
+  consecutiveFailures: number;
+  failingSince: Date | null;
+  disabledAt: Date | null;
+  disabledReason: string | null;
+}
+
+/**
+ * An event waiting in a document's outbox: written in the same atomic
+ * update as the change it describes, moved to `events` by the relay.
+ */
+export interface OutboxEntryDoc {
+  /** The event's id, prefix `evt_`: the `webhook-id` receivers deduplicate by. */
+  id: string;
+  /** The event type; for an identify, decided by the relay (see `newCustomerId`). */
+  type: WebhookEventType | "customer.identified";
+  /** When the change happened. */
+  occurredAt: Date;
+  /** The resource as REST shows it, captured with the change; absent when the relay reads it. */
+  data?: Record<string, unknown>;
+  /** For an identify: the id the customer gets if the upsert inserts it, so created vs updated is known. */
+  newCustomerId?: string;
+}
+
+/** A relayed event: its payload is fixed, so every delivery and retry sends the same bytes. */
+export interface EventDoc {
+  /** The event id, prefix `evt_`. */
+  _id: string;
+  /** The owning organization. */
+  organizationId: string;
+  /** The owning application. */
+  applicationId: string;
+  /** The environment of the resource. */
+  environment: EnvironmentName;
+  /** The event type. */
+  type: WebhookEventType;
+  /** The JSON body sent: `{ type, timestamp, data }`. */
+  payload: string;
+  /** When the change happened. */
+  createdAt: Date;
+}
+
+/** The REST words of `referral.v1.WebhookDeliveryStatus`. */
+export type DeliveryStatusName = "pending" | "succeeded" | "failed" | "skipped";
+
+/** One HTTP request to an endpoint. */
+export interface AttemptDoc {
+  attemptedAt: Date;
+  statusCode: number | null;
+  durationMs: number;
+  error: string | null;
+}
+
+/** The delivery of one event to one endpoint; also the queue entry of its next attempt. */
+export interface DeliveryDoc {
+  /** Public id, prefix `whd_`. */
+  _id: string;
+  /** The owning organization. */
+  organizationId: string;
+  /** The owning application. */
+  applicationId: string;
+  /** The endpoint. */
+  webhookId: string;
+  /** The event. */
+  eventId: string;
+  /** The event's type. */
+  eventType: WebhookEventType;
+  /** Where the delivery stands. */
+  status: DeliveryStatusName;
+  /** Every attempt, oldest first. */
+  attempts: AttemptDoc[];
+  /** Attempts made in the current run of the schedule (a redelivery starts over). */
+  scheduleAttempts: number;
+  /** When the next attempt is due; null unless pending. */
+  nextAttemptAt: Date | null;
+  /** Until when a worker holds the delivery; the epoch when nobody does. */
+  leaseUntil: Date;
+  /** The worker holding the lease. */
+  leaseOwner: string | null;
   /** Creation time. */
   createdAt: Date;
   /** Last change. */

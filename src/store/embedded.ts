@@ -179,6 +179,10 @@ export class EmbeddedCollection<T extends Document> implements StoreCollection<T
     for (const [path, value] of Object.entries(modifiers.$set ?? {})) {
       setPath(document, path, value);
     }
+    for (const [path, value] of Object.entries(modifiers.$push ?? {})) {
+      const each = (value as { $each?: unknown[] } | null)?.$each;
+      setPath(document, path, Array.isArray(each) ? [...each] : [value]);
+    }
     for (const [path, amount] of Object.entries(modifiers.$inc ?? {})) {
       setPath(document, path, ((document[path] as number | undefined) ?? 0) + (amount as number));
     }

@@ -8,6 +8,13 @@ interface IndexDeclaration {
   readonly serves: string;
 }
 
+/** The documents whose outbox holds events, for the relay; most documents have none. */
+const outboxIndex: IndexDeclaration = {
+  key: { outboxPending: 1 },
+  options: { sparse: true },
+  serves: "the outbox relay: documents with events waiting",
+};
+
 /**
  * Every index, per collection. Created at start-up with `createIndex`, which
  * does nothing when an identical index exists, so starting is idempotent.
@@ -24,6 +31,7 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     { key: { applicationId: 1, createdAt: 1 }, serves: "ListApiKeys" },
   ],
   customers: [
+    outboxIndex,
     {
       key: { applicationId: 1, environment: 1, externalUserId: 1 },
       options: { unique: true },
@@ -42,6 +50,7 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     },
   ],
   referrals: [
+    outboxIndex,
     {
       key: { applicationId: 1, environment: 1, campaignId: 1, refereeId: 1 },
       options: { unique: true },
@@ -59,6 +68,7 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     },
   ],
   checkpoints: [
+    outboxIndex,
     {
       key: { applicationId: 1, environment: 1, customerId: 1, name: 1 },
       serves: "a customer's checkpoints by name",
@@ -71,7 +81,25 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     },
     { key: { applicationId: 1, createdAt: -1 }, serves: "ListCampaigns" },
   ],
-  webhooks: [{ key: { applicationId: 1, createdAt: -1 }, serves: "ListWebhooks" }],
+  webhooks: [
+    {
+      key: { applicationId: 1, createdAt: -1 },
+      serves: "ListWebhooks; the relay's endpoints of an application",
+    },
+  ],
+  events: [],
+  deliveries: [
+    {
+      key: { eventId: 1, webhookId: 1 },
+      options: { unique: true },
+      serves: "one delivery per event and endpoint, so relaying an event twice queues it once",
+    },
+    { key: { status: 1, nextAttemptAt: 1 }, serves: "the workers' due deliveries" },
+    {
+      key: { webhookId: 1, createdAt: -1, _id: -1 },
+      serves: "ListWebhookDeliveries, newest first",
+    },
+  ],
 };
 
 /** The names of the store's collections. */
@@ -83,7 +111,9 @@ export type CollectionName =
   | "referrals"
   | "checkpoints"
   | "campaigns"
-  | "webhooks";
+  | "webhooks"
+  | "events"
+  | "deliveries";
 
 /** Creates every declared index; safe to run on every start. */
 export async function ensureIndexes(store: Store): Promise<void> {

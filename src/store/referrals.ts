@@ -4,6 +4,7 @@ import type { ReferralStatusName } from "../domain/referral-status.js";
 import type {
   CustomerDoc,
   EnvironmentName,
+  OutboxEntryDoc,
   ReferralDoc,
   StatusChangeDoc,
   SuspectedFraudDoc,
@@ -61,6 +62,7 @@ export async function insertReferral(
   parties: ReferralParties,
   ruled: RuledStatus,
   change: StatusChangeDoc,
+  eventsFor: EventsFor,
 ): Promise<{ doc: ReferralDoc; created: boolean }> {
   const now = change.changedAt;
   const doc: ReferralDoc = {
@@ -76,7 +78,7 @@ export async function insertReferral(
     deletedAt: null,
   };
   try {
-    await store.referrals.insertOne(doc);
+    await store.referrals.insertOne({ ...doc, outbox: eventsFor(doc), outboxPending: true });
     return { doc, created: true };
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
@@ -98,37 +100,55 @@ export function reattributeReferral(
   referrerId: string,
   ruled: RuledStatus,
   change: StatusChangeDoc,
+  eventsFor: EventsFor,
 ): Promise<ReferralDoc | null> {
   const now = change.changedAt;
-  const update: UpdateFilter<ReferralDoc> = {
-    $set: { referrerId, ...ruled, attributedAt: now, updatedAt: now },
+  const fields = { referrerId, ...ruled, attributedAt: now, updatedAt: now };
+  const statusMoves = ruled.status !== current.status;
+  const statusHistory = statusMoves ? [...current.statusHistory, change] : current.statusHistory;
+  const push: Record<string, unknown> = {
+    outbox: { $each: eventsFor({ ...current, ...fields, statusHistory }) },
   };
-  if (ruled.status !== current.status) update.$push = { statusHistory: change };
-  return store.referrals.findOneAndUpdate(unchangedSince(current), update, {
-    returnDocument: "after",
-  });
+  if (statusMoves) push.statusHistory = change;
+  return store.referrals.findOneAndUpdate(
+    unchangedSince(current),
+    { $set: { ...fields, outboxPending: true }, $push: push } as UpdateFilter<ReferralDoc>,
+    { returnDocument: "after" },
+  );
 }
 
 /**
- * Moves a referral from `change.fromStatus` to `change.toStatus` and records
- * the change, only if it is still in the `from` status: of concurrent
- * transitions exactly one applies. Null when the referral was not in that
- * status.
+ * Moves a referral to `change.toStatus` and records the change, only if it
+ * is still as `current` was read (status and referrer): of concurrent
+ * changes exactly one applies. Null when another came first.
  */
 export function transitionReferral(
   store: Store,
   current: ReferralDoc,
   change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+  eventsFor: EventsFor,
 ): Promise<ReferralDoc | null> {
+  const fields = { status: change.toStatus, updatedAt: change.changedAt };
+  const events = eventsFor({
+    ...current,
+    ...fields,
+    statusHistory: [...current.statusHistory, change],
+  });
   return store.referrals.findOneAndUpdate(
-    { _id: current._id, applicationId: current.applicationId, status: change.fromStatus },
+    { ...unchangedSince(current), status: change.fromStatus },
     {
-      $set: { status: change.toStatus, updatedAt: change.changedAt },
-      $push: { statusHistory: change },
-    },
+      $set: { ...fields, outboxPending: true },
+      $push: { statusHistory: change, outbox: { $each: events } },
+    } as UpdateFilter<ReferralDoc>,
     { returnDocument: "after" },
   );
 }
+
+/**
+ * The events a referral change raises, given the referral as the change
+ * leaves it; they are written in the same atomic update (the outbox).
+ */
+export type EventsFor = (after: ReferralDoc) => OutboxEntryDoc[];
 
 function unchangedSince(current: ReferralDoc): Filter<ReferralDoc> {
   return {

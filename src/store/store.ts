@@ -8,6 +8,8 @@ import type {
   CampaignDoc,
   CheckpointDoc,
   CustomerDoc,
+  DeliveryDoc,
+  EventDoc,
   OrganizationDoc,
   ReferralDoc,
   WebhookDoc,
@@ -25,6 +27,8 @@ export interface Store {
   readonly checkpoints: StoreCollection<CheckpointDoc>;
   readonly campaigns: StoreCollection<CampaignDoc>;
   readonly webhooks: StoreCollection<WebhookDoc>;
+  readonly events: StoreCollection<EventDoc>;
+  readonly deliveries: StoreCollection<DeliveryDoc>;
   /** `mongodb` or `embedded`, for logs. */
   readonly engine: "mongodb" | "embedded";
   /** Resolves when the store answers; rejects otherwise (readiness). */
@@ -47,6 +51,8 @@ const collectionNames: readonly CollectionName[] = [
   "checkpoints",
   "campaigns",
   "webhooks",
+  "events",
+  "deliveries",
 ];
 
 /** Opens the configured store and creates its indexes. */

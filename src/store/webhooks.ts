@@ -1,8 +1,114 @@
-import type { WebhookDoc } from "./documents.js";
+import type { WebhookDoc, WebhookHealthDoc } from "./documents.js";
 import type { Store } from "./store.js";
 import { ownedBy, type TenantScope } from "./tenant.js";
 
 /** The application's webhook endpoints, newest first. */
 export function findWebhooks(store: Store, tenant: TenantScope): Promise<WebhookDoc[]> {
-  return store.webhooks.find(ownedBy(tenant), { sort: { createdAt: -1, _id: -1 } }).toArray();
+  return store.webhooks
+    .find({ ...ownedBy(tenant), deletedAt: null }, { sort: { createdAt: -1, _id: -1 } })
+    .toArray();
+}
+
+/** One endpoint of the application. */
+export function findWebhook(
+  store: Store,
+  tenant: TenantScope,
+  id: string,
+): Promise<WebhookDoc | null> {
+  return store.webhooks.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
+}
+
+/** One endpoint by id, for the delivery workers; deleted ones included. */
+export function findWebhookById(store: Store, id: string): Promise<WebhookDoc | null> {
+  return store.webhooks.findOne({ _id: id });
+}
+
+/** The enabled endpoints of an application, which the relay matches events against. */
+export function findEnabledWebhooks(store: Store, applicationId: string): Promise<WebhookDoc[]> {
+  return store.webhooks.find({ applicationId, enabled: true, deletedAt: null }).toArray();
+}
+
+/** Stores a new endpoint. */
+export async function insertWebhook(store: Store, doc: WebhookDoc): Promise<void> {
+  await store.webhooks.insertOne(doc);
+}
+
+/** Sets fields of an endpoint that still exists; null when it does not. */
+export function updateWebhook(
+  store: Store,
+  current: WebhookDoc,
+  fields: Partial<WebhookDoc>,
+  now: Date,
+): Promise<WebhookDoc | null> {
+  return store.webhooks.findOneAndUpdate(
+    { _id: current._id, applicationId: current.applicationId, deletedAt: null },
+    { $set: { ...fields, updatedAt: now } },
+    { returnDocument: "after" },
+  );
+}
+
+/** A healthy endpoint: no failures, not disabled. */
+export function healthyWebhook(): WebhookHealthDoc {
+  return {
+    lastSuccessAt: null,
+    lastFailureAt: null,
+    consecutiveFailures: 0,
+    failingSince: null,
+    disabledAt: null,
+    disabledReason: null,
+  };
+}
+
+/** Records a successful attempt: the failure streak ends. */
+export async function recordWebhookSuccess(store: Store, id: string, at: Date): Promise<void> {
+  await store.webhooks.updateOne(
+    { _id: id },
+    {
+      $set: {
+        "health.lastSuccessAt": at,
+        "health.consecutiveFailures": 0,
+        "health.failingSince": null,
+      },
+    },
+  );
+}
+
+/**
+ * Records a failed attempt and returns the endpoint after it: the streak
+ * grows, and its start is kept (set only when the streak begins).
+ */
+export async function recordWebhookFailure(
+  store: Store,
+  id: string,
+  at: Date,
+): Promise<WebhookDoc | null> {
+  await store.webhooks.updateOne(
+    { _id: id, "health.failingSince": null },
+    { $set: { "health.failingSince": at } },
+  );
+  return store.webhooks.findOneAndUpdate(
+    { _id: id },
+    { $set: { "health.lastFailureAt": at }, $inc: { "health.consecutiveFailures": 1 } },
+    { returnDocument: "after" },
+  );
+}
+
+/** Disables an endpoint that has been failing too long, saying why. */
+export async function disableFailingWebhook(
+  store: Store,
+  id: string,
+  at: Date,
+  reason: string,
+): Promise<void> {
+  await store.webhooks.updateOne(
+    { _id: id, enabled: true },
+    {
+      $set: {
+        enabled: false,
+        "health.disabledAt": at,
+        "health.disabledReason": reason,
+        updatedAt: at,
+      },
+    },
+  );
 }

@@ -15,6 +15,7 @@ import { createCustomersService } from "../services/customers.js";
 import type { Clock } from "../services/records.js";
 import { createReferralsService } from "../services/referrals.js";
 import { createWebhooksService } from "../services/webhooks.js";
+import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 
@@ -29,6 +30,10 @@ export interface ServiceDeps {
   readonly store: Store;
   readonly clock: Clock;
   readonly fraudPolicy: FraudPolicy;
+  readonly secretBox: SecretBox;
+  readonly allowPrivateWebhooks: boolean;
+  /** Says events were written or a delivery is due: the webhook runtime acts now. */
+  readonly notifyWebhooks: () => void;
   readonly onKeyRevoked?: KeyRevokedListener;
 }
 

@@ -55,7 +55,13 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
   const mongodbDb = options.engine === "mongodb" ? freshDatabaseName("server") : undefined;
   const config = loadConfig({
     DATA_DIR: dataDir,
-    ...(mongodbDb ? { MONGODB_URI: mongodbUri(), MONGODB_DB: mongodbDb } : {}),
+    ...(mongodbDb
+      ? {
+          MONGODB_URI: mongodbUri(),
+          MONGODB_DB: mongodbDb,
+          WEBHOOK_SECRET_KEY: Buffer.alloc(32, 7).toString("base64"),
+        }
+      : {}),
     ADMIN_TOKEN: keys.admin,
     BOOTSTRAP_SECRET_KEY: keys.secret,
     BOOTSTRAP_PUBLIC_KEY: keys.public,

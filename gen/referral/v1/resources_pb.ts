@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/resources.proto.
  */
 export const file_referral_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9yZXNvdXJjZXMucHJvdG8SC3JlZmVycmFsLnYxImMKD0N1c3RvbWVyU3VtbWFyeRIKCgJpZBgBIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAIgASgJEhIKBWVtYWlsGAMgASgJSACIAQESDAoEbmFtZRgEIAEoCUIICgZfZW1haWwiwgUKCEN1c3RvbWVyEgoKAmlkGAEgASgJEhgKEGV4dGVybmFsX3VzZXJfaWQYAiABKAkSEgoFZW1haWwYAyABKAlIAIgBARIMCgRuYW1lGAQgASgJEjEKC3JlZmVycmVkX2J5GAUgASgLMhwucmVmZXJyYWwudjEuQ3VzdG9tZXJTdW1tYXJ5EhsKDnJlZmVycmVkX2J5X2lkGAYgASgJSAGIAQESJAoXcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWQYByABKAlIAogBARIkChdyZWZlcnJlZF9pbl9jYW1wYWlnbl9pZBgIIAEoCUgDiAEBEh8KF3Zpc2l0ZWRfcmVmZXJyYWxzX2NvdW50GAkgASgFEiEKGWNvbnZlcnRlZF9yZWZlcnJhbHNfY291bnQYCiABKAUSFQoNcmVmZXJyYWxfY29kZRgLIAEoCRIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9vcmdhbml6YXRpb25faWQYDyABKAkSFgoOYXBwbGljYXRpb25faWQYECABKAkSMgoRY3VzdG9tX3Byb3BlcnRpZXMYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KC2Vudmlyb25tZW50GBIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCCAoGX2VtYWlsQhEKD19yZWZlcnJlZF9ieV9pZEIaChhfcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWRCGgoYX3JlZmVycmVkX2luX2NhbXBhaWduX2lkIi8KDlN1c3BlY3RlZEZyYXVkEgwKBHR5cGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSKeAgoUUmVmZXJyYWxTdGF0dXNDaGFuZ2USNQoLZnJvbV9zdGF0dXMYASABKA4yGy5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0gAiAEBEi4KCXRvX3N0YXR1cxgCIAEoDjIbLnJlZmVycmFsLnYxLlJlZmVycmFsU3RhdHVzEi0KBWNhdXNlGAMgASgOMh4ucmVmZXJyYWwudjEuU3RhdHVzQ2hhbmdlQ2F1c2USEAoIYWN0b3JfaWQYBCABKAkSEwoGcmVhc29uGAUgASgJSAGIAQESLgoKY2hhbmdlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2Zyb21fc3RhdHVzQgkKB19yZWFzb24i/gMKCFJlZmVycmFsEgoKAmlkGAEgASgJEhMKC2NhbXBhaWduX2lkGAIgASgJEhIKCnJlZmVyZWVfaWQYAyABKAkSEwoLcmVmZXJyZXJfaWQYBCABKAkSKwoGc3RhdHVzGAUgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSNQoQc3VzcGVjdGVkX2ZyYXVkcxgGIAMoCzIbLnJlZmVycmFsLnYxLlN1c3BlY3RlZEZyYXVkEjgKC2Vudmlyb25tZW50GAcgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCBMDzGAFIAIgBARIXCg9vcmdhbml6YXRpb25faWQYCCABKAkSFgoOYXBwbGljYXRpb25faWQYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoOc3RhdHVzX2hpc3RvcnkYDSADKAsyIS5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0NoYW5nZUIOCgxfZW52aXJvbm1lbnQi/gYKBlJld2FyZBIKCgJpZBgBIAEoCRIRCgRuYW1lGAIgASgJSACIAQESGAoLZGVzY3JpcHRpb24YAyABKAlIAYgBARITCgtjYW1wYWlnbl9pZBgEIAEoCRIXCg9vcmdhbml6YXRpb25faWQYBSABKAkSFgoOYXBwbGljYXRpb25faWQYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEdHlwZRgKIAEoDjIXLnJlZmVycmFsLnYxLlJld2FyZFR5cGUSJwoFcGFydHkYCyABKA4yGC5yZWZlcnJhbC52MS5SZXdhcmRQYXJ0eRIpCgZtZXRob2QYDCABKA4yGS5yZWZlcnJhbC52MS5SZXdhcmRNZXRob2QSJwoIY3VycmVuY3kYDSABKA4yFS5yZWZlcnJhbC52MS5DdXJyZW5jeRIaCg1wYXlvdXRfYW1vdW50GA4gASgBSAKIAQESHAoPZGlzY291bnRfYW1vdW50GA8gASgBSAOIAQESIAoTZGlzY291bnRfcGVyY2VudGFnZRgQIAEoAUgEiAEBEicKGmRpc2NvdW50X2R1cmF0aW9uX2luX21vbnRoGBEgASgFSAWIAQESEgoFbGltaXQYEiABKAVIBogBARI1CgpsaW1pdF91bml0GBMgASgOMhwucmVmZXJyYWwudjEuUmV3YXJkTGltaXRVbml0SAeIAQESPQoObGltaXRfaW50ZXJ2YWwYFCABKA4yIC5yZWZlcnJhbC52MS5SZXdhcmRMaW1pdEludGVydmFsSAiIAQESEAoIZGlzYWJsZWQYFSABKAhCBwoFX25hbWVCDgoMX2Rlc2NyaXB0aW9uQhAKDl9wYXlvdXRfYW1vdW50QhIKEF9kaXNjb3VudF9hbW91bnRCFgoUX2Rpc2NvdW50X3BlcmNlbnRhZ2VCHQobX2Rpc2NvdW50X2R1cmF0aW9uX2luX21vbnRoQggKBl9saW1pdEINCgtfbGltaXRfdW5pdEIRCg9fbGltaXRfaW50ZXJ2YWwiqwMKBUVtYWlsEgoKAmlkGAEgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgCIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgDIAEoCRITCgtjYW1wYWlnbl9pZBgEIAEoCRIPCgdtZXNzYWdlGAUgASgJEhQKDHN1YmplY3RfbGluZRgGIAEoCRITCgtidXR0b25fdGV4dBgHIAEoCRIUCgxidXR0b25fY29sb3IYCCABKAkSJAoEdHlwZRgJIAEoDjIWLnJlZmVycmFsLnYxLkVtYWlsVHlwZRIuCgpjcmVhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIVCghsb2dvX3VybBgNIAEoCUgAiAEBEhYKCWxvZ29fc2l6ZRgOIAEoBUgBiAEBQgsKCV9sb2dvX3VybEIMCgpfbG9nb19zaXplIr0BCgxDYW1wYWlnblBhZ2USCgoCaWQYASABKAkSDAoEcGF0aBgCIAEoCRIQCghpc19lbXB0eRgDIAEoCBIRCgRuYW1lGAQgASgJSACIAQESGQoMcGxhY2VtZW50X2lkGAUgASgJSAGIAQESLAoIcGxhdGZvcm0YBiABKA4yFS5yZWZlcnJhbC52MS5QbGF0Zm9ybUgCiAEBQgcKBV9uYW1lQg8KDV9wbGFjZW1lbnRfaWRCCwoJX3BsYXRmb3JtIjMKA0ZhcRIKCgJpZBgBIAEoCRIQCghxdWVzdGlvbhgCIAEoCRIOCgZhbnN3ZXIYAyABKAkiwgcKCENhbXBhaWduEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSJQoYcmVmZXJlZV9sYW5kaW5nX3BhZ2VfdXJsGAMgASgJSACIAQESFgoJdGVybXNfdXJsGAQgASgJSAGIAQESJAoXcHJvcG9zZWRfcmV3YXJkX3RyaWdnZXIYBSABKAlIAogBARIiChVtYW51YWxfcmV3YXJkX3RyaWdnZXIYBiABKAlIA4gBARIbCg5pbnZpdGVfbWVzc2FnZRgHIAEoCUgEiAEBEg8KB2lzX2xpdmUYCCABKAgSEgoKaXNfZGVmYXVsdBgJIAEoCBItCgtlbnZpcm9ubWVudBgKIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EiQKF2NvcGllZF9mcm9tX2NhbXBhaWduX2lkGAsgASgJSAWIAQESLgoKY3JlYXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFwoPb3JnYW5pemF0aW9uX2lkGA8gASgJEhYKDmFwcGxpY2F0aW9uX2lkGBAgASgJEjAKDGxhc3RfcGluZ19hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHQoQbGFzdF9waW5nX29yaWdpbhgSIAEoCUgGiAEBEiQKB3Jld2FyZHMYEyADKAsyEy5yZWZlcnJhbC52MS5SZXdhcmQSIgoGZW1haWxzGBQgAygLMhIucmVmZXJyYWwudjEuRW1haWwSMQoOY2FtcGFpZ25fcGFnZXMYFSADKAsyGS5yZWZlcnJhbC52MS5DYW1wYWlnblBhZ2USHgoEZmFxcxgWIAMoCzIQLnJlZmVycmFsLnYxLkZhcRIoCglwbGF0Zm9ybXMYFyADKA4yFS5yZWZlcnJhbC52MS5QbGF0Zm9ybUIbChlfcmVmZXJlZV9sYW5kaW5nX3BhZ2VfdXJsQgwKCl90ZXJtc191cmxCGgoYX3Byb3Bvc2VkX3Jld2FyZF90cmlnZ2VyQhgKFl9tYW51YWxfcmV3YXJkX3RyaWdnZXJCEQoPX2ludml0ZV9tZXNzYWdlQhoKGF9jb3BpZWRfZnJvbV9jYW1wYWlnbl9pZEITChFfbGFzdF9waW5nX29yaWdpbiLPAgoPV2ViaG9va0VuZHBvaW50EgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBEhMKC2V2ZW50X3R5cGVzGAQgAygJEg8KB2VuYWJsZWQYBSABKAgSMgoLZW52aXJvbm1lbnQYBiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudEgBiAEBEhcKD29yZ2FuaXphdGlvbl9pZBgHIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgIIAEoCRIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfZGVzY3JpcHRpb25CDgoMX2Vudmlyb25tZW50KlwKC0Vudmlyb25tZW50EhsKF0VOVklST05NRU5UX1VOU1BFQ0lGSUVEEAASGgoWRU5WSVJPTk1FTlRfUFJPRFVDVElPThABEhQKEEVOVklST05NRU5UX1RFU1QQAiqnAQoOUmVmZXJyYWxTdGF0dXMSHwobUkVGRVJSQUxfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUkVGRVJSQUxfU1RBVFVTX1BFTkRJTkcQARIbChdSRUZFUlJBTF9TVEFUVVNfRkxBR0dFRBACEhwKGFJFRkVSUkFMX1NUQVRVU19BQ0NFUFRFRBADEhwKGFJFRkVSUkFMX1NUQVRVU19SRUpFQ1RFRBAEKsMBChFTdGF0dXNDaGFuZ2VDYXVzZRIjCh9TVEFUVVNfQ0hBTkdFX0NBVVNFX1VOU1BFQ0lGSUVEEAASHwobU1RBVFVTX0NIQU5HRV9DQVVTRV9DUkVBVEVEEAESJAogU1RBVFVTX0NIQU5HRV9DQVVTRV9SRUFUVFJJQlVURUQQAhIiCh5TVEFUVVNfQ0hBTkdFX0NBVVNFX0NIRUNLUE9JTlQQAxIeChpTVEFUVVNfQ0hBTkdFX0NBVVNFX1JFVklFVxAEKksKCFBsYXRmb3JtEhgKFFBMQVRGT1JNX1VOU1BFQ0lGSUVEEAASEwoPUExBVEZPUk1fTU9CSUxFEAESEAoMUExBVEZPUk1fV0VCEAIqWwoKUmV3YXJkVHlwZRIbChdSRVdBUkRfVFlQRV9VTlNQRUNJRklFRBAAEhYKElJFV0FSRF9UWVBFX1BBWU9VVBABEhgKFFJFV0FSRF9UWVBFX0RJU0NPVU5UEAIqYAoLUmV3YXJkUGFydHkSHAoYUkVXQVJEX1BBUlRZX1VOU1BFQ0lGSUVEEAASGQoVUkVXQVJEX1BBUlRZX1JFRkVSUkVSEAESGAoUUkVXQVJEX1BBUlRZX1JFRkVSRUUQAirhAQoMUmV3YXJkTWV0aG9kEh0KGVJFV0FSRF9NRVRIT0RfVU5TUEVDSUZJRUQQABIYChRSRVdBUkRfTUVUSE9EX1BBWVBBTBABEhcKE1JFV0FSRF9NRVRIT0RfVkVOTU8QAhIiCh5SRVdBUkRfTUVUSE9EX0FNQVpPTl9HSUZUX0NBUkQQAxIgChxSRVdBUkRfTUVUSE9EX1ZJU0FfR0lGVF9DQVJEEAQSHwobUkVXQVJEX01FVEhPRF9NT0JJTEVfQ09VUE9OEAUSGAoUUkVXQVJEX01FVEhPRF9DVVNUT00QBipsCghDdXJyZW5jeRIYChRDVVJSRU5DWV9VTlNQRUNJRklFRBAAEhAKDENVUlJFTkNZX1VTRBABEhAKDENVUlJFTkNZX0NBRBACEhAKDENVUlJFTkNZX0VVUhADEhAKDENVUlJFTkNZX0dCUBAEKnEKD1Jld2FyZExpbWl0VW5pdBIhCh1SRVdBUkRfTElNSVRfVU5JVF9VTlNQRUNJRklFRBAAEh0KGVJFV0FSRF9MSU1JVF9VTklUX1JFV0FSRFMQARIcChhSRVdBUkRfTElNSVRfVU5JVF9BTU9VTlQQAirgAQoTUmV3YXJkTGltaXRJbnRlcnZhbBIlCiFSRVdBUkRfTElNSVRfSU5URVJWQUxfVU5TUEVDSUZJRUQQABIdChlSRVdBUkRfTElNSVRfSU5URVJWQUxfREFZEAESHgoaUkVXQVJEX0xJTUlUX0lOVEVSVkFMX1dFRUsQAhIfChtSRVdBUkRfTElNSVRfSU5URVJWQUxfTU9OVEgQAxIeChpSRVdBUkRfTElNSVRfSU5URVJWQUxfWUVBUhAEEiIKHlJFV0FSRF9MSU1JVF9JTlRFUlZBTF9MSUZFVElNRRAFKo8BCglFbWFpbFR5cGUSGgoWRU1BSUxfVFlQRV9VTlNQRUNJRklFRBAAEjMKGkVNQUlMX1RZUEVfUkVGRVJSRVJfUkVXQVJEEAEaE8LzGA9yZWZlcnJlcjpyZXdhcmQSMQoZRU1BSUxfVFlQRV9JTlZJVEVFX1JFV0FSRBACGhLC8xgOaW52aXRlZTpyZXdhcmRiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options]);
+  fileDesc("ChtyZWZlcnJhbC92MS9yZXNvdXJjZXMucHJvdG8SC3JlZmVycmFsLnYxImMKD0N1c3RvbWVyU3VtbWFyeRIKCgJpZBgBIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAIgASgJEhIKBWVtYWlsGAMgASgJSACIAQESDAoEbmFtZRgEIAEoCUIICgZfZW1haWwiwgUKCEN1c3RvbWVyEgoKAmlkGAEgASgJEhgKEGV4dGVybmFsX3VzZXJfaWQYAiABKAkSEgoFZW1haWwYAyABKAlIAIgBARIMCgRuYW1lGAQgASgJEjEKC3JlZmVycmVkX2J5GAUgASgLMhwucmVmZXJyYWwudjEuQ3VzdG9tZXJTdW1tYXJ5EhsKDnJlZmVycmVkX2J5X2lkGAYgASgJSAGIAQESJAoXcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWQYByABKAlIAogBARIkChdyZWZlcnJlZF9pbl9jYW1wYWlnbl9pZBgIIAEoCUgDiAEBEh8KF3Zpc2l0ZWRfcmVmZXJyYWxzX2NvdW50GAkgASgFEiEKGWNvbnZlcnRlZF9yZWZlcnJhbHNfY291bnQYCiABKAUSFQoNcmVmZXJyYWxfY29kZRgLIAEoCRIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9vcmdhbml6YXRpb25faWQYDyABKAkSFgoOYXBwbGljYXRpb25faWQYECABKAkSMgoRY3VzdG9tX3Byb3BlcnRpZXMYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KC2Vudmlyb25tZW50GBIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCCAoGX2VtYWlsQhEKD19yZWZlcnJlZF9ieV9pZEIaChhfcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWRCGgoYX3JlZmVycmVkX2luX2NhbXBhaWduX2lkIi8KDlN1c3BlY3RlZEZyYXVkEgwKBHR5cGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSKeAgoUUmVmZXJyYWxTdGF0dXNDaGFuZ2USNQoLZnJvbV9zdGF0dXMYASABKA4yGy5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0gAiAEBEi4KCXRvX3N0YXR1cxgCIAEoDjIbLnJlZmVycmFsLnYxLlJlZmVycmFsU3RhdHVzEi0KBWNhdXNlGAMgASgOMh4ucmVmZXJyYWwudjEuU3RhdHVzQ2hhbmdlQ2F1c2USEAoIYWN0b3JfaWQYBCABKAkSEwoGcmVhc29uGAUgASgJSAGIAQESLgoKY2hhbmdlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2Zyb21fc3RhdHVzQgkKB19yZWFzb24i/gMKCFJlZmVycmFsEgoKAmlkGAEgASgJEhMKC2NhbXBhaWduX2lkGAIgASgJEhIKCnJlZmVyZWVfaWQYAyABKAkSEwoLcmVmZXJyZXJfaWQYBCABKAkSKwoGc3RhdHVzGAUgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSNQoQc3VzcGVjdGVkX2ZyYXVkcxgGIAMoCzIbLnJlZmVycmFsLnYxLlN1c3BlY3RlZEZyYXVkEjgKC2Vudmlyb25tZW50GAcgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCBMDzGAFIAIgBARIXCg9vcmdhbml6YXRpb25faWQYCCABKAkSFgoOYXBwbGljYXRpb25faWQYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoOc3RhdHVzX2hpc3RvcnkYDSADKAsyIS5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0NoYW5nZUIOCgxfZW52aXJvbm1lbnQi5QEKCkNoZWNrcG9pbnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtjdXN0b21lcl9pZBgDIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAQgASgJEi0KC2Vudmlyb25tZW50GAUgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSFwoPb3JnYW5pemF0aW9uX2lkGAYgASgJEhYKDmFwcGxpY2F0aW9uX2lkGAcgASgJEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIv4GCgZSZXdhcmQSCgoCaWQYASABKAkSEQoEbmFtZRgCIAEoCUgAiAEBEhgKC2Rlc2NyaXB0aW9uGAMgASgJSAGIAQESEwoLY2FtcGFpZ25faWQYBCABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAUgASgJEhYKDmFwcGxpY2F0aW9uX2lkGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmRlbGV0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBHR5cGUYCiABKA4yFy5yZWZlcnJhbC52MS5SZXdhcmRUeXBlEicKBXBhcnR5GAsgASgOMhgucmVmZXJyYWwudjEuUmV3YXJkUGFydHkSKQoGbWV0aG9kGAwgASgOMhkucmVmZXJyYWwudjEuUmV3YXJkTWV0aG9kEicKCGN1cnJlbmN5GA0gASgOMhUucmVmZXJyYWwudjEuQ3VycmVuY3kSGgoNcGF5b3V0X2Ftb3VudBgOIAEoAUgCiAEBEhwKD2Rpc2NvdW50X2Ftb3VudBgPIAEoAUgDiAEBEiAKE2Rpc2NvdW50X3BlcmNlbnRhZ2UYECABKAFIBIgBARInChpkaXNjb3VudF9kdXJhdGlvbl9pbl9tb250aBgRIAEoBUgFiAEBEhIKBWxpbWl0GBIgASgFSAaIAQESNQoKbGltaXRfdW5pdBgTIAEoDjIcLnJlZmVycmFsLnYxLlJld2FyZExpbWl0VW5pdEgHiAEBEj0KDmxpbWl0X2ludGVydmFsGBQgASgOMiAucmVmZXJyYWwudjEuUmV3YXJkTGltaXRJbnRlcnZhbEgIiAEBEhAKCGRpc2FibGVkGBUgASgIQgcKBV9uYW1lQg4KDF9kZXNjcmlwdGlvbkIQCg5fcGF5b3V0X2Ftb3VudEISChBfZGlzY291bnRfYW1vdW50QhYKFF9kaXNjb3VudF9wZXJjZW50YWdlQh0KG19kaXNjb3VudF9kdXJhdGlvbl9pbl9tb250aEIICgZfbGltaXRCDQoLX2xpbWl0X3VuaXRCEQoPX2xpbWl0X2ludGVydmFsIqsDCgVFbWFpbBIKCgJpZBgBIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAiABKAkSFgoOYXBwbGljYXRpb25faWQYAyABKAkSEwoLY2FtcGFpZ25faWQYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIUCgxzdWJqZWN0X2xpbmUYBiABKAkSEwoLYnV0dG9uX3RleHQYByABKAkSFAoMYnV0dG9uX2NvbG9yGAggASgJEiQKBHR5cGUYCSABKA4yFi5yZWZlcnJhbC52MS5FbWFpbFR5cGUSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoIbG9nb191cmwYDSABKAlIAIgBARIWCglsb2dvX3NpemUYDiABKAVIAYgBAUILCglfbG9nb191cmxCDAoKX2xvZ29fc2l6ZSK9AQoMQ2FtcGFpZ25QYWdlEgoKAmlkGAEgASgJEgwKBHBhdGgYAiABKAkSEAoIaXNfZW1wdHkYAyABKAgSEQoEbmFtZRgEIAEoCUgAiAEBEhkKDHBsYWNlbWVudF9pZBgFIAEoCUgBiAEBEiwKCHBsYXRmb3JtGAYgASgOMhUucmVmZXJyYWwudjEuUGxhdGZvcm1IAogBAUIHCgVfbmFtZUIPCg1fcGxhY2VtZW50X2lkQgsKCV9wbGF0Zm9ybSIzCgNGYXESCgoCaWQYASABKAkSEAoIcXVlc3Rpb24YAiABKAkSDgoGYW5zd2VyGAMgASgJIsIHCghDYW1wYWlnbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEiUKGHJlZmVyZWVfbGFuZGluZ19wYWdlX3VybBgDIAEoCUgAiAEBEhYKCXRlcm1zX3VybBgEIAEoCUgBiAEBEiQKF3Byb3Bvc2VkX3Jld2FyZF90cmlnZ2VyGAUgASgJSAKIAQESIgoVbWFudWFsX3Jld2FyZF90cmlnZ2VyGAYgASgJSAOIAQESGwoOaW52aXRlX21lc3NhZ2UYByABKAlIBIgBARIPCgdpc19saXZlGAggASgIEhIKCmlzX2RlZmF1bHQYCSABKAgSLQoLZW52aXJvbm1lbnQYCiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudBIkChdjb3BpZWRfZnJvbV9jYW1wYWlnbl9pZBgLIAEoCUgFiAEBEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmRlbGV0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD29yZ2FuaXphdGlvbl9pZBgPIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgQIAEoCRIwCgxsYXN0X3BpbmdfYXQYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh0KEGxhc3RfcGluZ19vcmlnaW4YEiABKAlIBogBARIkCgdyZXdhcmRzGBMgAygLMhMucmVmZXJyYWwudjEuUmV3YXJkEiIKBmVtYWlscxgUIAMoCzISLnJlZmVycmFsLnYxLkVtYWlsEjEKDmNhbXBhaWduX3BhZ2VzGBUgAygLMhkucmVmZXJyYWwudjEuQ2FtcGFpZ25QYWdlEh4KBGZhcXMYFiADKAsyEC5yZWZlcnJhbC52MS5GYXESKAoJcGxhdGZvcm1zGBcgAygOMhUucmVmZXJyYWwudjEuUGxhdGZvcm1CGwoZX3JlZmVyZWVfbGFuZGluZ19wYWdlX3VybEIMCgpfdGVybXNfdXJsQhoKGF9wcm9wb3NlZF9yZXdhcmRfdHJpZ2dlckIYChZfbWFudWFsX3Jld2FyZF90cmlnZ2VyQhEKD19pbnZpdGVfbWVzc2FnZUIaChhfY29waWVkX2Zyb21fY2FtcGFpZ25faWRCEwoRX2xhc3RfcGluZ19vcmlnaW4i+wIKD1dlYmhvb2tFbmRwb2ludBIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSGAoLZGVzY3JpcHRpb24YAyABKAlIAIgBARITCgtldmVudF90eXBlcxgEIAMoCRIPCgdlbmFibGVkGAUgASgIEjIKC2Vudmlyb25tZW50GAYgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRIAYgBARIXCg9vcmdhbml6YXRpb25faWQYByABKAkSFgoOYXBwbGljYXRpb25faWQYCCABKAkSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoGaGVhbHRoGAsgASgLMhoucmVmZXJyYWwudjEuV2ViaG9va0hlYWx0aEIOCgxfZGVzY3JpcHRpb25CDgoMX2Vudmlyb25tZW50Iq0CCg1XZWJob29rSGVhbHRoEjMKD2xhc3Rfc3VjY2Vzc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMwoPbGFzdF9mYWlsdXJlX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRjb25zZWN1dGl2ZV9mYWlsdXJlcxgDIAEoBRIxCg1mYWlsaW5nX3NpbmNlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtkaXNhYmxlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoPZGlzYWJsZWRfcmVhc29uGAYgASgJSACIAQFCEgoQX2Rpc2FibGVkX3JlYXNvbiKfAQoOV2ViaG9va0F0dGVtcHQSMAoMYXR0ZW1wdGVkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYCgtzdGF0dXNfY29kZRgCIAEoBUgAiAEBEhMKC2R1cmF0aW9uX21zGAMgASgFEhIKBWVycm9yGAQgASgJSAGIAQFCDgoMX3N0YXR1c19jb2RlQggKBl9lcnJvciLPAgoPV2ViaG9va0RlbGl2ZXJ5EgoKAmlkGAEgASgJEhIKCndlYmhvb2tfaWQYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSEgoKZXZlbnRfdHlwZRgEIAEoCRIyCgZzdGF0dXMYBSABKA4yIi5yZWZlcnJhbC52MS5XZWJob29rRGVsaXZlcnlTdGF0dXMSLQoIYXR0ZW1wdHMYBiADKAsyGy5yZWZlcnJhbC52MS5XZWJob29rQXR0ZW1wdBIzCg9uZXh0X2F0dGVtcHRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wKlwKC0Vudmlyb25tZW50EhsKF0VOVklST05NRU5UX1VOU1BFQ0lGSUVEEAASGgoWRU5WSVJPTk1FTlRfUFJPRFVDVElPThABEhQKEEVOVklST05NRU5UX1RFU1QQAiqnAQoOUmVmZXJyYWxTdGF0dXMSHwobUkVGRVJSQUxfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUkVGRVJSQUxfU1RBVFVTX1BFTkRJTkcQARIbChdSRUZFUlJBTF9TVEFUVVNfRkxBR0dFRBACEhwKGFJFRkVSUkFMX1NUQVRVU19BQ0NFUFRFRBADEhwKGFJFRkVSUkFMX1NUQVRVU19SRUpFQ1RFRBAEKsMBChFTdGF0dXNDaGFuZ2VDYXVzZRIjCh9TVEFUVVNfQ0hBTkdFX0NBVVNFX1VOU1BFQ0lGSUVEEAASHwobU1RBVFVTX0NIQU5HRV9DQVVTRV9DUkVBVEVEEAESJAogU1RBVFVTX0NIQU5HRV9DQVVTRV9SRUFUVFJJQlVURUQQAhIiCh5TVEFUVVNfQ0hBTkdFX0NBVVNFX0NIRUNLUE9JTlQQAxIeChpTVEFUVVNfQ0hBTkdFX0NBVVNFX1JFVklFVxAEKksKCFBsYXRmb3JtEhgKFFBMQVRGT1JNX1VOU1BFQ0lGSUVEEAASEwoPUExBVEZPUk1fTU9CSUxFEAESEAoMUExBVEZPUk1fV0VCEAIqWwoKUmV3YXJkVHlwZRIbChdSRVdBUkRfVFlQRV9VTlNQRUNJRklFRBAAEhYKElJFV0FSRF9UWVBFX1BBWU9VVBABEhgKFFJFV0FSRF9UWVBFX0RJU0NPVU5UEAIqYAoLUmV3YXJkUGFydHkSHAoYUkVXQVJEX1BBUlRZX1VOU1BFQ0lGSUVEEAASGQoVUkVXQVJEX1BBUlRZX1JFRkVSUkVSEAESGAoUUkVXQVJEX1BBUlRZX1JFRkVSRUUQAirhAQoMUmV3YXJkTWV0aG9kEh0KGVJFV0FSRF9NRVRIT0RfVU5TUEVDSUZJRUQQABIYChRSRVdBUkRfTUVUSE9EX1BBWVBBTBABEhcKE1JFV0FSRF9NRVRIT0RfVkVOTU8QAhIiCh5SRVdBUkRfTUVUSE9EX0FNQVpPTl9HSUZUX0NBUkQQAxIgChxSRVdBUkRfTUVUSE9EX1ZJU0FfR0lGVF9DQVJEEAQSHwobUkVXQVJEX01FVEhPRF9NT0JJTEVfQ09VUE9OEAUSGAoUUkVXQVJEX01FVEhPRF9DVVNUT00QBipsCghDdXJyZW5jeRIYChRDVVJSRU5DWV9VTlNQRUNJRklFRBAAEhAKDENVUlJFTkNZX1VTRBABEhAKDENVUlJFTkNZX0NBRBACEhAKDENVUlJFTkNZX0VVUhADEhAKDENVUlJFTkNZX0dCUBAEKnEKD1Jld2FyZExpbWl0VW5pdBIhCh1SRVdBUkRfTElNSVRfVU5JVF9VTlNQRUNJRklFRBAAEh0KGVJFV0FSRF9MSU1JVF9VTklUX1JFV0FSRFMQARIcChhSRVdBUkRfTElNSVRfVU5JVF9BTU9VTlQQAirgAQoTUmV3YXJkTGltaXRJbnRlcnZhbBIlCiFSRVdBUkRfTElNSVRfSU5URVJWQUxfVU5TUEVDSUZJRUQQABIdChlSRVdBUkRfTElNSVRfSU5URVJWQUxfREFZEAESHgoaUkVXQVJEX0xJTUlUX0lOVEVSVkFMX1dFRUsQAhIfChtSRVdBUkRfTElNSVRfSU5URVJWQUxfTU9OVEgQAxIeChpSRVdBUkRfTElNSVRfSU5URVJWQUxfWUVBUhAEEiIKHlJFV0FSRF9MSU1JVF9JTlRFUlZBTF9MSUZFVElNRRAFKo8BCglFbWFpbFR5cGUSGgoWRU1BSUxfVFlQRV9VTlNQRUNJRklFRBAAEjMKGkVNQUlMX1RZUEVfUkVGRVJSRVJfUkVXQVJEEAEaE8LzGA9yZWZlcnJlcjpyZXdhcmQSMQoZRU1BSUxfVFlQRV9JTlZJVEVFX1JFV0FSRBACGhLC8xgOaW52aXRlZTpyZXdhcmQq1QEKFVdlYmhvb2tEZWxpdmVyeVN0YXR1cxInCiNXRUJIT09LX0RFTElWRVJZX1NUQVRVU19VTlNQRUNJRklFRBAAEiMKH1dFQkhPT0tfREVMSVZFUllfU1RBVFVTX1BFTkRJTkcQARIlCiFXRUJIT09LX0RFTElWRVJZX1NUQVRVU19TVUNDRUVERUQQAhIiCh5XRUJIT09LX0RFTElWRVJZX1NUQVRVU19GQUlMRUQQAxIjCh9XRUJIT09LX0RFTElWRVJZX1NUQVRVU19TS0lQUEVEEARiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options]);
 
 /**
  * CustomerSummary identifies another customer, as embedded in a Customer.
@@ -395,6 +395,77 @@ export const ReferralSchema: GenMessage<Referral> = /*@__PURE__*/
   messageDesc(file_referral_v1_resources, 4);
 
 /**
+ * Checkpoint is a named event of a customer, as the checkpoint.ingested
+ * webhook event carries it.
+ *
+ * @generated from message referral.v1.Checkpoint
+ */
+export type Checkpoint = Message<"referral.v1.Checkpoint"> & {
+  /**
+   * Identifier of the checkpoint (prefix "chk_").
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The checkpoint's name, for example "purchase".
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The customer.
+   *
+   * @generated from field: string customer_id = 3;
+   */
+  customerId: string;
+
+  /**
+   * The customer's external user id.
+   *
+   * @generated from field: string external_user_id = 4;
+   */
+  externalUserId: string;
+
+  /**
+   * The customer's environment.
+   *
+   * @generated from field: referral.v1.Environment environment = 5;
+   */
+  environment: Environment;
+
+  /**
+   * The organization the checkpoint belongs to.
+   *
+   * @generated from field: string organization_id = 6;
+   */
+  organizationId: string;
+
+  /**
+   * The application the checkpoint belongs to.
+   *
+   * @generated from field: string application_id = 7;
+   */
+  applicationId: string;
+
+  /**
+   * When it was ingested.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 8;
+   */
+  createdAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.Checkpoint.
+ * Use `create(CheckpointSchema)` to create a new message.
+ */
+export const CheckpointSchema: GenMessage<Checkpoint> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 5);
+
+/**
  * Reward is what a party of a campaign receives when a referral converts.
  *
  * @generated from message referral.v1.Reward
@@ -554,7 +625,7 @@ export type Reward = Message<"referral.v1.Reward"> & {
  * Use `create(RewardSchema)` to create a new message.
  */
 export const RewardSchema: GenMessage<Reward> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 5);
+  messageDesc(file_referral_v1_resources, 6);
 
 /**
  * Email is a template the campaign sends.
@@ -666,7 +737,7 @@ export type Email = Message<"referral.v1.Email"> & {
  * Use `create(EmailSchema)` to create a new message.
  */
 export const EmailSchema: GenMessage<Email> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 6);
+  messageDesc(file_referral_v1_resources, 7);
 
 /**
  * CampaignPage is a page of the campaign inside the application.
@@ -722,7 +793,7 @@ export type CampaignPage = Message<"referral.v1.CampaignPage"> & {
  * Use `create(CampaignPageSchema)` to create a new message.
  */
 export const CampaignPageSchema: GenMessage<CampaignPage> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 7);
+  messageDesc(file_referral_v1_resources, 8);
 
 /**
  * Faq is a question and answer shown with the campaign.
@@ -757,7 +828,7 @@ export type Faq = Message<"referral.v1.Faq"> & {
  * Use `create(FaqSchema)` to create a new message.
  */
 export const FaqSchema: GenMessage<Faq> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 8);
+  messageDesc(file_referral_v1_resources, 9);
 
 /**
  * Campaign is a referral program: its rewards, emails, pages and FAQs.
@@ -935,7 +1006,7 @@ export type Campaign = Message<"referral.v1.Campaign"> & {
  * Use `create(CampaignSchema)` to create a new message.
  */
 export const CampaignSchema: GenMessage<Campaign> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 9);
+  messageDesc(file_referral_v1_resources, 10);
 
 /**
  * WebhookEndpoint is a URL the service calls when something happens.
@@ -1012,6 +1083,13 @@ export type WebhookEndpoint = Message<"referral.v1.WebhookEndpoint"> & {
    * @generated from field: google.protobuf.Timestamp updated_at = 10;
    */
   updatedAt?: Timestamp | undefined;
+
+  /**
+   * How deliveries to the endpoint are going.
+   *
+   * @generated from field: referral.v1.WebhookHealth health = 11;
+   */
+  health?: WebhookHealth | undefined;
 };
 
 /**
@@ -1019,7 +1097,185 @@ export type WebhookEndpoint = Message<"referral.v1.WebhookEndpoint"> & {
  * Use `create(WebhookEndpointSchema)` to create a new message.
  */
 export const WebhookEndpointSchema: GenMessage<WebhookEndpoint> = /*@__PURE__*/
-  messageDesc(file_referral_v1_resources, 10);
+  messageDesc(file_referral_v1_resources, 11);
+
+/**
+ * WebhookHealth is the delivery record of an endpoint.
+ *
+ * @generated from message referral.v1.WebhookHealth
+ */
+export type WebhookHealth = Message<"referral.v1.WebhookHealth"> & {
+  /**
+   * The last successful delivery attempt; null if none yet.
+   *
+   * @generated from field: google.protobuf.Timestamp last_success_at = 1;
+   */
+  lastSuccessAt?: Timestamp | undefined;
+
+  /**
+   * The last failed delivery attempt; null if none yet.
+   *
+   * @generated from field: google.protobuf.Timestamp last_failure_at = 2;
+   */
+  lastFailureAt?: Timestamp | undefined;
+
+  /**
+   * Failed attempts since the last success.
+   *
+   * @generated from field: int32 consecutive_failures = 3;
+   */
+  consecutiveFailures: number;
+
+  /**
+   * The first failure since the last success; null while healthy.
+   *
+   * @generated from field: google.protobuf.Timestamp failing_since = 4;
+   */
+  failingSince?: Timestamp | undefined;
+
+  /**
+   * When the service disabled the endpoint for failing continuously; null
+   * unless it did. Enabling the endpoint again clears it.
+   *
+   * @generated from field: google.protobuf.Timestamp disabled_at = 5;
+   */
+  disabledAt?: Timestamp | undefined;
+
+  /**
+   * Why the service disabled the endpoint; null unless it did.
+   *
+   * @generated from field: optional string disabled_reason = 6;
+   */
+  disabledReason?: string | undefined;
+};
+
+/**
+ * Describes the message referral.v1.WebhookHealth.
+ * Use `create(WebhookHealthSchema)` to create a new message.
+ */
+export const WebhookHealthSchema: GenMessage<WebhookHealth> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 12);
+
+/**
+ * WebhookAttempt is one HTTP request to an endpoint.
+ *
+ * @generated from message referral.v1.WebhookAttempt
+ */
+export type WebhookAttempt = Message<"referral.v1.WebhookAttempt"> & {
+  /**
+   * When the request was sent.
+   *
+   * @generated from field: google.protobuf.Timestamp attempted_at = 1;
+   */
+  attemptedAt?: Timestamp | undefined;
+
+  /**
+   * The response status; null when no response came (timeout, refused
+   * address, connection error).
+   *
+   * @generated from field: optional int32 status_code = 2;
+   */
+  statusCode?: number | undefined;
+
+  /**
+   * How long the attempt took, in milliseconds.
+   *
+   * @generated from field: int32 duration_ms = 3;
+   */
+  durationMs: number;
+
+  /**
+   * What went wrong; null for a 2xx.
+   *
+   * @generated from field: optional string error = 4;
+   */
+  error?: string | undefined;
+};
+
+/**
+ * Describes the message referral.v1.WebhookAttempt.
+ * Use `create(WebhookAttemptSchema)` to create a new message.
+ */
+export const WebhookAttemptSchema: GenMessage<WebhookAttempt> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 13);
+
+/**
+ * WebhookDelivery is the delivery of one event to one endpoint, with every
+ * attempt made.
+ *
+ * @generated from message referral.v1.WebhookDelivery
+ */
+export type WebhookDelivery = Message<"referral.v1.WebhookDelivery"> & {
+  /**
+   * Identifier of the delivery (prefix "whd_").
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The endpoint.
+   *
+   * @generated from field: string webhook_id = 2;
+   */
+  webhookId: string;
+
+  /**
+   * The event, sent as the webhook-id header (prefix "evt_").
+   *
+   * @generated from field: string event_id = 3;
+   */
+  eventId: string;
+
+  /**
+   * The event's type, for example "referral.accepted".
+   *
+   * @generated from field: string event_type = 4;
+   */
+  eventType: string;
+
+  /**
+   * Where the delivery stands.
+   *
+   * @generated from field: referral.v1.WebhookDeliveryStatus status = 5;
+   */
+  status: WebhookDeliveryStatus;
+
+  /**
+   * The attempts, oldest first.
+   *
+   * @generated from field: repeated referral.v1.WebhookAttempt attempts = 6;
+   */
+  attempts: WebhookAttempt[];
+
+  /**
+   * When the next attempt is due; null unless pending.
+   *
+   * @generated from field: google.protobuf.Timestamp next_attempt_at = 7;
+   */
+  nextAttemptAt?: Timestamp | undefined;
+
+  /**
+   * When the event was queued for the endpoint.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 8;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When the delivery last changed.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 9;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.WebhookDelivery.
+ * Use `create(WebhookDeliverySchema)` to create a new message.
+ */
+export const WebhookDeliverySchema: GenMessage<WebhookDelivery> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 14);
 
 /**
  * Environment separates live data from test data inside one application.
@@ -1490,4 +1746,54 @@ export enum EmailType {
  */
 export const EmailTypeSchema: GenEnum<EmailType> = /*@__PURE__*/
   enumDesc(file_referral_v1_resources, 10);
+
+/**
+ * WebhookDeliveryStatus is where the delivery of one event to one endpoint
+ * stands.
+ *
+ * @generated from enum referral.v1.WebhookDeliveryStatus
+ */
+export enum WebhookDeliveryStatus {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Waiting for its next attempt. REST: "pending".
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATUS_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * The endpoint answered 2xx. REST: "succeeded".
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATUS_SUCCEEDED = 2;
+   */
+  SUCCEEDED = 2,
+
+  /**
+   * Every attempt of the retry schedule failed. REST: "failed".
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATUS_FAILED = 3;
+   */
+  FAILED = 3,
+
+  /**
+   * Not attempted: the endpoint was disabled or deleted when it was due.
+   * REST: "skipped".
+   *
+   * @generated from enum value: WEBHOOK_DELIVERY_STATUS_SKIPPED = 4;
+   */
+  SKIPPED = 4,
+}
+
+/**
+ * Describes the enum referral.v1.WebhookDeliveryStatus.
+ */
+export const WebhookDeliveryStatusSchema: GenEnum<WebhookDeliveryStatus> = /*@__PURE__*/
+  enumDesc(file_referral_v1_resources, 11);
 

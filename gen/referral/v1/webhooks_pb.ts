@@ -6,7 +6,7 @@ import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegen
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
 import { file_referral_v1_options } from "./options_pb.js";
-import type { WebhookEndpoint } from "./resources_pb.js";
+import type { Environment, WebhookDelivery, WebhookDeliveryStatus, WebhookEndpoint } from "./resources_pb.js";
 import { file_referral_v1_resources } from "./resources_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/webhooks.proto.
  */
 export const file_referral_v1_webhooks: GenFile = /*@__PURE__*/
-  fileDesc("ChpyZWZlcnJhbC92MS93ZWJob29rcy5wcm90bxILcmVmZXJyYWwudjEiFQoTTGlzdFdlYmhvb2tzUmVxdWVzdCJGChRMaXN0V2ViaG9va3NSZXNwb25zZRIuCgh3ZWJob29rcxgBIAMoCzIcLnJlZmVycmFsLnYxLldlYmhvb2tFbmRwb2ludDKHAQoPV2ViaG9va3NTZXJ2aWNlEnQKDExpc3RXZWJob29rcxIgLnJlZmVycmFsLnYxLkxpc3RXZWJob29rc1JlcXVlc3QaIS5yZWZlcnJhbC52MS5MaXN0V2ViaG9va3NSZXNwb25zZSIfwPMYAoLT5JMCFWIId2ViaG9va3MSCS93ZWJob29rc2IGcHJvdG8z", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChpyZWZlcnJhbC92MS93ZWJob29rcy5wcm90bxILcmVmZXJyYWwudjEiFQoTTGlzdFdlYmhvb2tzUmVxdWVzdCJGChRMaXN0V2ViaG9va3NSZXNwb25zZRIuCgh3ZWJob29rcxgBIAMoCzIcLnJlZmVycmFsLnYxLldlYmhvb2tFbmRwb2ludCKzAQoUQ3JlYXRlV2ViaG9va1JlcXVlc3QSCwoDdXJsGAEgASgJEhgKC2Rlc2NyaXB0aW9uGAIgASgJSACIAQESEwoLZXZlbnRfdHlwZXMYAyADKAkSFAoHZW5hYmxlZBgEIAEoCEgBiAEBEi0KC2Vudmlyb25tZW50GAUgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCDgoMX2Rlc2NyaXB0aW9uQgoKCF9lbmFibGVkIlYKFUNyZWF0ZVdlYmhvb2tSZXNwb25zZRItCgd3ZWJob29rGAEgASgLMhwucmVmZXJyYWwudjEuV2ViaG9va0VuZHBvaW50Eg4KBnNlY3JldBgCIAEoCSKyAQoUVXBkYXRlV2ViaG9va1JlcXVlc3QSCgoCaWQYASABKAkSEAoDdXJsGAIgASgJSACIAQESGAoLZGVzY3JpcHRpb24YAyABKAlIAYgBARITCgtldmVudF90eXBlcxgEIAMoCRIUCgdlbmFibGVkGAUgASgISAKIAQESEwoLdXBkYXRlX21hc2sYBiADKAlCBgoEX3VybEIOCgxfZGVzY3JpcHRpb25CCgoIX2VuYWJsZWQiRgoVVXBkYXRlV2ViaG9va1Jlc3BvbnNlEi0KB3dlYmhvb2sYASABKAsyHC5yZWZlcnJhbC52MS5XZWJob29rRW5kcG9pbnQiIgoURGVsZXRlV2ViaG9va1JlcXVlc3QSCgoCaWQYASABKAkiRgoVRGVsZXRlV2ViaG9va1Jlc3BvbnNlEi0KB3dlYmhvb2sYASABKAsyHC5yZWZlcnJhbC52MS5XZWJob29rRW5kcG9pbnQiKAoaUm90YXRlV2ViaG9va1NlY3JldFJlcXVlc3QSCgoCaWQYASABKAkiXAobUm90YXRlV2ViaG9va1NlY3JldFJlc3BvbnNlEi0KB3dlYmhvb2sYASABKAsyHC5yZWZlcnJhbC52MS5XZWJob29rRW5kcG9pbnQSDgoGc2VjcmV0GAIgASgJIpwBChxMaXN0V2ViaG9va0RlbGl2ZXJpZXNSZXF1ZXN0EgoKAmlkGAEgASgJEhIKBWxpbWl0GAIgASgFSACIAQESEwoGb2Zmc2V0GAMgASgFSAGIAQESMgoGc3RhdHVzGAQgASgOMiIucmVmZXJyYWwudjEuV2ViaG9va0RlbGl2ZXJ5U3RhdHVzQggKBl9saW1pdEIJCgdfb2Zmc2V0InkKHUxpc3RXZWJob29rRGVsaXZlcmllc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgFEg0KBWxpbWl0GAIgASgFEg4KBm9mZnNldBgDIAEoBRIqCgRkYXRhGAQgAygLMhwucmVmZXJyYWwudjEuV2ViaG9va0RlbGl2ZXJ5Ij8KHFJlZGVsaXZlcldlYmhvb2tFdmVudFJlcXVlc3QSCgoCaWQYASABKAkSEwoLZGVsaXZlcnlfaWQYAiABKAkiTwodUmVkZWxpdmVyV2ViaG9va0V2ZW50UmVzcG9uc2USLgoIZGVsaXZlcnkYASABKAsyHC5yZWZlcnJhbC52MS5XZWJob29rRGVsaXZlcnky6AcKD1dlYmhvb2tzU2VydmljZRJ0CgxMaXN0V2ViaG9va3MSIC5yZWZlcnJhbC52MS5MaXN0V2ViaG9va3NSZXF1ZXN0GiEucmVmZXJyYWwudjEuTGlzdFdlYmhvb2tzUmVzcG9uc2UiH8DzGAKC0+STAhViCHdlYmhvb2tzEgkvd2ViaG9va3MSdQoNQ3JlYXRlV2ViaG9vaxIhLnJlZmVycmFsLnYxLkNyZWF0ZVdlYmhvb2tSZXF1ZXN0GiIucmVmZXJyYWwudjEuQ3JlYXRlV2ViaG9va1Jlc3BvbnNlIh3A8xgCyPMYyQGC0+STAg46ASoiCS93ZWJob29rcxJ+Cg1VcGRhdGVXZWJob29rEiEucmVmZXJyYWwudjEuVXBkYXRlV2ViaG9va1JlcXVlc3QaIi5yZWZlcnJhbC52MS5VcGRhdGVXZWJob29rUmVzcG9uc2UiJsDzGAKC0+STAhw6ASpiB3dlYmhvb2syDi93ZWJob29rcy97aWR9EnsKDURlbGV0ZVdlYmhvb2sSIS5yZWZlcnJhbC52MS5EZWxldGVXZWJob29rUmVxdWVzdBoiLnJlZmVycmFsLnYxLkRlbGV0ZVdlYmhvb2tSZXNwb25zZSIjwPMYAoLT5JMCGWIHd2ViaG9vayoOL3dlYmhvb2tzL3tpZH0SlQEKE1JvdGF0ZVdlYmhvb2tTZWNyZXQSJy5yZWZlcnJhbC52MS5Sb3RhdGVXZWJob29rU2VjcmV0UmVxdWVzdBooLnJlZmVycmFsLnYxLlJvdGF0ZVdlYmhvb2tTZWNyZXRSZXNwb25zZSIrwPMYAoLT5JMCIToBKiIcL3dlYmhvb2tzL3tpZH0vcm90YXRlLXNlY3JldBKVAQoVTGlzdFdlYmhvb2tEZWxpdmVyaWVzEikucmVmZXJyYWwudjEuTGlzdFdlYmhvb2tEZWxpdmVyaWVzUmVxdWVzdBoqLnJlZmVycmFsLnYxLkxpc3RXZWJob29rRGVsaXZlcmllc1Jlc3BvbnNlIiXA8xgCgtPkkwIbEhkvd2ViaG9va3Mve2lkfS9kZWxpdmVyaWVzEroBChVSZWRlbGl2ZXJXZWJob29rRXZlbnQSKS5yZWZlcnJhbC52MS5SZWRlbGl2ZXJXZWJob29rRXZlbnRSZXF1ZXN0GioucmVmZXJyYWwudjEuUmVkZWxpdmVyV2ViaG9va0V2ZW50UmVzcG9uc2UiSsDzGAKC0+STAkA6ASpiCGRlbGl2ZXJ5IjEvd2ViaG9va3Mve2lkfS9kZWxpdmVyaWVzL3tkZWxpdmVyeV9pZH0vcmVkZWxpdmVyYgZwcm90bzM", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
 
 /**
  * ListWebhooksRequest takes no parameters.
@@ -53,14 +53,397 @@ export const ListWebhooksResponseSchema: GenMessage<ListWebhooksResponse> = /*@_
   messageDesc(file_referral_v1_webhooks, 1);
 
 /**
- * WebhooksService reads the application's webhook endpoints.
+ * CreateWebhookRequest describes the endpoint.
+ *
+ * @generated from message referral.v1.CreateWebhookRequest
+ */
+export type CreateWebhookRequest = Message<"referral.v1.CreateWebhookRequest"> & {
+  /**
+   * Required. Where events are POSTed.
+   *
+   * @generated from field: string url = 1;
+   */
+  url: string;
+
+  /**
+   * A note for humans; at most 1024 characters.
+   *
+   * @generated from field: optional string description = 2;
+   */
+  description?: string | undefined;
+
+  /**
+   * The event types to deliver (see the README's catalogue); every type
+   * when empty.
+   *
+   * @generated from field: repeated string event_types = 3;
+   */
+  eventTypes: string[];
+
+  /**
+   * False creates the endpoint paused; true when unset.
+   *
+   * @generated from field: optional bool enabled = 4;
+   */
+  enabled?: boolean | undefined;
+
+  /**
+   * The environment whose events are delivered; both when unset.
+   *
+   * @generated from field: referral.v1.Environment environment = 5;
+   */
+  environment: Environment;
+};
+
+/**
+ * Describes the message referral.v1.CreateWebhookRequest.
+ * Use `create(CreateWebhookRequestSchema)` to create a new message.
+ */
+export const CreateWebhookRequestSchema: GenMessage<CreateWebhookRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 2);
+
+/**
+ * CreateWebhookResponse carries the endpoint and its secret.
+ *
+ * @generated from message referral.v1.CreateWebhookResponse
+ */
+export type CreateWebhookResponse = Message<"referral.v1.CreateWebhookResponse"> & {
+  /**
+   * The endpoint as stored.
+   *
+   * @generated from field: referral.v1.WebhookEndpoint webhook = 1;
+   */
+  webhook?: WebhookEndpoint | undefined;
+
+  /**
+   * The signing secret ("whsec_" and base64), shown only now.
+   *
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message referral.v1.CreateWebhookResponse.
+ * Use `create(CreateWebhookResponseSchema)` to create a new message.
+ */
+export const CreateWebhookResponseSchema: GenMessage<CreateWebhookResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 3);
+
+/**
+ * UpdateWebhookRequest carries the new values.
+ *
+ * @generated from message referral.v1.UpdateWebhookRequest
+ */
+export type UpdateWebhookRequest = Message<"referral.v1.UpdateWebhookRequest"> & {
+  /**
+   * Required. The endpoint's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * A new URL, checked as at creation.
+   *
+   * @generated from field: optional string url = 2;
+   */
+  url?: string | undefined;
+
+  /**
+   * A new note; empty clears it.
+   *
+   * @generated from field: optional string description = 3;
+   */
+  description?: string | undefined;
+
+  /**
+   * New event types; to deliver every type again, send an empty list and
+   * name event_types in update_mask.
+   *
+   * @generated from field: repeated string event_types = 4;
+   */
+  eventTypes: string[];
+
+  /**
+   * Pauses (false) or resumes (true) deliveries. Resuming clears a
+   * disabling by the service.
+   *
+   * @generated from field: optional bool enabled = 5;
+   */
+  enabled?: boolean | undefined;
+
+  /**
+   * The fields to change, by name (snake_case or camelCase). When empty,
+   * the fields the request sets (a non-empty event_types list counts).
+   *
+   * @generated from field: repeated string update_mask = 6;
+   */
+  updateMask: string[];
+};
+
+/**
+ * Describes the message referral.v1.UpdateWebhookRequest.
+ * Use `create(UpdateWebhookRequestSchema)` to create a new message.
+ */
+export const UpdateWebhookRequestSchema: GenMessage<UpdateWebhookRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 4);
+
+/**
+ * UpdateWebhookResponse carries the changed endpoint.
+ *
+ * @generated from message referral.v1.UpdateWebhookResponse
+ */
+export type UpdateWebhookResponse = Message<"referral.v1.UpdateWebhookResponse"> & {
+  /**
+   * The endpoint as stored.
+   *
+   * @generated from field: referral.v1.WebhookEndpoint webhook = 1;
+   */
+  webhook?: WebhookEndpoint | undefined;
+};
+
+/**
+ * Describes the message referral.v1.UpdateWebhookResponse.
+ * Use `create(UpdateWebhookResponseSchema)` to create a new message.
+ */
+export const UpdateWebhookResponseSchema: GenMessage<UpdateWebhookResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 5);
+
+/**
+ * DeleteWebhookRequest names the endpoint.
+ *
+ * @generated from message referral.v1.DeleteWebhookRequest
+ */
+export type DeleteWebhookRequest = Message<"referral.v1.DeleteWebhookRequest"> & {
+  /**
+   * Required. The endpoint's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message referral.v1.DeleteWebhookRequest.
+ * Use `create(DeleteWebhookRequestSchema)` to create a new message.
+ */
+export const DeleteWebhookRequestSchema: GenMessage<DeleteWebhookRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 6);
+
+/**
+ * DeleteWebhookResponse carries the deleted endpoint.
+ *
+ * @generated from message referral.v1.DeleteWebhookResponse
+ */
+export type DeleteWebhookResponse = Message<"referral.v1.DeleteWebhookResponse"> & {
+  /**
+   * The endpoint as it was.
+   *
+   * @generated from field: referral.v1.WebhookEndpoint webhook = 1;
+   */
+  webhook?: WebhookEndpoint | undefined;
+};
+
+/**
+ * Describes the message referral.v1.DeleteWebhookResponse.
+ * Use `create(DeleteWebhookResponseSchema)` to create a new message.
+ */
+export const DeleteWebhookResponseSchema: GenMessage<DeleteWebhookResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 7);
+
+/**
+ * RotateWebhookSecretRequest names the endpoint.
+ *
+ * @generated from message referral.v1.RotateWebhookSecretRequest
+ */
+export type RotateWebhookSecretRequest = Message<"referral.v1.RotateWebhookSecretRequest"> & {
+  /**
+   * Required. The endpoint's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message referral.v1.RotateWebhookSecretRequest.
+ * Use `create(RotateWebhookSecretRequestSchema)` to create a new message.
+ */
+export const RotateWebhookSecretRequestSchema: GenMessage<RotateWebhookSecretRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 8);
+
+/**
+ * RotateWebhookSecretResponse carries the new secret.
+ *
+ * @generated from message referral.v1.RotateWebhookSecretResponse
+ */
+export type RotateWebhookSecretResponse = Message<"referral.v1.RotateWebhookSecretResponse"> & {
+  /**
+   * The endpoint as stored.
+   *
+   * @generated from field: referral.v1.WebhookEndpoint webhook = 1;
+   */
+  webhook?: WebhookEndpoint | undefined;
+
+  /**
+   * The new signing secret, shown only now.
+   *
+   * @generated from field: string secret = 2;
+   */
+  secret: string;
+};
+
+/**
+ * Describes the message referral.v1.RotateWebhookSecretResponse.
+ * Use `create(RotateWebhookSecretResponseSchema)` to create a new message.
+ */
+export const RotateWebhookSecretResponseSchema: GenMessage<RotateWebhookSecretResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 9);
+
+/**
+ * ListWebhookDeliveriesRequest names the endpoint and the page.
+ *
+ * @generated from message referral.v1.ListWebhookDeliveriesRequest
+ */
+export type ListWebhookDeliveriesRequest = Message<"referral.v1.ListWebhookDeliveriesRequest"> & {
+  /**
+   * Required. The endpoint's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Page size: 1 to 100, default 20.
+   *
+   * @generated from field: optional int32 limit = 2;
+   */
+  limit?: number | undefined;
+
+  /**
+   * How many deliveries to skip, default 0.
+   *
+   * @generated from field: optional int32 offset = 3;
+   */
+  offset?: number | undefined;
+
+  /**
+   * Only deliveries in this status.
+   *
+   * @generated from field: referral.v1.WebhookDeliveryStatus status = 4;
+   */
+  status: WebhookDeliveryStatus;
+};
+
+/**
+ * Describes the message referral.v1.ListWebhookDeliveriesRequest.
+ * Use `create(ListWebhookDeliveriesRequestSchema)` to create a new message.
+ */
+export const ListWebhookDeliveriesRequestSchema: GenMessage<ListWebhookDeliveriesRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 10);
+
+/**
+ * ListWebhookDeliveriesResponse is one page of deliveries.
+ *
+ * @generated from message referral.v1.ListWebhookDeliveriesResponse
+ */
+export type ListWebhookDeliveriesResponse = Message<"referral.v1.ListWebhookDeliveriesResponse"> & {
+  /**
+   * How many deliveries match, across all pages.
+   *
+   * @generated from field: int32 total = 1;
+   */
+  total: number;
+
+  /**
+   * The page size applied.
+   *
+   * @generated from field: int32 limit = 2;
+   */
+  limit: number;
+
+  /**
+   * The offset applied.
+   *
+   * @generated from field: int32 offset = 3;
+   */
+  offset: number;
+
+  /**
+   * The deliveries of this page, newest first.
+   *
+   * @generated from field: repeated referral.v1.WebhookDelivery data = 4;
+   */
+  data: WebhookDelivery[];
+};
+
+/**
+ * Describes the message referral.v1.ListWebhookDeliveriesResponse.
+ * Use `create(ListWebhookDeliveriesResponseSchema)` to create a new message.
+ */
+export const ListWebhookDeliveriesResponseSchema: GenMessage<ListWebhookDeliveriesResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 11);
+
+/**
+ * RedeliverWebhookEventRequest names the delivery.
+ *
+ * @generated from message referral.v1.RedeliverWebhookEventRequest
+ */
+export type RedeliverWebhookEventRequest = Message<"referral.v1.RedeliverWebhookEventRequest"> & {
+  /**
+   * Required. The endpoint's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Required. The delivery's id.
+   *
+   * @generated from field: string delivery_id = 2;
+   */
+  deliveryId: string;
+};
+
+/**
+ * Describes the message referral.v1.RedeliverWebhookEventRequest.
+ * Use `create(RedeliverWebhookEventRequestSchema)` to create a new message.
+ */
+export const RedeliverWebhookEventRequestSchema: GenMessage<RedeliverWebhookEventRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 12);
+
+/**
+ * RedeliverWebhookEventResponse carries the delivery, pending again.
+ *
+ * @generated from message referral.v1.RedeliverWebhookEventResponse
+ */
+export type RedeliverWebhookEventResponse = Message<"referral.v1.RedeliverWebhookEventResponse"> & {
+  /**
+   * The delivery as stored.
+   *
+   * @generated from field: referral.v1.WebhookDelivery delivery = 1;
+   */
+  delivery?: WebhookDelivery | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RedeliverWebhookEventResponse.
+ * Use `create(RedeliverWebhookEventResponseSchema)` to create a new message.
+ */
+export const RedeliverWebhookEventResponseSchema: GenMessage<RedeliverWebhookEventResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_webhooks, 13);
+
+/**
+ * WebhooksService manages the endpoints the service calls when something
+ * happens, and shows how deliveries went. Every RPC takes secret keys only.
  *
  * @generated from service referral.v1.WebhooksService
  */
 export const WebhooksService: GenService<{
   /**
    * Lists the application's webhook endpoints, newest first. Signing
-   * secrets are never returned. REST returns a bare array. Secret keys only.
+   * secrets are never returned. REST returns a bare array.
    *
    * @generated from rpc referral.v1.WebhooksService.ListWebhooks
    */
@@ -68,6 +451,75 @@ export const WebhooksService: GenService<{
     methodKind: "unary";
     input: typeof ListWebhooksRequestSchema;
     output: typeof ListWebhooksResponseSchema;
+  },
+  /**
+   * Creates an endpoint and returns its signing secret, the only time it is
+   * shown. Production endpoints (and endpoints for both environments) need
+   * an https URL; no endpoint may point at a private, loopback or
+   * link-local address.
+   *
+   * @generated from rpc referral.v1.WebhooksService.CreateWebhook
+   */
+  createWebhook: {
+    methodKind: "unary";
+    input: typeof CreateWebhookRequestSchema;
+    output: typeof CreateWebhookResponseSchema;
+  },
+  /**
+   * Changes an endpoint's url, description, event types or enabled flag:
+   * the fields named in update_mask, or else the fields the request sets.
+   *
+   * @generated from rpc referral.v1.WebhooksService.UpdateWebhook
+   */
+  updateWebhook: {
+    methodKind: "unary";
+    input: typeof UpdateWebhookRequestSchema;
+    output: typeof UpdateWebhookResponseSchema;
+  },
+  /**
+   * Deletes an endpoint; its pending deliveries are skipped.
+   *
+   * @generated from rpc referral.v1.WebhooksService.DeleteWebhook
+   */
+  deleteWebhook: {
+    methodKind: "unary";
+    input: typeof DeleteWebhookRequestSchema;
+    output: typeof DeleteWebhookResponseSchema;
+  },
+  /**
+   * Replaces an endpoint's signing secret and returns the new one, the only
+   * time it is shown. Deliveries are signed with the new secret and, for
+   * the next 24 hours, with the old one as well, so receivers can switch
+   * without missing an event.
+   *
+   * @generated from rpc referral.v1.WebhooksService.RotateWebhookSecret
+   */
+  rotateWebhookSecret: {
+    methodKind: "unary";
+    input: typeof RotateWebhookSecretRequestSchema;
+    output: typeof RotateWebhookSecretResponseSchema;
+  },
+  /**
+   * Lists an endpoint's deliveries, newest first, each with its attempts.
+   * Page size: default 20, maximum 100.
+   *
+   * @generated from rpc referral.v1.WebhooksService.ListWebhookDeliveries
+   */
+  listWebhookDeliveries: {
+    methodKind: "unary";
+    input: typeof ListWebhookDeliveriesRequestSchema;
+    output: typeof ListWebhookDeliveriesResponseSchema;
+  },
+  /**
+   * Sends a delivery's event to its endpoint again, now, whatever its
+   * status; the retry schedule starts over. The event keeps its id.
+   *
+   * @generated from rpc referral.v1.WebhooksService.RedeliverWebhookEvent
+   */
+  redeliverWebhookEvent: {
+    methodKind: "unary";
+    input: typeof RedeliverWebhookEventRequestSchema;
+    output: typeof RedeliverWebhookEventResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_webhooks, 0);

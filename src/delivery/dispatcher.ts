@@ -1,0 +1,134 @@
+import { Webhook } from "standardwebhooks";
+import type { WebhookConfig } from "../config.js";
+import { newId } from "../domain/ids.js";
+import { isSuccessStatus, nextAttemptAt, shouldDisable } from "../domain/webhook-delivery.js";
+import type { Clock } from "../services/records.js";
+import {
+  type AttemptOutcome,
+  claimDueDelivery,
+  recordAttempt,
+  skipDelivery,
+} from "../store/deliveries.js";
+import type { DeliveryDoc, WebhookDoc } from "../store/documents.js";
+import { findEvent } from "../store/events.js";
+import type { SecretBox } from "../store/secret-box.js";
+import type { Store } from "../store/store.js";
+import {
+  disableFailingWebhook,
+  findWebhookById,
+  recordWebhookFailure,
+  recordWebhookSuccess,
+} from "../store/webhooks.js";
+import type { WebhookSender } from "./sender.js";
+
+/** What a dispatcher needs. */
+export interface DispatcherDeps {
+  readonly store: Store;
+  readonly clock: Clock;
+  readonly config: WebhookConfig;
+  readonly secretBox: SecretBox;
+  readonly send: WebhookSender;
+  readonly log: (error: unknown, message: string) => void;
+}
+
+/**
+ * Delivers due deliveries: claims one under a lease, signs the event with
+ * the endpoint's secret(s) the Standard Webhooks way, POSTs it, and records
+ * the attempt, the next one on the retry schedule, and the endpoint's
+ * health. Returns false when nothing was due.
+ */
+export function createDispatcher(deps: DispatcherDeps) {
+  const { store, clock, config } = deps;
+  const owner = newId("wkr");
+  const inFlight = new AbortController();
+
+  async function deliverOne(): Promise<boolean> {
+    const now = clock();
+    // The lease outlives the attempt's timeout, so a live worker never loses it.
+    const leaseUntil = new Date(now.getTime() + config.timeoutMs + 30_000);
+    const delivery = await claimDueDelivery(store, now, owner, leaseUntil);
+    if (!delivery) return false;
+    const webhook = await findWebhookById(store, delivery.webhookId);
+    const event = await findEvent(store, delivery.eventId);
+    if (!webhook || webhook.deletedAt || !webhook.enabled || !event) {
+      await skipDelivery(store, delivery, owner, clock());
+      return true;
+    }
+    const attemptedAt = clock();
+    const signature = signaturesOf(webhook, attemptedAt)
+      .map((secret) => new Webhook(secret).sign(event._id, attemptedAt, event.payload))
+      .join(" ");
+    const response = await deps.send({
+      url: webhook.url,
+      headers: {
+        "content-type": "application/json",
+        "user-agent": "referral-service-webhooks/1",
+        "webhook-id": event._id,
+        "webhook-timestamp": Math.floor(attemptedAt.getTime() / 1000).toString(),
+        "webhook-signature": signature,
+      },
+      body: event.payload,
+      timeoutMs: config.timeoutMs,
+      allowPrivate: config.allowPrivate,
+      signal: inFlight.signal,
+    });
+    const succeeded = response.statusCode !== null && isSuccessStatus(response.statusCode);
+    await recordAttempt(
+      store,
+      delivery,
+      owner,
+      outcomeOf(delivery, succeeded, attemptedAt, response),
+    );
+    if (succeeded) {
+      await recordWebhookSuccess(store, webhook._id, attemptedAt);
+    } else {
+      const after = await recordWebhookFailure(store, webhook._id, attemptedAt);
+      const failingSince = after?.health.failingSince ?? null;
+      if (shouldDisable(failingSince, attemptedAt, config.disableAfterMs)) {
+        await disableFailingWebhook(
+          store,
+          webhook._id,
+          attemptedAt,
+          `every delivery failed since ${failingSince?.toISOString()}`,
+        );
+      }
+    }
+    return true;
+  }
+
+  function outcomeOf(
+    delivery: DeliveryDoc,
+    succeeded: boolean,
+    attemptedAt: Date,
+    response: { statusCode: number | null; durationMs: number; error: string | null },
+  ): AttemptOutcome {
+    const attempt = {
+      attemptedAt,
+      statusCode: response.statusCode,
+      durationMs: response.durationMs,
+      error: succeeded ? null : (response.error ?? `HTTP ${response.statusCode}`),
+    };
+    if (succeeded) return { attempt, status: "succeeded", nextAttemptAt: null };
+    const next = nextAttemptAt(config.retrySchedule, delivery.scheduleAttempts + 1, attemptedAt);
+    return { attempt, status: next ? "pending" : "failed", nextAttemptAt: next };
+  }
+
+  /** The secrets that sign now: the current one, and the previous one during its grace period. */
+  function signaturesOf(webhook: WebhookDoc, now: Date): string[] {
+    const secrets = [deps.secretBox.open(webhook.secretSealed)];
+    if (
+      webhook.previousSecretSealed &&
+      webhook.previousSecretExpiresAt &&
+      webhook.previousSecretExpiresAt > now
+    ) {
+      secrets.push(deps.secretBox.open(webhook.previousSecretSealed));
+    }
+    return secrets;
+  }
+
+  return {
+    deliverOne,
+    /** Aborts attempts in flight (the service is stopping); their leases expire and they are retried. */
+    abort: () => inFlight.abort(),
+  };
+}

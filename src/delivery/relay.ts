@@ -1,0 +1,131 @@
+import {
+  CampaignSchema,
+  CustomerSchema,
+  type Reward,
+  RewardParty,
+  RewardSchema,
+} from "../../gen/referral/v1/resources_pb.js";
+import { toPlain } from "../contract/plain-codec.js";
+import { endpointWants, type WebhookEventType } from "../domain/webhook-events.js";
+import { customerMessages } from "../services/customer-records.js";
+import type { Clock } from "../services/records.js";
+import { messageFromDoc } from "../services/records.js";
+import { findCampaignById } from "../store/campaigns.js";
+import type { StoreCollection } from "../store/collection.js";
+import { queueDelivery } from "../store/deliveries.js";
+import type {
+  CustomerDoc,
+  EnvironmentName,
+  EventDoc,
+  OutboxEntryDoc,
+  WebhookDoc,
+} from "../store/documents.js";
+import {
+  findOutboxHolders,
+  type OutboxHolder,
+  removeFromOutbox,
+  storeEvent,
+} from "../store/events.js";
+import type { Store } from "../store/store.js";
+import { findEnabledWebhooks } from "../store/webhooks.js";
+
+/** How many documents the relay takes from a collection per pass. */
+const batchSize = 100;
+
+/**
+ * Moves events from the documents' outboxes to the `events` collection and
+ * queues a delivery for each endpoint that wants them. Every step is
+ * idempotent (event ids and (event, endpoint) pairs are unique keys), so a
+ * crash at any point only repeats work; the outbox entry is removed last.
+ */
+export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
+  const { store, clock } = deps;
+
+  async function eventFrom(
+    holder: OutboxHolder & { environment: EnvironmentName },
+    entry: OutboxEntryDoc,
+  ): Promise<EventDoc> {
+    let type: WebhookEventType;
+    let data = entry.data;
+    if (entry.type === "customer.identified") {
+      type = holder._id === entry.newCustomerId ? "customer.created" : "customer.updated";
+      const [customer] = await customerMessages(store, [holder as unknown as CustomerDoc]);
+      data = customer ? toPlain(CustomerSchema, customer) : {};
+    } else {
+      type = entry.type;
+    }
+    if (type === "referral.accepted" && data) {
+      data = { ...data, rewards: await rewardsOf(store, String(data.campaignId)) };
+    }
+    return {
+      _id: entry.id,
+      organizationId: holder.organizationId,
+      applicationId: holder.applicationId,
+      environment: holder.environment,
+      type,
+      payload: JSON.stringify({
+        type,
+        timestamp: entry.occurredAt.toISOString(),
+        data: data ?? {},
+      }),
+      createdAt: entry.occurredAt,
+    };
+  }
+
+  async function relayCollection<T extends OutboxHolder & { environment: EnvironmentName }>(
+    collection: StoreCollection<T>,
+    endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
+  ): Promise<number> {
+    const holders = await findOutboxHolders(collection, batchSize);
+    let relayed = 0;
+    for (const holder of holders) {
+      for (const entry of holder.outbox ?? []) {
+        const event = await storeEvent(store, await eventFrom(holder, entry));
+        for (const webhook of await endpointsOf(event.applicationId)) {
+          if (endpointWants(webhook, event)) await queueDelivery(store, event, webhook, clock());
+        }
+        await removeFromOutbox(collection, holder._id, entry.id);
+        relayed++;
+      }
+    }
+    return relayed;
+  }
+
+  return {
+    /** One pass over every outbox; resolves with the number of events relayed. */
+    async relayOnce(): Promise<number> {
+      const endpoints = new Map<string, Promise<WebhookDoc[]>>();
+      const endpointsOf = (applicationId: string) => {
+        let found = endpoints.get(applicationId);
+        if (!found) {
+          found = findEnabledWebhooks(store, applicationId);
+          endpoints.set(applicationId, found);
+        }
+        return found;
+      };
+      let relayed = 0;
+      relayed += await relayCollection(store.customers, endpointsOf);
+      relayed += await relayCollection(store.referrals, endpointsOf);
+      relayed += await relayCollection(store.checkpoints, endpointsOf);
+      return relayed;
+    },
+  };
+}
+
+/** A campaign's enabled rewards for each party, as `referral.accepted` carries them. */
+async function rewardsOf(
+  store: Store,
+  campaignId: string,
+): Promise<{ referrer: unknown[]; referee: unknown[] }> {
+  const campaign = await findCampaignById(store, campaignId);
+  const rewards: Reward[] = campaign ? messageFromDoc(CampaignSchema, campaign).rewards : [];
+  const enabled = rewards.filter((reward) => !reward.disabled);
+  const forParty = (party: RewardParty) =>
+    enabled
+      .filter((reward) => reward.party === party)
+      .map((reward) => toPlain(RewardSchema, reward));
+  return {
+    referrer: forParty(RewardParty.REFERRER),
+    referee: forParty(RewardParty.REFEREE),
+  };
+}

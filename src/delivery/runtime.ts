@@ -1,0 +1,103 @@
+import type { WebhookConfig } from "../config.js";
+import type { Clock } from "../services/records.js";
+import { nextDueAt } from "../store/deliveries.js";
+import type { SecretBox } from "../store/secret-box.js";
+import type { Store } from "../store/store.js";
+import { createDispatcher } from "./dispatcher.js";
+import { createOutboxRelay } from "./relay.js";
+import { sendWebhook, type WebhookSender } from "./sender.js";
+
+/** The background side of webhooks: the outbox relay and the delivery workers. */
+export interface WebhookRuntime {
+  /** Says events were written: the relay runs now instead of at its next poll. */
+  notify(): void;
+  /** Stops relaying and delivering; attempts in flight are aborted and retried later. */
+  stop(): Promise<void>;
+}
+
+// Both loops also poll, for work written by other instances sharing the
+// database (and as a safety net); a notify makes local work immediate.
+const pollMs = 1000;
+
+/** Starts the relay and `config.concurrency` delivery workers. */
+export function startWebhookRuntime(deps: {
+  store: Store;
+  clock: Clock;
+  config: WebhookConfig;
+  secretBox: SecretBox;
+  send?: WebhookSender;
+  log: (error: unknown, message: string) => void;
+}): WebhookRuntime {
+  const { store, clock, log } = deps;
+  const relay = createOutboxRelay({ store, clock });
+  const dispatcher = createDispatcher({ ...deps, send: deps.send ?? sendWebhook });
+  const relayWake = createWakeup();
+  const workerWake = createWakeup();
+  let stopped = false;
+
+  async function relayLoop(): Promise<void> {
+    while (!stopped) {
+      try {
+        if ((await relay.relayOnce()) > 0) {
+          workerWake.wakeAll();
+          continue;
+        }
+      } catch (error) {
+        log(error, "webhook relay failed; retrying");
+      }
+      await relayWake.wait(pollMs);
+    }
+  }
+
+  async function workerLoop(): Promise<void> {
+    while (!stopped) {
+      try {
+        if (await dispatcher.deliverOne()) continue;
+        const due = await nextDueAt(store);
+        const untilDue = due ? due.getTime() - clock().getTime() : pollMs;
+        await workerWake.wait(Math.max(10, Math.min(pollMs, untilDue)));
+      } catch (error) {
+        if (stopped) return;
+        log(error, "webhook delivery failed; retrying");
+        await workerWake.wait(pollMs);
+      }
+    }
+  }
+
+  const loops = [
+    relayLoop(),
+    ...Array.from({ length: deps.config.concurrency }, () => workerLoop()),
+  ];
+
+  return {
+    notify: () => relayWake.wakeAll(),
+    async stop() {
+      stopped = true;
+      dispatcher.abort();
+      relayWake.wakeAll();
+      workerWake.wakeAll();
+      await Promise.all(loops);
+    },
+  };
+}
+
+/** Sleeps that end early when woken. */
+function createWakeup() {
+  let sleepers: (() => void)[] = [];
+  return {
+    wait(ms: number): Promise<void> {
+      return new Promise((resolve) => {
+        const wake = () => {
+          clearTimeout(timer);
+          sleepers = sleepers.filter((sleeper) => sleeper !== wake);
+          resolve();
+        };
+        const timer = setTimeout(wake, ms);
+        sleepers.push(wake);
+      });
+    },
+    wakeAll(): void {
+      for (const wake of [...sleepers]) wake();
+    },
+  };
+}

@@ -1,0 +1,58 @@
+import type { EnvironmentName } from "../store/documents.js";
+
+/** Every event type, in catalogue order. */
+export const webhookEventTypes = [
+  "customer.created",
+  "customer.updated",
+  "referral.created",
+  "referral.updated",
+  "referral.flagged",
+  "referral.accepted",
+  "referral.rejected",
+  "checkpoint.ingested",
+] as const;
+
+/** One event type, for example `referral.accepted`. */
+export type WebhookEventType = (typeof webhookEventTypes)[number];
+
+/** True when the string names an event type of the catalogue. */
+export function isWebhookEventType(value: string): value is WebhookEventType {
+  return (webhookEventTypes as readonly string[]).includes(value);
+}
+
+/** What decides whether an endpoint receives an event. */
+export interface EndpointInterest {
+  readonly enabled: boolean;
+  /** Empty for every type. */
+  readonly eventTypes: readonly string[];
+  /** Null for both environments. */
+  readonly environment: EnvironmentName | null;
+}
+
+/** Whether an enabled endpoint wants an event of this type and environment. */
+export function endpointWants(
+  endpoint: EndpointInterest,
+  event: { readonly type: WebhookEventType; readonly environment: EnvironmentName },
+): boolean {
+  if (!endpoint.enabled) return false;
+  if (endpoint.environment !== null && endpoint.environment !== event.environment) return false;
+  return endpoint.eventTypes.length === 0 || endpoint.eventTypes.includes(event.type);
+}
+
+/**
+ * The referral events a status change raises: entering `flagged`,
+ * `accepted` or `rejected` has its own event; any other move (a reviewer
+ * clearing a flag) is a `referral.updated`.
+ */
+export function referralStatusEvent(toStatus: string): WebhookEventType {
+  switch (toStatus) {
+    case "flagged":
+      return "referral.flagged";
+    case "accepted":
+      return "referral.accepted";
+    case "rejected":
+      return "referral.rejected";
+    default:
+      return "referral.updated";
+  }
+}

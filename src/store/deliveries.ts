@@ -1,0 +1,162 @@
+import type { Filter } from "mongodb";
+import { newId } from "../domain/ids.js";
+import type {
+  AttemptDoc,
+  DeliveryDoc,
+  DeliveryStatusName,
+  EventDoc,
+  WebhookDoc,
+} from "./documents.js";
+import { isDuplicateKeyError } from "./errors.js";
+import { findNewestFirst, type PageRequest } from "./paging.js";
+import type { Store } from "./store.js";
+import { ownedBy, type TenantScope } from "./tenant.js";
+
+/** The lease value of a delivery nobody holds. */
+export const unleased = new Date(0);
+
+/**
+ * Queues an event for an endpoint, due now. Relaying the same event again
+ * queues nothing: the unique (event, endpoint) index keeps one delivery.
+ */
+export async function queueDelivery(
+  store: Store,
+  event: EventDoc,
+  webhook: WebhookDoc,
+  now: Date,
+): Promise<void> {
+  try {
+    await store.deliveries.insertOne({
+      _id: newId("whd", now),
+      organizationId: event.organizationId,
+      applicationId: event.applicationId,
+      webhookId: webhook._id,
+      eventId: event._id,
+      eventType: event.type,
+      status: "pending",
+      attempts: [],
+      scheduleAttempts: 0,
+      nextAttemptAt: now,
+      leaseUntil: unleased,
+      leaseOwner: null,
+      createdAt: now,
+      updatedAt: now,
+    });
+  } catch (error) {
+    if (!isDuplicateKeyError(error)) throw error;
+  }
+}
+
+/**
+ * Claims one due delivery for a worker until `leaseUntil`: a single
+ * conditional update, so two workers (in one process or many) never hold
+ * the same attempt. A worker that dies leaves the lease to expire, and the
+ * delivery is claimed again.
+ */
+export function claimDueDelivery(
+  store: Store,
+  now: Date,
+  owner: string,
+  leaseUntil: Date,
+): Promise<DeliveryDoc | null> {
+  return store.deliveries.findOneAndUpdate(
+    { status: "pending", nextAttemptAt: { $lte: now }, leaseUntil: { $lte: now } },
+    { $set: { leaseUntil, leaseOwner: owner } },
+    { returnDocument: "after" },
+  );
+}
+
+/** How an attempt ends a delivery's turn: done, or due again at `nextAttemptAt`. */
+export interface AttemptOutcome {
+  readonly attempt: AttemptDoc;
+  readonly status: DeliveryStatusName;
+  readonly nextAttemptAt: Date | null;
+}
+
+/** Records an attempt and releases the lease, if this worker still holds it. */
+export async function recordAttempt(
+  store: Store,
+  delivery: DeliveryDoc,
+  owner: string,
+  outcome: AttemptOutcome,
+): Promise<void> {
+  await store.deliveries.updateOne(
+    { _id: delivery._id, leaseOwner: owner },
+    {
+      $set: {
+        status: outcome.status,
+        nextAttemptAt: outcome.nextAttemptAt,
+        scheduleAttempts: delivery.scheduleAttempts + 1,
+        leaseUntil: unleased,
+        leaseOwner: null,
+        updatedAt: outcome.attempt.attemptedAt,
+      },
+      $push: { attempts: outcome.attempt },
+    },
+  );
+}
+
+/** Marks a delivery skipped (its endpoint is gone or disabled) and releases it. */
+export async function skipDelivery(
+  store: Store,
+  delivery: DeliveryDoc,
+  owner: string,
+  now: Date,
+): Promise<void> {
+  await store.deliveries.updateOne(
+    { _id: delivery._id, leaseOwner: owner },
+    {
+      $set: {
+        status: "skipped",
+        nextAttemptAt: null,
+        leaseUntil: unleased,
+        leaseOwner: null,
+        updatedAt: now,
+      },
+    },
+  );
+}
+
+/** When the earliest pending delivery is due, if any; workers sleep until then. */
+export async function nextDueAt(store: Store): Promise<Date | null> {
+  const [first] = await store.deliveries
+    .find({ status: "pending" }, { sort: { nextAttemptAt: 1 }, limit: 1 })
+    .toArray();
+  return first?.nextAttemptAt ?? null;
+}
+
+/** An endpoint's deliveries, newest first. */
+export function findDeliveries(
+  store: Store,
+  tenant: TenantScope,
+  webhookId: string,
+  status: DeliveryStatusName | undefined,
+  page: PageRequest,
+): Promise<{ total: number; docs: DeliveryDoc[] }> {
+  const query: Filter<DeliveryDoc> = { ...ownedBy(tenant), webhookId };
+  if (status) query.status = status;
+  return findNewestFirst(store.deliveries, query, page);
+}
+
+/** One delivery of an endpoint. */
+export function findDelivery(
+  store: Store,
+  tenant: TenantScope,
+  webhookId: string,
+  id: string,
+): Promise<DeliveryDoc | null> {
+  return store.deliveries.findOne({ ...ownedBy(tenant), webhookId, _id: id });
+}
+
+/** Makes a delivery due now with a fresh schedule, keeping its attempts. */
+export function requeueDelivery(
+  store: Store,
+  delivery: DeliveryDoc,
+  now: Date,
+): Promise<DeliveryDoc | null> {
+  return store.deliveries.findOneAndUpdate(
+    { _id: delivery._id },
+    { $set: { status: "pending", nextAttemptAt: now, scheduleAttempts: 0, updatedAt: now } },
+    { returnDocument: "after" },
+  );
+}

@@ -1,0 +1,65 @@
+import type { StoreCollection } from "./collection.js";
+import type { EventDoc, OutboxEntryDoc } from "./documents.js";
+import { isDuplicateKeyError } from "./errors.js";
+import type { Store } from "./store.js";
+
+/** A document that may hold events in its outbox. */
+export interface OutboxHolder {
+  _id: string;
+  organizationId: string;
+  applicationId: string;
+  outbox?: OutboxEntryDoc[];
+  outboxPending?: true;
+}
+
+/** Documents with events waiting, a few at a time. */
+export function findOutboxHolders<T extends OutboxHolder>(
+  collection: StoreCollection<T>,
+  limit: number,
+): Promise<T[]> {
+  return collection.find({ outboxPending: true } as never, { limit }).toArray() as Promise<T[]>;
+}
+
+/**
+ * Removes a relayed event from its document's outbox, then clears the
+ * pending flag only if the outbox is empty: an event pushed meanwhile keeps
+ * the flag, so it is never stranded.
+ */
+export async function removeFromOutbox<T extends OutboxHolder>(
+  collection: StoreCollection<T>,
+  holderId: string,
+  eventId: string,
+): Promise<void> {
+  await collection.updateOne(
+    { _id: holderId } as never,
+    {
+      $pull: { outbox: { id: eventId } },
+    } as never,
+  );
+  await collection.updateOne(
+    { _id: holderId, outbox: { $size: 0 } } as never,
+    {
+      $unset: { outboxPending: "" },
+    } as never,
+  );
+}
+
+/**
+ * Stores a relayed event, or returns the one stored by an earlier relay of
+ * it (a crash after storing and before clearing the outbox): the first
+ * payload wins, so every delivery of an event carries the same bytes.
+ */
+export async function storeEvent(store: Store, event: EventDoc): Promise<EventDoc> {
+  try {
+    await store.events.insertOne(event);
+    return event;
+  } catch (error) {
+    if (!isDuplicateKeyError(error)) throw error;
+    return (await store.events.findOne({ _id: event._id })) ?? event;
+  }
+}
+
+/** One event by id. */
+export function findEvent(store: Store, id: string): Promise<EventDoc | null> {
+  return store.events.findOne({ _id: id });
+}
