@@ -1,0 +1,402 @@
+import test from "ava";
+import { Webhook } from "standardwebhooks";
+import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import { webhookEventTypes } from "../../src/domain/webhook-events.js";
+import { call, protocols } from "../helpers/callers.js";
+import { type Receiver, startReceiver } from "../helpers/receiver.js";
+import { type Json, keys, rest, useServer } from "../helpers/server.js";
+
+/**
+ * Webhooks end to end: endpoints managed over every protocol, every event
+ * type delivered to a loopback receiver and verified with the
+ * `standardwebhooks` package, retries, and routing by environment, type and
+ * state. Private addresses are allowed (the receiver is on loopback) and the
+ * retry schedule is compressed to milliseconds.
+ */
+const server = useServer({
+  env: { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_SCHEDULE: "0ms,100ms,100ms,100ms" },
+});
+let receiver: Receiver;
+test.serial.before(async () => {
+  receiver = await startReceiver();
+});
+test.after.always(async () => {
+  await receiver?.close();
+});
+
+/** Creates an endpoint on the receiver (under `path`) and returns it with its secret. */
+async function createEndpoint(path: string, fields: Record<string, unknown> = {}) {
+  const created = await rest(server, "POST", "/webhooks", {
+    key: keys.secret,
+    body: { url: `${receiver.url}${path}`, environment: "test", ...fields },
+  });
+  if (created.status !== 201) throw new Error(JSON.stringify(created.body));
+  return created.body as { webhook: Json; secret: string };
+}
+
+const post = (path: string, body: unknown, key = keys.public) =>
+  rest(server, "POST", path, { key, body });
+
+async function identify(externalUserId: string, extra: Record<string, unknown> = {}) {
+  return (
+    await post("/customers/identify", {
+      externalUserId,
+      name: externalUserId,
+      environment: "test",
+      ...extra,
+    })
+  ).body;
+}
+
+const at = (path: string) => receiver.received.filter((request) => request.path === path);
+const typesAt = (path: string) => at(path).map((request) => JSON.parse(request.body).type);
+
+test.serial("every event type is delivered once, signed the Standard Webhooks way", async (t) => {
+  const { webhook, secret } = await createEndpoint("/all");
+  t.regex(secret, /^whsec_[A-Za-z0-9+/]{43}=$/);
+  t.is(webhook.enabled, true);
+  t.deepEqual(webhook.eventTypes, []);
+
+  const alice = await identify("wh-alice");
+  await identify("wh-alice", { name: "Alice" });
+  await identify("wh-bob");
+  const carol = await identify("wh-carol");
+  await post("/referrals", {
+    referralCode: alice.referralCode,
+    refereeExternalUserId: "wh-bob",
+    environment: "test",
+  });
+  await post("/referrals", {
+    referralCode: carol.referralCode,
+    refereeExternalUserId: "wh-bob",
+    environment: "test",
+  });
+  await post("/checkpoints/ingest", {
+    name: "purchase",
+    externalUserId: "wh-bob",
+    environment: "test",
+  });
+  const dave = await identify("wh-dave");
+  const self = await post("/referrals", {
+    referralCode: dave.referralCode,
+    refereeExternalUserId: "wh-dave",
+    environment: "test",
+  });
+  await rest(server, "PATCH", `/referrals/${self.body.id}`, {
+    key: keys.secret,
+    body: { status: "rejected" },
+  });
+
+  await receiver.waitFor(() => webhookEventTypes.every((type) => typesAt("/all").includes(type)));
+  // Every event of those calls arrived: 5 created/updated customers, then the referral ones.
+  await receiver.waitFor(() => at("/all").length >= 12);
+  const requests = at("/all");
+  const verifier = new Webhook(secret);
+  for (const request of requests) {
+    t.notThrows(
+      () => verifier.verify(request.body, request.headers as Record<string, string>),
+      request.body,
+    );
+  }
+  const ids = requests.map((request) => request.headers["webhook-id"]);
+  t.is(new Set(ids).size, ids.length, "each event is delivered once");
+  t.deepEqual(typesAt("/all").sort(), [
+    "checkpoint.ingested",
+    "customer.created",
+    "customer.created",
+    "customer.created",
+    "customer.created",
+    "customer.updated",
+    "referral.accepted",
+    "referral.created",
+    "referral.created",
+    "referral.flagged",
+    "referral.rejected",
+    "referral.updated",
+  ]);
+
+  const bodies = requests.map((request) => JSON.parse(request.body));
+  const created = bodies.find((b) => b.type === "customer.created" && b.data.id === alice.id);
+  t.like(created.data, {
+    externalUserId: "wh-alice",
+    referralCode: alice.referralCode,
+    environment: "test",
+  });
+  t.regex(created.timestamp, /^\d{4}-\d\d-\d\dT/);
+  const accepted = bodies.find((b) => b.type === "referral.accepted");
+  t.like(accepted.data, { status: "accepted", referrerId: carol.id, environment: "test" });
+  t.true(Array.isArray(accepted.data.rewards.referrer));
+  t.true(Array.isArray(accepted.data.rewards.referee));
+  const flagged = bodies.find((b) => b.type === "referral.flagged");
+  t.like(flagged.data, { id: self.body.id, status: "flagged" });
+  t.is(flagged.data.suspectedFrauds[0].type, "self_referral");
+  const checkpoint = bodies.find((b) => b.type === "checkpoint.ingested");
+  t.like(checkpoint.data, { name: "purchase", externalUserId: "wh-bob", environment: "test" });
+
+  const deliveries = await rest(server, "GET", `/webhooks/${webhook.id}/deliveries?limit=100`, {
+    key: keys.secret,
+  });
+  t.is(deliveries.body.total, requests.length);
+  for (const delivery of deliveries.body.data) {
+    t.is(delivery.status, "succeeded");
+    t.is(delivery.attempts.length, 1);
+    t.like(delivery.attempts[0], { statusCode: 200, error: null });
+  }
+  const health = (await rest(server, "GET", "/webhooks", { key: keys.secret })).body.find(
+    (endpoint: Json) => endpoint.id === webhook.id,
+  ).health;
+  t.like(health, { consecutiveFailures: 0, failingSince: null, disabledAt: null });
+  t.truthy(health.lastSuccessAt);
+});
+
+test.serial("a receiver that fails twice gets the event on the third attempt", async (t) => {
+  const { webhook, secret } = await createEndpoint("/flaky", { eventTypes: ["customer.created"] });
+  let calls = 0;
+  receiver.respond = (request) => (request.path === "/flaky" && ++calls <= 2 ? 503 : 200);
+  try {
+    await identify("wh-flaky");
+    await receiver.waitFor(() => at("/flaky").length === 3);
+  } finally {
+    receiver.respond = () => 200;
+  }
+  const attempts = at("/flaky");
+  t.is(new Set(attempts.map((request) => request.headers["webhook-id"])).size, 1, "one event");
+  for (const attempt of attempts) {
+    t.notThrows(() =>
+      new Webhook(secret).verify(attempt.body, attempt.headers as Record<string, string>),
+    );
+  }
+  const listed = await rest(server, "GET", `/webhooks/${webhook.id}/deliveries`, {
+    key: keys.secret,
+  });
+  t.is(listed.body.total, 1);
+  const [delivery] = listed.body.data;
+  t.is(delivery.status, "succeeded");
+  t.deepEqual(
+    delivery.attempts.map((attempt: Json) => [attempt.statusCode, attempt.error]),
+    [
+      [503, "HTTP 503"],
+      [503, "HTTP 503"],
+      [200, null],
+    ],
+  );
+  t.is(delivery.nextAttemptAt, null);
+});
+
+test.serial("an exhausted schedule fails the delivery; redelivery sends it again", async (t) => {
+  const { webhook } = await createEndpoint("/down", { eventTypes: ["customer.created"] });
+  receiver.respond = (request) => (request.path === "/down" ? 500 : 200);
+  try {
+    await identify("wh-down");
+    await receiver.waitFor(() => at("/down").length === 4);
+    const failed = async () =>
+      (
+        await rest(server, "GET", `/webhooks/${webhook.id}/deliveries?status=failed`, {
+          key: keys.secret,
+        })
+      ).body;
+    for (let i = 0; i < 100 && (await failed()).total === 0; i++)
+      await new Promise((r) => setTimeout(r, 20));
+    const [delivery] = (await failed()).data;
+    t.is(delivery.attempts.length, 4);
+    const endpoint = (await rest(server, "GET", "/webhooks", { key: keys.secret })).body.find(
+      (e: Json) => e.id === webhook.id,
+    );
+    t.is(endpoint.health.consecutiveFailures, 4);
+    t.truthy(endpoint.health.failingSince);
+
+    receiver.respond = () => 200;
+    const redelivered = await rest(
+      server,
+      "POST",
+      `/webhooks/${webhook.id}/deliveries/${delivery.id}/redeliver`,
+      { key: keys.secret, body: {} },
+    );
+    t.is(redelivered.status, 200);
+    t.is(redelivered.body.status, "pending");
+    await receiver.waitFor(() => at("/down").length === 5);
+    t.is(at("/down")[4]?.headers["webhook-id"], delivery.eventId, "the same event id");
+  } finally {
+    receiver.respond = () => 200;
+  }
+});
+
+test.serial(
+  "disabled and deleted endpoints receive nothing; filters by type and environment hold",
+  async (t) => {
+    await createEndpoint("/live", { eventTypes: ["customer.created"] });
+    await createEndpoint("/paused", { eventTypes: ["customer.created"], enabled: false });
+    const deleted = await createEndpoint("/deleted", { eventTypes: ["customer.created"] });
+    t.is(
+      (await rest(server, "DELETE", `/webhooks/${deleted.webhook.id}`, { key: keys.secret }))
+        .status,
+      200,
+    );
+    await createEndpoint("/referrals-only", { eventTypes: ["referral.created"] });
+    // Production endpoints need https; its deliveries to this http receiver would fail, but
+    // the point is which events are queued for it at all.
+    const production = await createEndpoint("/production", {
+      url: `${receiver.url.replace("http:", "https:")}/production`,
+      environment: "production",
+      eventTypes: ["customer.created"],
+    });
+
+    const testCustomer = await identify("wh-routing");
+    await post("/customers/identify", { externalUserId: "wh-routing-prod", name: "P" });
+    await receiver.waitFor(() => at("/live").length >= 1);
+    const productionDeliveries = async () =>
+      (
+        await rest(server, "GET", `/webhooks/${production.webhook.id}/deliveries`, {
+          key: keys.secret,
+        })
+      ).body;
+    for (let i = 0; i < 100 && (await productionDeliveries()).total === 0; i++) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await new Promise((r) => setTimeout(r, 300));
+
+    t.is(JSON.parse(at("/live")[0]?.body ?? "{}").data.id, testCustomer.id);
+    t.is(at("/paused").length, 0);
+    t.is(at("/deleted").length, 0);
+    t.is(at("/referrals-only").length, 0);
+    const queued = await productionDeliveries();
+    t.is(queued.total, 1, "only the production customer's event");
+    t.not(queued.data[0].eventId, at("/live")[0]?.headers["webhook-id"]);
+  },
+);
+
+test.serial(
+  "a rotated secret: deliveries are signed with the new and, for a day, the old",
+  async (t) => {
+    const { webhook, secret: oldSecret } = await createEndpoint("/rotated", {
+      eventTypes: ["customer.created"],
+    });
+    const rotated = await rest(server, "POST", `/webhooks/${webhook.id}/rotate-secret`, {
+      key: keys.secret,
+      body: {},
+    });
+    t.is(rotated.status, 200);
+    const newSecret = rotated.body.secret;
+    t.not(newSecret, oldSecret);
+    await identify("wh-rotation");
+    await receiver.waitFor(() => at("/rotated").length === 1);
+    const [request] = at("/rotated");
+    for (const secret of [newSecret, oldSecret]) {
+      t.notThrows(() =>
+        new Webhook(secret).verify(request?.body ?? "", request?.headers as Record<string, string>),
+      );
+    }
+    t.is((request?.headers["webhook-signature"] as string).split(" ").length, 2);
+  },
+);
+
+test.serial("a receiver that never answers slows no API call", async (t) => {
+  await createEndpoint("/hang", { eventTypes: ["customer.created"] });
+  receiver.respond = (request) => (request.path === "/hang" ? "hang" : 200);
+  try {
+    await identify("wh-hang-1");
+    await receiver.waitFor(() => at("/hang").length === 1);
+    const started = Date.now();
+    const response = await post("/customers/identify", {
+      externalUserId: "wh-hang-2",
+      name: "H",
+      environment: "test",
+    });
+    t.is(response.status, 201);
+    t.true(Date.now() - started < 2000, "answered while a delivery hangs");
+  } finally {
+    receiver.respond = () => 200;
+  }
+});
+
+for (const protocol of protocols) {
+  test.serial(`${protocol}: create, update, list, rotate and delete an endpoint`, async (t) => {
+    const method = WebhooksService.method;
+    const created = await call(
+      server,
+      protocol,
+      method.createWebhook,
+      {
+        url: `${receiver.url}/crud-${protocol}`,
+        environment: "test",
+        eventTypes: ["referral.accepted"],
+        description: "CRM",
+      },
+      keys.secret,
+    );
+    if (!created.ok) throw new Error(created.message);
+    const { webhook, secret } = created.body;
+    t.regex(secret, /^whsec_/);
+    t.like(webhook, {
+      description: "CRM",
+      eventTypes: ["referral.accepted"],
+      environment: "test",
+      enabled: true,
+    });
+    t.is(webhook.secret, undefined);
+
+    const stored = await server.app.store.webhooks.findOne({ _id: webhook.id });
+    t.false(JSON.stringify(stored).includes(secret.slice(6)), "the secret is not stored in clear");
+
+    const updated = await call(
+      server,
+      protocol,
+      method.updateWebhook,
+      { id: webhook.id, enabled: false, description: "" },
+      keys.secret,
+    );
+    t.like(updated, {
+      ok: true,
+      body: { enabled: false, description: null, eventTypes: ["referral.accepted"] },
+    });
+    const allTypes = await call(
+      server,
+      protocol,
+      method.updateWebhook,
+      { id: webhook.id, eventTypes: [], updateMask: ["eventTypes"] },
+      keys.secret,
+    );
+    t.like(allTypes, { ok: true, body: { eventTypes: [], enabled: false } });
+    t.like(await call(server, protocol, method.updateWebhook, { id: webhook.id }, keys.secret), {
+      ok: false,
+      code: "invalid_argument",
+    });
+    const badType = await call(
+      server,
+      protocol,
+      method.updateWebhook,
+      { id: webhook.id, eventTypes: ["referral.exploded"] },
+      keys.secret,
+    );
+    t.like(badType, { ok: false, code: "invalid_argument" });
+    t.regex(badType.ok ? "" : badType.message, /^eventTypes\[0\] is not an event type/);
+
+    const rotated = await call(
+      server,
+      protocol,
+      method.rotateWebhookSecret,
+      { id: webhook.id },
+      keys.secret,
+    );
+    t.true(rotated.ok && rotated.body.secret !== secret);
+
+    const deleted = await call(
+      server,
+      protocol,
+      method.deleteWebhook,
+      { id: webhook.id },
+      keys.secret,
+    );
+    t.true(deleted.ok);
+    t.like(await call(server, protocol, method.deleteWebhook, { id: webhook.id }, keys.secret), {
+      ok: false,
+      code: "not_found",
+    });
+    const listed = await call(server, protocol, method.listWebhooks, {}, keys.secret);
+    t.false(listed.ok && (listed.body as Json[]).some((endpoint) => endpoint.id === webhook.id));
+    t.like(
+      await call(server, protocol, method.createWebhook, { url: `${receiver.url}/x` }, keys.public),
+      { ok: false, code: "permission_denied" },
+    );
+  });
+}
