@@ -1,5 +1,6 @@
 import test from "ava";
 import { upsertCustomer } from "../../src/store/customers.js";
+import { claimDueDelivery, unleased } from "../../src/store/deliveries.js";
 import { isDuplicateKeyError } from "../../src/store/errors.js";
 import type { Store } from "../../src/store/store.js";
 import { engineNames, openTestStore } from "../helpers/engines.js";
@@ -184,6 +185,43 @@ for (const engine of engineNames) {
       t.is(await store.customers.countDocuments({ externalUserId: "second" }), 1);
     },
   );
+
+  storeTest("two workers racing for due deliveries never claim the same one", async (t, store) => {
+    const due = new Date(now.getTime() - 1000);
+    for (let i = 0; i < 20; i++) {
+      await store.deliveries.insertOne({
+        _id: `whd_${i}`,
+        ...tenant,
+        webhookId: "whk_1",
+        eventId: `evt_${i}`,
+        eventType: "customer.created",
+        status: "pending",
+        attempts: [],
+        scheduleAttempts: 0,
+        nextAttemptAt: due,
+        leaseUntil: unleased,
+        leaseOwner: null,
+        createdAt: due,
+        updatedAt: due,
+      });
+    }
+    const leaseUntil = new Date(now.getTime() + 60_000);
+    const claims = await Promise.all(
+      Array.from({ length: 60 }, (_, i) =>
+        claimDueDelivery(store, now, i % 2 ? "worker_a" : "worker_b", leaseUntil),
+      ),
+    );
+    const claimed = claims.filter((claim) => claim !== null).map((claim) => claim._id);
+    t.is(claimed.length, 20);
+    t.is(new Set(claimed).size, 20, "each delivery claimed once");
+    t.is(await claimDueDelivery(store, now, "worker_c", leaseUntil), null, "leases hold");
+    const later = new Date(leaseUntil.getTime() + 1);
+    t.not(
+      await claimDueDelivery(store, later, "worker_c", new Date(later.getTime() + 60_000)),
+      null,
+      "an expired lease is claimed again",
+    );
+  });
 
   storeTest("creating indexes again is harmless", async (t, store) => {
     const { ensureIndexes } = await import("../../src/store/indexes.js");

@@ -1,0 +1,205 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+import { Webhook } from "standardwebhooks";
+import { sendWebhook } from "../../src/delivery/sender.js";
+import { type Receiver, startReceiver } from "../helpers/receiver.js";
+import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
+
+/**
+ * What must survive: a restart in the middle of a retry, an endpoint that
+ * keeps failing (disabled, and saying so), and addresses that must never be
+ * called. Each test starts its own service.
+ */
+
+let receiver: Receiver;
+test.before(async () => {
+  receiver = await startReceiver();
+});
+test.after.always(async () => {
+  await receiver?.close();
+});
+
+const at = (path: string) => receiver.received.filter((request) => request.path === path);
+
+async function createEndpoint(
+  server: TestServer,
+  path: string,
+  fields: Record<string, unknown> = {},
+) {
+  const created = await rest(server, "POST", "/webhooks", {
+    key: keys.secret,
+    body: {
+      url: `${receiver.url}${path}`,
+      environment: "test",
+      eventTypes: ["customer.created"],
+      ...fields,
+    },
+  });
+  if (created.status !== 201) throw new Error(JSON.stringify(created.body));
+  return created.body as { webhook: Json; secret: string };
+}
+
+const identify = (server: TestServer, externalUserId: string) =>
+  rest(server, "POST", "/customers/identify", {
+    key: keys.public,
+    body: { externalUserId, name: externalUserId, environment: "test" },
+  });
+
+test.serial("a pending retry survives a restart and the event still arrives", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-restart-"));
+  const env = { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_SCHEDULE: "0ms,1500ms" };
+  let up = true;
+  receiver.respond = (request) => (request.path === "/restart" && up ? 500 : 200);
+  let second: TestServer | undefined;
+  try {
+    const first = await startServer({ dataDir, env });
+    const { secret } = await createEndpoint(first, "/restart");
+    await identify(first, "wh-restart");
+    await receiver.waitFor(() => at("/restart").length === 1);
+    await first.stop({ keepData: true });
+    up = false;
+    second = await startServer({ dataDir, env });
+    await receiver.waitFor(() => at("/restart").length === 2);
+    const [failed, delivered] = at("/restart");
+    t.is(
+      delivered?.headers["webhook-id"],
+      failed?.headers["webhook-id"],
+      "the same event, retried",
+    );
+    t.notThrows(() =>
+      new Webhook(secret).verify(
+        delivered?.body ?? "",
+        delivered?.headers as Record<string, string>,
+      ),
+    );
+  } finally {
+    receiver.respond = () => 200;
+    await second?.stop();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test.serial("an endpoint failing continuously is disabled, and its health says why", async (t) => {
+  const server = await startServer({
+    env: {
+      WEBHOOK_ALLOW_PRIVATE: "true",
+      WEBHOOK_RETRY_SCHEDULE: "0ms,150ms,150ms,150ms,150ms,150ms",
+      WEBHOOK_DISABLE_AFTER: "400ms",
+    },
+  });
+  receiver.respond = (request) => (request.path === "/failing" ? 500 : 200);
+  try {
+    const { webhook } = await createEndpoint(server, "/failing");
+    await identify(server, "wh-failing");
+    let endpoint: Json;
+    for (let i = 0; i < 200; i++) {
+      endpoint = (await rest(server, "GET", "/webhooks", { key: keys.secret })).body.find(
+        (e: Json) => e.id === webhook.id,
+      );
+      if (!endpoint.enabled) break;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    t.false(endpoint.enabled);
+    t.truthy(endpoint.health.disabledAt);
+    t.regex(endpoint.health.disabledReason, /^every delivery failed since /);
+    t.true(endpoint.health.consecutiveFailures >= 3);
+
+    const attemptsWhenDisabled = at("/failing").length;
+    await identify(server, "wh-failing-later");
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    t.is(at("/failing").length, attemptsWhenDisabled, "a disabled endpoint receives nothing");
+
+    const enabled = await rest(server, "PATCH", `/webhooks/${webhook.id}`, {
+      key: keys.secret,
+      body: { enabled: true },
+    });
+    t.like(enabled.body, {
+      enabled: true,
+      health: { disabledAt: null, disabledReason: null, consecutiveFailures: 0 },
+    });
+  } finally {
+    receiver.respond = () => 200;
+    await server.stop();
+  }
+});
+
+test.serial("refused URLs are refused at creation, naming the url", async (t) => {
+  const server = await startServer();
+  try {
+    const refused = async (url: string, environment?: string) => {
+      const response = await rest(server, "POST", "/webhooks", {
+        key: keys.secret,
+        body: { url, ...(environment ? { environment } : {}) },
+      });
+      t.is(response.status, 400, url);
+      t.is(response.body.details[0]?.field, "url", url);
+      return response.body.message as string;
+    };
+    t.regex(await refused("http://hooks.example.com/in", "production"), /https/);
+    t.regex(
+      await refused("http://hooks.example.com/in"),
+      /https/,
+      "both environments include production",
+    );
+    for (const url of [
+      "http://127.0.0.1:9/in",
+      "http://10.1.2.3/in",
+      "http://192.168.0.10/in",
+      "http://169.254.169.254/latest/meta-data",
+      "http://[::1]:9/in",
+      "http://[::ffff:127.0.0.1]/in",
+      "http://localhost:9/in",
+    ]) {
+      t.regex(await refused(url, "test"), /private, loopback or link-local/, url);
+    }
+    t.regex(await refused("https://127.0.0.1/in", "production"), /private/);
+    t.regex(await refused("ftp://hooks.example.com/in", "test"), /http/);
+    t.regex(await refused("not a url", "test"), /absolute URL/);
+    t.regex(await refused("https://user:pw@hooks.example.com/in"), /credentials/);
+    t.deepEqual(
+      (await rest(server, "GET", "/webhooks", { key: keys.secret })).body,
+      [],
+      "nothing stored",
+    );
+  } finally {
+    await server.stop();
+  }
+});
+
+test.serial("at delivery time, a host resolving to a private address is refused", async (t) => {
+  const response = await sendWebhook({
+    url: `${receiver.url.replace("127.0.0.1", "localhost")}/resolved`,
+    headers: {},
+    body: "{}",
+    timeoutMs: 2000,
+    allowPrivate: false,
+  });
+  t.is(response.statusCode, null);
+  t.regex(response.error ?? "", /private, loopback or link-local/);
+  t.is(at("/resolved").length, 0);
+  const allowed = await sendWebhook({
+    url: `${receiver.url.replace("127.0.0.1", "localhost")}/resolved`,
+    headers: {},
+    body: "{}",
+    timeoutMs: 2000,
+    allowPrivate: true,
+  });
+  t.is(allowed.statusCode, 200, "the same request is sent when private addresses are allowed");
+});
+
+test.serial("signing secrets are encrypted at rest with a key file in DATA_DIR", async (t) => {
+  const server = await startServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
+  try {
+    const { secret } = await createEndpoint(server, "/secret-at-rest");
+    const key = readFileSync(join(server.dataDir, "webhook-secret.key"), "utf8").trim();
+    t.is(Buffer.from(key, "base64").length, 32);
+    for (const file of readdirSync(server.dataDir)) {
+      const content = readFileSync(join(server.dataDir, file), "utf8");
+      t.false(content.includes(secret.slice("whsec_".length)), file);
+    }
+  } finally {
+    await server.stop();
+  }
+});
