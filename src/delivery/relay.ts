@@ -45,14 +45,11 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
     holder: OutboxHolder & { environment: EnvironmentName },
     entry: OutboxEntryDoc,
   ): Promise<EventDoc> {
-    let type: WebhookEventType;
+    const type = typeOf(holder, entry);
     let data = entry.data;
     if (entry.type === "customer.identified") {
-      type = holder._id === entry.newCustomerId ? "customer.created" : "customer.updated";
       const [customer] = await customerMessages(store, [holder as unknown as CustomerDoc]);
       data = customer ? toPlain(CustomerSchema, customer) : {};
-    } else {
-      type = entry.type;
     }
     if (type === "referral.accepted" && data) {
       data = { ...data, rewards: await rewardsOf(store, String(data.campaignId)) };
@@ -80,9 +77,13 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
     let relayed = 0;
     for (const holder of holders) {
       for (const entry of holder.outbox ?? []) {
-        const event = await storeEvent(store, await eventFrom(holder, entry));
-        for (const webhook of await endpointsOf(event.applicationId)) {
-          if (endpointWants(webhook, event)) await queueDelivery(store, event, webhook, clock());
+        const wanted = (await endpointsOf(holder.applicationId)).filter((webhook) =>
+          endpointWants(webhook, { type: typeOf(holder, entry), environment: holder.environment }),
+        );
+        // An event no endpoint wants is dropped here rather than stored.
+        if (wanted.length > 0) {
+          const event = await storeEvent(store, await eventFrom(holder, entry));
+          for (const webhook of wanted) await queueDelivery(store, event, webhook, clock());
         }
         await removeFromOutbox(collection, holder._id, entry.id);
         relayed++;
@@ -110,6 +111,12 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
       return relayed;
     },
   };
+}
+
+/** An entry's event type; an identify created the customer if it got the attempt's id. */
+function typeOf(holder: OutboxHolder, entry: OutboxEntryDoc): WebhookEventType {
+  if (entry.type !== "customer.identified") return entry.type;
+  return holder._id === entry.newCustomerId ? "customer.created" : "customer.updated";
 }
 
 /** A campaign's enabled rewards for each party, as `referral.accepted` carries them. */
