@@ -194,19 +194,28 @@ export async function convertReferrals(
   const campaigns = await findCampaignsByIds(store, customer, campaignIds);
   const triggers = new Map(campaigns.map((campaign) => [campaign._id, rewardTriggerOf(campaign)]));
   const accepted: ReferralDoc[] = [];
-  for (const referral of pending) {
-    if (triggers.get(referral.campaignId) !== checkpoint.name) continue;
-    if (!convertsOnTrigger(referral.status)) continue;
-    const change = statusChange(
-      referral.status,
-      "accepted",
-      "checkpoint",
-      checkpoint._id,
-      checkpoint.createdAt,
-      `checkpoint "${checkpoint.name}"`,
-    );
-    const moved = await transitionReferral(store, referral, change, referralStatusEvents);
-    if (moved) accepted.push(moved);
+  for (const found of pending) {
+    if (triggers.get(found.campaignId) !== checkpoint.name) continue;
+    // A concurrent write (another ingest, a review, a re-attribution) makes
+    // the transition miss; re-read, and convert only if still pending.
+    let referral: ReferralDoc | null = found;
+    for (let attempt = 1; referral && attempt <= writeAttempts; attempt++) {
+      if (!convertsOnTrigger(referral.status)) break;
+      const change = statusChange(
+        referral.status,
+        "accepted",
+        "checkpoint",
+        checkpoint._id,
+        checkpoint.createdAt,
+        `checkpoint "${checkpoint.name}"`,
+      );
+      const moved = await transitionReferral(store, referral, change, referralStatusEvents);
+      if (moved) {
+        accepted.push(moved);
+        break;
+      }
+      referral = await findReferral(store, customer, referral._id);
+    }
   }
   return accepted;
 }
