@@ -8,8 +8,7 @@ import {
 import { toPlain } from "../contract/plain-codec.js";
 import { endpointWants, type WebhookEventType } from "../domain/webhook-events.js";
 import { customerMessages } from "../services/customer-records.js";
-import type { Clock } from "../services/records.js";
-import { messageFromDoc } from "../services/records.js";
+import { type Clock, messageFromDoc } from "../services/records.js";
 import { findCampaignById } from "../store/campaigns.js";
 import type { StoreCollection } from "../store/collection.js";
 import { queueDelivery } from "../store/deliveries.js";
@@ -44,8 +43,8 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
   async function eventFrom(
     holder: OutboxHolder & { environment: EnvironmentName },
     entry: OutboxEntryDoc,
+    type: WebhookEventType,
   ): Promise<EventDoc> {
-    const type = typeOf(holder, entry);
     let data = entry.data;
     if (entry.type === "customer.identified") {
       const [customer] = await customerMessages(store, [holder as unknown as CustomerDoc]);
@@ -76,18 +75,25 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
     const holders = await findOutboxHolders(collection, batchSize);
     let relayed = 0;
     for (const holder of holders) {
-      for (const entry of holder.outbox ?? []) {
+      const entries = holder.outbox ?? [];
+      for (const entry of entries) {
+        const type = typeOf(holder, entry);
         const wanted = (await endpointsOf(holder.applicationId)).filter((webhook) =>
-          endpointWants(webhook, { type: typeOf(holder, entry), environment: holder.environment }),
+          endpointWants(webhook, { type, environment: holder.environment }),
         );
         // An event no endpoint wants is dropped here rather than stored.
-        if (wanted.length > 0) {
-          const event = await storeEvent(store, await eventFrom(holder, entry));
-          for (const webhook of wanted) await queueDelivery(store, event, webhook, clock());
-        }
-        await removeFromOutbox(collection, holder._id, entry.id);
-        relayed++;
+        if (wanted.length === 0) continue;
+        const event = await storeEvent(store, await eventFrom(holder, entry, type));
+        for (const webhook of wanted) await queueDelivery(store, event, webhook, clock());
       }
+      // Last, and all of the holder's entries at once: a crash before this
+      // only relays them again, which queues nothing new.
+      await removeFromOutbox(
+        collection,
+        holder._id,
+        entries.map((entry) => entry.id),
+      );
+      relayed += entries.length;
     }
     return relayed;
   }

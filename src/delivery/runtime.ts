@@ -49,11 +49,21 @@ export function startWebhookRuntime(deps: {
     }
   }
 
+  // Idle workers ask at the same moments (a wake-up reaches all of them);
+  // one query answers them all.
+  let dueQuery: Promise<Date | null> | undefined;
+  const sharedNextDue = () => {
+    dueQuery ??= nextDueAt(store).finally(() => {
+      dueQuery = undefined;
+    });
+    return dueQuery;
+  };
+
   async function workerLoop(): Promise<void> {
     while (!stopped) {
       try {
         if (await dispatcher.deliverOne()) continue;
-        const due = await nextDueAt(store);
+        const due = await sharedNextDue();
         const untilDue = due ? due.getTime() - clock().getTime() : pollMs;
         await workerWake.wait(Math.max(10, Math.min(pollMs, untilDue)));
       } catch (error) {

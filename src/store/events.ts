@@ -21,19 +21,19 @@ export function findOutboxHolders<T extends OutboxHolder>(
 }
 
 /**
- * Removes a relayed event from its document's outbox, then clears the
+ * Removes relayed events from their document's outbox, then clears the
  * pending flag only if the outbox is empty: an event pushed meanwhile keeps
  * the flag, so it is never stranded.
  */
 export async function removeFromOutbox<T extends OutboxHolder>(
   collection: StoreCollection<T>,
   holderId: string,
-  eventId: string,
+  eventIds: readonly string[],
 ): Promise<void> {
   await collection.updateOne(
     { _id: holderId } as never,
     {
-      $pull: { outbox: { id: eventId } },
+      $pull: { outbox: { id: { $in: [...eventIds] } } },
     } as never,
   );
   await collection.updateOne(
