@@ -1,31 +1,12 @@
-import { buildApp } from "./app.js";
-import { loadConfig } from "./config.js";
-import { startupBanner } from "./startup-banner.js";
-
-const config = loadConfig();
-const app = await buildApp(config);
-const port = await app.listen(config.port, config.host);
-process.stdout.write(
-  startupBanner({
-    port,
-    host: config.host,
-    engine: app.store.engine,
-    demo: app.demo,
-    adminEnabled: config.adminToken !== undefined,
-  }),
-);
-
-let stopping = false;
-for (const signal of ["SIGINT", "SIGTERM"] as const) {
-  process.on(signal, () => {
-    if (stopping) return;
-    stopping = true;
-    app.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        console.error("shutdown failed", error);
-        process.exit(1);
-      },
-    );
-  });
+// The entry point checks the runtime before loading anything else: the
+// embedded store is node:sqlite, which older Node versions do not have (and
+// an ESM import of it would fail with a less helpful message).
+const requiredMajor = 24;
+const major = Number(process.versions.node.split(".")[0]);
+if (major < requiredMajor) {
+  process.stderr.write(
+    `referral-service needs Node.js ${requiredMajor} or newer; this is ${process.version}.\n`,
+  );
+  process.exit(1);
 }
+await import("./serve.js");

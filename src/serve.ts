@@ -1,0 +1,32 @@
+/** Builds the service from the environment, listens, and stops on SIGINT/SIGTERM. */
+import { buildApp } from "./app.js";
+import { loadConfig } from "./config.js";
+import { startupBanner } from "./startup-banner.js";
+
+const config = loadConfig();
+const app = await buildApp(config);
+const port = await app.listen(config.port, config.host);
+process.stdout.write(
+  startupBanner({
+    port,
+    host: config.host,
+    engine: app.store.engine,
+    demo: app.demo,
+    adminEnabled: config.adminToken !== undefined,
+  }),
+);
+
+let stopping = false;
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.on(signal, () => {
+    if (stopping) return;
+    stopping = true;
+    app.close().then(
+      () => process.exit(0),
+      (error: unknown) => {
+        console.error("shutdown failed", error);
+        process.exit(1);
+      },
+    );
+  });
+}
