@@ -49,7 +49,10 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     host: nonEmpty(env.HOST) ?? "0.0.0.0",
     store: mongodbUri
       ? { mongodbUri, mongodbDb: nonEmpty(env.MONGODB_DB) ?? "referrals" }
-      : { dataDir: resolve(nonEmpty(env.DATA_DIR) ?? "./data") },
+      : {
+          dataDir: resolve(nonEmpty(env.DATA_DIR) ?? "./data"),
+          synchronous: oneOf(env, "SQLITE_SYNCHRONOUS", ["normal", "full"], "normal"),
+        },
     adminToken: nonEmpty(env.ADMIN_TOKEN),
     bootstrapSecretKey: nonEmpty(env.BOOTSTRAP_SECRET_KEY),
     bootstrapPublicKey: nonEmpty(env.BOOTSTRAP_PUBLIC_KEY),
@@ -142,6 +145,18 @@ function durationList(
     );
   }
   return values as number[];
+}
+
+function oneOf<const W extends string>(
+  env: NodeJS.ProcessEnv,
+  name: string,
+  words: readonly W[],
+  fallback: W,
+): W {
+  const raw = nonEmpty(env[name]);
+  if (raw === undefined) return fallback;
+  if ((words as readonly string[]).includes(raw)) return raw as W;
+  throw new Error(`${name} must be one of ${words.join(", ")}, got "${raw}"`);
 }
 
 function boolean(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boolean {

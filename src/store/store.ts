@@ -14,8 +14,9 @@ import type {
   ReferralDoc,
   WebhookDoc,
 } from "./documents.js";
-import { EmbeddedCollection } from "./embedded.js";
 import { type CollectionName, ensureIndexes } from "./indexes.js";
+import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
+import { type SqliteCollection, SqliteDatabase, type SqliteSynchronous } from "./sqlite.js";
 
 /** Every collection, plus the store's lifecycle. */
 export interface Store {
@@ -31,6 +32,8 @@ export interface Store {
   readonly deliveries: StoreCollection<DeliveryDoc>;
   /** `mongodb` or `embedded`, for logs. */
   readonly engine: "mongodb" | "embedded";
+  /** Set when this start imported a data directory of the previous embedded engine. */
+  readonly imported?: ImportReport;
   /** Resolves when the store answers; rejects otherwise (readiness). */
   ping(): Promise<void>;
   /** Releases connections, files and locks. */
@@ -40,7 +43,10 @@ export interface Store {
 /** Where the data lives. */
 export type StoreConfig =
   | { readonly mongodbUri: string; readonly mongodbDb: string }
-  | { readonly dataDir: string };
+  | { readonly dataDir: string; readonly synchronous?: SqliteSynchronous };
+
+/** The embedded engine's database file in DATA_DIR. */
+export const embeddedDatabaseFile = "referrals.sqlite";
 
 const collectionNames: readonly CollectionName[] = [
   "organizations",
@@ -57,8 +63,7 @@ const collectionNames: readonly CollectionName[] = [
 
 /** Opens the configured store and creates its indexes. */
 export async function openStore(config: StoreConfig): Promise<Store> {
-  const store =
-    "mongodbUri" in config ? await openMongo(config) : await openEmbedded(config.dataDir);
+  const store = "mongodbUri" in config ? await openMongo(config) : openEmbedded(config);
   try {
     await ensureIndexes(store);
   } catch (error) {
@@ -85,33 +90,43 @@ async function openMongo(config: { mongodbUri: string; mongodbDb: string }): Pro
   };
 }
 
-async function openEmbedded(dataDir: string): Promise<Store> {
-  const releaseLock = acquireLock(dataDir);
+function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous }): Store {
+  const releaseLock = acquireLock(config.dataDir);
+  let database: SqliteDatabase | undefined;
   try {
-    const collections: Record<string, EmbeddedCollection<Document>> = {};
-    for (const name of collectionNames) {
-      collections[name] = await EmbeddedCollection.open(dataDir, name);
-    }
+    const db = SqliteDatabase.open(
+      join(config.dataDir, embeddedDatabaseFile),
+      config.synchronous ?? "normal",
+    );
+    database = db;
+    const collections = Object.fromEntries(
+      collectionNames.map((name) => [name, db.collection<Document>(name)]),
+    ) as Record<CollectionName, SqliteCollection<Document>>;
+    const imported = importNedbDirectory(config.dataDir, db, collections);
     return {
       ...(collections as unknown as Pick<Store, CollectionName>),
       engine: "embedded",
-      async ping() {},
+      ...(imported ? { imported } : {}),
+      async ping() {
+        db.ping();
+      },
       async close() {
-        for (const collection of Object.values(collections)) collection.close();
+        db.close();
         releaseLock();
       },
     };
   } catch (error) {
+    database?.close();
     releaseLock();
     throw error;
   }
 }
 
 /**
- * The embedded engine keeps each collection in memory and appends to its
- * file, so two processes on one directory would overwrite each other. A lock
- * file with the owner's pid refuses the second; a lock whose process is gone
- * is taken over.
+ * The embedded engine makes each read-modify-write atomic by running it
+ * synchronously in one process, so a second process on the same database
+ * could interleave with it. A lock file with the owner's pid refuses the
+ * second; a lock whose process is gone is taken over.
  */
 function acquireLock(dataDir: string): () => void {
   mkdirSync(dataDir, { recursive: true });

@@ -1,0 +1,248 @@
+import type { SQLInputValue } from "node:sqlite";
+import type { Document, Sort } from "mongodb";
+
+/**
+ * The translation of the MongoDB query language the repositories use into
+ * SQL over tables of JSON documents (`id TEXT PRIMARY KEY, doc BLOB` in
+ * SQLite's JSONB form), and the document encoding that keeps BSON's types
+ * apart inside JSON.
+ *
+ * Every field is read through one expression, `json_extract(doc, '$.path')`,
+ * written by {@link fieldExpression} for queries and indexes alike: SQLite
+ * uses an expression index only when the query names the same expression.
+ */
+
+/** A filter or sort this engine does not translate; a programming error, never user input. */
+export class UnsupportedQueryError extends Error {
+  constructor(message: string) {
+    super(`the embedded engine does not support ${message}`);
+    this.name = "UnsupportedQueryError";
+  }
+}
+
+const pathSegment = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** The SQL expression of a document field (`_id` is the primary key column). */
+export function fieldExpression(path: string): string {
+  if (path === "_id") return "id";
+  return `json_extract(doc, '${jsonPath(path)}')`;
+}
+
+function jsonPath(path: string): string {
+  const segments = path.split(".");
+  for (const segment of segments) {
+    // Paths come from repository code, not from requests; refusing anything
+    // unusual keeps quoting out of the SQL entirely.
+    if (!pathSegment.test(segment)) throw new UnsupportedQueryError(`the field path "${path}"`);
+  }
+  return `$.${path}`;
+}
+
+// Dates and strings are both strings in JSON. A date is stored as a tagged
+// ISO 8601 string, which sorts and compares in time order; a user's string
+// that happens to start with the tag character is escaped, so nothing a
+// caller sends can read back as a date.
+const tag = "\u0001";
+const dateTag = "\u0001D";
+const escapedTag = "\u0001S";
+
+/** A value as it is stored inside a document and compared in SQL. */
+export function encodeScalar(value: unknown): SQLInputValue {
+  if (value instanceof Date) return dateTag + value.toISOString();
+  if (typeof value === "string") return value.startsWith(tag) ? escapedTag + value : value;
+  if (typeof value === "boolean") return value ? 1 : 0; // json_extract reads true as 1
+  if (typeof value === "number") return value;
+  throw new UnsupportedQueryError(`comparing with ${describe(value)}`);
+}
+
+/** A document as JSON text for `jsonb(?)`. */
+export function encodeDocument(doc: Document): string {
+  return JSON.stringify(doc, function encodeValue(this: Record<string, unknown>, key, value) {
+    const raw = this[key];
+    if (raw instanceof Date) return dateTag + raw.toISOString();
+    if (typeof value === "string" && value.startsWith(tag)) return escapedTag + value;
+    return value;
+  });
+}
+
+/** A document from its JSON text, with dates as `Date`s again. */
+export function decodeDocument<T>(json: string): T {
+  return JSON.parse(json, (_key, value) => {
+    if (typeof value !== "string" || !value.startsWith(tag)) return value;
+    if (value.startsWith(dateTag)) return new Date(value.slice(dateTag.length));
+    return value.slice(escapedTag.length);
+  }) as T;
+}
+
+/** A WHERE clause and its parameters. */
+export interface SqlCondition {
+  readonly sql: string;
+  readonly params: SQLInputValue[];
+}
+
+/**
+ * Translates a filter. MongoDB's semantics are kept where naive SQL would
+ * differ: `{ field: null }` also matches a missing field, `$ne` matches
+ * missing fields, `$size` matches arrays only. Anything else is refused
+ * loudly rather than answered differently.
+ */
+export function compileFilter(filter: Document): SqlCondition {
+  const clauses: string[] = [];
+  const params: SQLInputValue[] = [];
+  for (const [key, condition] of Object.entries(filter)) {
+    if (condition === undefined) continue;
+    if (key === "$and" || key === "$or") {
+      const parts = (condition as Document[]).map(compileFilter);
+      if (parts.length === 0) throw new UnsupportedQueryError(`an empty ${key}`);
+      clauses.push(`(${parts.map((part) => part.sql).join(key === "$and" ? " AND " : " OR ")})`);
+      for (const part of parts) params.push(...part.params);
+      continue;
+    }
+    if (key.startsWith("$")) throw new UnsupportedQueryError(`the operator ${key}`);
+    const expression = fieldExpression(key);
+    if (isOperatorObject(condition)) {
+      for (const [operator, operand] of Object.entries(condition)) {
+        clauses.push(compileOperator(key, expression, operator, operand, params));
+      }
+    } else {
+      clauses.push(equality(expression, condition, params));
+    }
+  }
+  return { sql: clauses.length > 0 ? clauses.join(" AND ") : "1", params };
+}
+
+function compileOperator(
+  path: string,
+  expression: string,
+  operator: string,
+  operand: unknown,
+  params: SQLInputValue[],
+): string {
+  switch (operator) {
+    case "$eq":
+      return equality(expression, operand, params);
+    case "$ne":
+      if (operand === null) return `${expression} IS NOT NULL`;
+      params.push(encodeScalar(operand));
+      return `(${expression} IS NULL OR ${expression} != ?)`;
+    case "$gt":
+    case "$gte":
+    case "$lt":
+    case "$lte": {
+      params.push(encodeScalar(operand));
+      const sign = { $gt: ">", $gte: ">=", $lt: "<", $lte: "<=" }[operator];
+      return `${expression} ${sign} ?`;
+    }
+    case "$in":
+    case "$nin": {
+      if (!Array.isArray(operand)) throw new UnsupportedQueryError(`${operator} without an array`);
+      const values = operand.filter((value) => value !== null);
+      const matchesNull = values.length < operand.length;
+      for (const value of values) params.push(encodeScalar(value));
+      const list = `${expression} IN (${values.map(() => "?").join(", ")})`;
+      const inList = values.length === 0 ? "0" : list;
+      const positive = matchesNull ? `(${expression} IS NULL OR ${inList})` : inList;
+      return operator === "$in" ? positive : `NOT ${positive}`;
+    }
+    case "$exists": {
+      if (path === "_id") return operand ? "1" : "0";
+      const type = `json_type(doc, '${jsonPath(path)}')`;
+      return operand ? `${type} IS NOT NULL` : `${type} IS NULL`;
+    }
+    case "$size": {
+      params.push(encodeScalar(operand));
+      const at = jsonPath(path);
+      return `(json_type(doc, '${at}') = 'array' AND json_array_length(doc, '${at}') = ?)`;
+    }
+    default:
+      throw new UnsupportedQueryError(`the operator ${operator}`);
+  }
+}
+
+function equality(expression: string, value: unknown, params: SQLInputValue[]): string {
+  if (value === null) return `${expression} IS NULL`;
+  params.push(encodeScalar(value));
+  return `${expression} = ?`;
+}
+
+/** True for `{ $op: ... }`; a date or a plain value is not one. */
+export function isOperatorObject(value: unknown): value is Record<string, unknown> {
+  if (typeof value !== "object" || value === null || value instanceof Date) return false;
+  if (Array.isArray(value)) throw new UnsupportedQueryError("matching a whole array");
+  const keys = Object.keys(value);
+  if (keys.length > 0 && keys.every((key) => key.startsWith("$"))) return true;
+  throw new UnsupportedQueryError("matching a whole embedded document");
+}
+
+/** An ORDER BY clause, or "" without a sort. */
+export function compileSort(sort: Sort | undefined): string {
+  if (sort === undefined) return "";
+  if (typeof sort !== "object" || Array.isArray(sort) || sort instanceof Map) {
+    throw new UnsupportedQueryError("a sort that is not an object of directions");
+  }
+  const terms = Object.entries(sort as Record<string, unknown>).map(([path, direction]) => {
+    if (direction !== 1 && direction !== -1) {
+      throw new UnsupportedQueryError(`the sort direction ${String(direction)}`);
+    }
+    return `${fieldExpression(path)} ${direction === 1 ? "ASC" : "DESC"}`;
+  });
+  return terms.length > 0 ? ` ORDER BY ${terms.join(", ")}` : "";
+}
+
+/** The top-level `field: value` equalities of a filter: the base of an upserted document. */
+export function equalityFields(filter: Document): Document {
+  const out: Document = {};
+  for (const [key, condition] of Object.entries(filter)) {
+    if (key.startsWith("$") || condition === undefined) continue;
+    let value: unknown = condition;
+    if (isOperatorObject(condition)) {
+      if (!("$eq" in condition)) continue;
+      value = condition.$eq;
+    }
+    setPath(out, key, value);
+  }
+  return out;
+}
+
+/** Keeps the fields an inclusion projection names (and `_id` unless excluded). */
+export function project<T extends Document>(doc: T, projection: Document | undefined): T {
+  if (projection === undefined) return doc;
+  const out: Document = {};
+  const entries = Object.entries(projection);
+  if (entries.some(([key, include]) => key !== "_id" && !include)) {
+    throw new UnsupportedQueryError("exclusion projections");
+  }
+  if (projection._id !== 0 && projection._id !== false) out._id = doc._id;
+  for (const [path, include] of entries) {
+    if (path === "_id" || !include) continue;
+    const value = getPath(doc, path);
+    if (value !== undefined) setPath(out, path, value);
+  }
+  return out as T;
+}
+
+function getPath(doc: Document, path: string): unknown {
+  let value: unknown = doc;
+  for (const key of path.split(".")) {
+    if (typeof value !== "object" || value === null) return undefined;
+    value = (value as Document)[key];
+  }
+  return value;
+}
+
+function setPath(doc: Document, path: string, value: unknown): void {
+  const keys = path.split(".");
+  const last = keys.pop() as string;
+  let target = doc;
+  for (const key of keys) {
+    target[key] ??= {};
+    target = target[key] as Document;
+  }
+  target[last] = value;
+}
+
+function describe(value: unknown): string {
+  if (value === undefined) return "undefined";
+  if (Array.isArray(value)) return "an array";
+  return typeof value === "object" ? "an embedded document" : typeof value;
+}

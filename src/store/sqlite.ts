@@ -1,0 +1,385 @@
+import { randomUUID } from "node:crypto";
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
+import { update as applyUpdate } from "mingo/updater";
+import type {
+  CreateIndexesOptions,
+  DeleteResult,
+  Document,
+  Filter,
+  FindOneAndUpdateOptions,
+  FindOptions,
+  IndexSpecification,
+  InsertOneResult,
+  OptionalUnlessRequiredId,
+  Sort,
+  UpdateFilter,
+  UpdateOptions,
+  UpdateResult,
+  WithId,
+} from "mongodb";
+import type { StoreCollection } from "./collection.js";
+import { DuplicateKeyError } from "./errors.js";
+import {
+  compileFilter,
+  compileSort,
+  decodeDocument,
+  encodeDocument,
+  equalityFields,
+  fieldExpression,
+  project,
+  UnsupportedQueryError,
+} from "./sqlite-query.js";
+
+/**
+ * How hard SQLite works to make a commit durable (`PRAGMA synchronous`, in
+ * WAL mode). `normal`: a commit is in the write-ahead log before it is
+ * acknowledged, so it survives the process being killed (kill -9, a crash);
+ * a power loss or OS crash may roll back the last commits, never corrupt the
+ * file. `full`: every commit is also fsynced, so it survives a power loss,
+ * at the cost of one fsync per write.
+ */
+export type SqliteSynchronous = "normal" | "full";
+
+/** A database file could not be opened or read; names the file. */
+export class StoreOpenError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "StoreOpenError";
+  }
+}
+
+/**
+ * One SQLite database in WAL mode, holding each collection as a table of
+ * JSON documents. node:sqlite is synchronous: each collection operation,
+ * read-modify-write included, runs to completion before any other JavaScript
+ * does, so every single-document operation is atomic in this process (the
+ * data directory's lock keeps other processes out).
+ */
+export class SqliteDatabase {
+  private readonly db: DatabaseSync;
+  private readonly statements = new Map<string, StatementSync>();
+
+  private constructor(
+    db: DatabaseSync,
+    readonly file: string,
+  ) {
+    this.db = db;
+  }
+
+  /**
+   * Opens (or creates) the database file. A file that is not a readable
+   * SQLite database is refused with its name; nothing is skipped.
+   */
+  static open(file: string, synchronous: SqliteSynchronous): SqliteDatabase {
+    let db: DatabaseSync | undefined;
+    try {
+      db = new DatabaseSync(file);
+      db.exec("PRAGMA journal_mode = WAL");
+      db.exec(`PRAGMA synchronous = ${synchronous === "full" ? "FULL" : "NORMAL"}`);
+      // Reading the schema fails fast on a file that is not a database or
+      // whose first pages are damaged.
+      db.prepare("SELECT count(*) FROM sqlite_schema").get();
+    } catch (error) {
+      db?.close();
+      throw new StoreOpenError(
+        `${file} is not a readable SQLite database (${(error as Error).message}); ` +
+          "restore it from a backup or move it away to start empty",
+        { cause: error },
+      );
+    }
+    // A 32 MiB page cache: list pages and lookups stay in memory without
+    // letting RSS grow with the data.
+    db.exec("PRAGMA cache_size = -32768");
+    db.exec("PRAGMA temp_store = MEMORY");
+    return new SqliteDatabase(db, file);
+  }
+
+  /** The table of a collection, created on first use. */
+  collection<T extends Document>(name: string): SqliteCollection<T> {
+    this.db.exec(
+      `CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY NOT NULL, doc BLOB NOT NULL) STRICT`,
+    );
+    return new SqliteCollection<T>(this, name);
+  }
+
+  /** A prepared statement, compiled once per SQL text. */
+  statement(sql: string): StatementSync {
+    let statement = this.statements.get(sql);
+    if (!statement) {
+      statement = this.db.prepare(sql);
+      this.statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  /** Runs `work` in one transaction: all of it is committed, or none. */
+  transaction<R>(work: () => R): R {
+    this.db.exec("BEGIN IMMEDIATE");
+    try {
+      const result = work();
+      this.db.exec("COMMIT");
+      return result;
+    } catch (error) {
+      this.db.exec("ROLLBACK");
+      throw error;
+    }
+  }
+
+  /** Runs SQL that returns nothing (schema changes). */
+  exec(sql: string): void {
+    this.db.exec(sql);
+  }
+
+  /** Whether the connection answers. */
+  ping(): void {
+    this.statement("SELECT 1").get();
+  }
+
+  /** Closes the connection; the WAL is checkpointed into the file. */
+  close(): void {
+    if (!this.db.isOpen) return;
+    this.statements.clear();
+    this.db.close();
+  }
+}
+
+interface Row {
+  id: string;
+  doc: string;
+}
+
+/**
+ * A `StoreCollection` on one table. Filters, sort, skip, limit and count run
+ * in SQL on the declared indexes; update operators are applied with mingo
+ * (MongoDB's semantics) to the document read in the same synchronous step.
+ */
+export class SqliteCollection<T extends Document> implements StoreCollection<T> {
+  constructor(
+    private readonly database: SqliteDatabase,
+    readonly name: string,
+  ) {}
+
+  async insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>> {
+    const { _id, ...fields } = doc as Document;
+    const id = (_id as string | undefined) ?? randomUUID();
+    this.insertRow(id, fields);
+    return { acknowledged: true, insertedId: id as never };
+  }
+
+  async findOne(filter: Filter<T>, options: FindOptions = {}): Promise<WithId<T> | null> {
+    const [first] = this.select(filter, { ...options, limit: 1 });
+    return first ?? null;
+  }
+
+  find(filter: Filter<T>, options: FindOptions = {}): { toArray(): Promise<WithId<T>[]> } {
+    return { toArray: async () => this.select(filter, options) };
+  }
+
+  async countDocuments(filter: Filter<T> = {}): Promise<number> {
+    const where = compileFilter(filter);
+    const row = this.database
+      .statement(`SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`)
+      .get(...where.params) as { n: number };
+    return row.n;
+  }
+
+  async updateOne(
+    filter: Filter<T>,
+    update: UpdateFilter<T>,
+    options: UpdateOptions = {},
+  ): Promise<UpdateResult<T>> {
+    const result = this.updateFirst(filter, update, options.upsert ?? false, undefined);
+    return {
+      acknowledged: true,
+      matchedCount: result.upserted ? 0 : result.matched,
+      modifiedCount: result.modified ? 1 : 0,
+      upsertedCount: result.upserted ? 1 : 0,
+      upsertedId: (result.upserted ? result.doc?._id : null) as never,
+    };
+  }
+
+  async updateMany(filter: Filter<T>, update: UpdateFilter<T>): Promise<UpdateResult<T>> {
+    const operators = updateOperators(update);
+    let modified = 0;
+    const matches = this.select(filter, {});
+    this.database.transaction(() => {
+      for (const doc of matches) {
+        if (applyUpdate(doc, operators).length === 0) continue;
+        this.writeRow(doc);
+        modified += 1;
+      }
+    });
+    return {
+      acknowledged: true,
+      matchedCount: matches.length,
+      modifiedCount: modified,
+      upsertedCount: 0,
+      upsertedId: null,
+    };
+  }
+
+  async findOneAndUpdate(
+    filter: Filter<T>,
+    update: UpdateFilter<T>,
+    options: FindOneAndUpdateOptions,
+  ): Promise<WithId<T> | null> {
+    if (options.returnDocument !== "after") {
+      throw new UnsupportedQueryError("findOneAndUpdate without returnDocument 'after'");
+    }
+    return this.updateFirst(filter, update, options.upsert ?? false, options.sort).doc;
+  }
+
+  async deleteOne(filter: Filter<T>): Promise<DeleteResult> {
+    const where = compileFilter(filter);
+    const result = this.database
+      .statement(
+        `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`,
+      )
+      .run(...where.params);
+    return { acknowledged: true, deletedCount: Number(result.changes) };
+  }
+
+  /**
+   * A real SQLite index on the same expressions queries use: unique stays
+   * unique, and a sparse index becomes a partial one over documents that
+   * have the field, as MongoDB's sparse index leaves the others out.
+   */
+  async createIndex(spec: IndexSpecification, options: CreateIndexesOptions = {}): Promise<string> {
+    const key = spec as Record<string, 1 | -1>;
+    const name = `${this.name}_${Object.entries(key)
+      .map(([path, direction]) => `${path}_${direction}`)
+      .join("_")}`.replaceAll(/[^A-Za-z0-9_]/g, "_");
+    const columns = Object.entries(key).map(
+      ([path, direction]) => `${fieldExpression(path)} ${direction === -1 ? "DESC" : "ASC"}`,
+    );
+    const partial = options.sparse
+      ? ` WHERE ${Object.keys(key)
+          .map((path) => `${fieldExpression(path)} IS NOT NULL`)
+          .join(" OR ")}`
+      : "";
+    this.database.exec(
+      `CREATE ${options.unique ? "UNIQUE " : ""}INDEX IF NOT EXISTS "${name}" ON "${this.name}" (${columns.join(", ")})${partial}`,
+    );
+    return name;
+  }
+
+  /** The SQL a find runs and its parameters, for query-plan checks. */
+  findStatement(
+    filter: Filter<T>,
+    options: FindOptions = {},
+  ): { sql: string; params: SQLInputValue[] } {
+    const where = compileFilter(filter);
+    const params = [...where.params];
+    let sql = `SELECT id, json(doc) AS doc FROM "${this.name}" WHERE ${where.sql}${compileSort(options.sort)}`;
+    if (options.limit || options.skip) {
+      sql += " LIMIT ? OFFSET ?";
+      params.push(options.limit || -1, options.skip ?? 0);
+    }
+    return { sql, params };
+  }
+
+  /** The SQL a count runs, for query-plan checks. */
+  countStatement(filter: Filter<T>): { sql: string; params: SQLInputValue[] } {
+    const where = compileFilter(filter);
+    return {
+      sql: `SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`,
+      params: where.params,
+    };
+  }
+
+  /** Inserts documents read from elsewhere (an import), in the caller's transaction. */
+  insertImported(docs: Iterable<Document>): number {
+    let count = 0;
+    for (const { _id, ...fields } of docs) {
+      this.insertRow(String(_id), fields);
+      count += 1;
+    }
+    return count;
+  }
+
+  private select(filter: Filter<T>, options: FindOptions): WithId<T>[] {
+    const { sql, params } = this.findStatement(filter, options);
+    const rows = this.database.statement(sql).all(...params) as unknown as Row[];
+    return rows.map((row) => project(this.decode(row), options.projection) as WithId<T>);
+  }
+
+  private decode(row: Row): WithId<T> {
+    const doc = decodeDocument<Document>(row.doc);
+    // The primary key is the column; put `_id` first, as MongoDB returns it.
+    return { _id: row.id, ...doc } as unknown as WithId<T>;
+  }
+
+  /**
+   * MongoDB's update of the first match, or its upsert: when nothing
+   * matches, the new document is the filter's equalities with the update
+   * (`$setOnInsert` included) applied. A unique index violated by the write
+   * is the typed duplicate-key error the repositories retry on.
+   */
+  private updateFirst(
+    filter: Filter<T>,
+    update: UpdateFilter<T>,
+    upsert: boolean,
+    sort: Sort | undefined,
+  ): { matched: number; modified: boolean; upserted: boolean; doc: WithId<T> | null } {
+    const { $setOnInsert, ...rest } = update as Record<string, Document>;
+    const [current] = this.select(filter, { limit: 1, sort });
+    if (current) {
+      const modified = applyUpdate(current, updateOperators(rest)).length > 0;
+      if (modified) this.writeRow(current);
+      return { matched: 1, modified, upserted: false, doc: current };
+    }
+    if (!upsert) return { matched: 0, modified: false, upserted: false, doc: null };
+    const inserted = equalityFields(filter) as WithId<T>;
+    // mingo refuses to $set `_id` (immutable in MongoDB's updates), but an
+    // upsert may choose the new document's id with $setOnInsert.
+    const { _id: chosenId, ...onInsert } = $setOnInsert ?? {};
+    if (chosenId !== undefined) inserted._id = chosenId as never;
+    const operators = updateOperators(rest);
+    operators.$set = { ...operators.$set, ...onInsert };
+    applyUpdate(inserted, operators);
+    inserted._id ??= randomUUID() as never;
+    const { _id, ...fields } = inserted;
+    this.insertRow(String(_id), fields);
+    return { matched: 0, modified: false, upserted: true, doc: { _id, ...fields } as WithId<T> };
+  }
+
+  private insertRow(id: string, fields: Document): void {
+    translateConstraintErrors(() =>
+      this.database
+        .statement(`INSERT INTO "${this.name}" (id, doc) VALUES (?, jsonb(?))`)
+        .run(id, encodeDocument(fields)),
+    );
+  }
+
+  private writeRow(doc: WithId<T>): void {
+    const { _id, ...fields } = doc;
+    translateConstraintErrors(() =>
+      this.database
+        .statement(`UPDATE "${this.name}" SET doc = jsonb(?) WHERE id = ?`)
+        .run(encodeDocument(fields), String(_id)),
+    );
+  }
+}
+
+/** The update's operators as mingo takes them; a replacement document is refused. */
+function updateOperators(update: Document): Record<string, Document> {
+  for (const key of Object.keys(update)) {
+    if (!key.startsWith("$")) throw new UnsupportedQueryError("replacement-style updates");
+  }
+  return { ...update } as Record<string, Document>;
+}
+
+// SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY.
+const duplicateKeyCodes = new Set([2067, 1555]);
+
+function translateConstraintErrors(write: () => void): void {
+  try {
+    write();
+  } catch (error) {
+    const code = (error as { errcode?: number }).errcode;
+    if (code !== undefined && duplicateKeyCodes.has(code)) {
+      throw new DuplicateKeyError(`duplicate key: ${(error as Error).message}`);
+    }
+    throw error;
+  }
+}
