@@ -21,28 +21,37 @@ const outboxIndex: IndexDeclaration = {
  */
 export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclaration[] } = {
   organizations: [],
-  applications: [{ key: { createdAt: 1 }, serves: "ListApplications, oldest first" }],
+  applications: [{ key: { createdAt: 1, _id: 1 }, serves: "ListApplications, oldest first" }],
   apiKeys: [
     {
       key: { hash: 1 },
       options: { unique: true },
       serves: "authenticating every request by the key's hash",
     },
-    { key: { applicationId: 1, createdAt: 1 }, serves: "ListApiKeys" },
+    { key: { applicationId: 1, createdAt: 1, _id: 1 }, serves: "ListApiKeys" },
   ],
   customers: [
     outboxIndex,
     {
-      key: { applicationId: 1, environment: 1, externalUserId: 1 },
+      key: { applicationId: 1, externalUserId: 1, environment: 1 },
       options: { unique: true },
-      serves: "IdentifyCustomer's upsert; makes concurrent identifies of one user race-free",
+      serves:
+        "IdentifyCustomer's upsert (concurrent identifies of one user race to one document); ListCustomers by externalUserId with or without environment",
     },
     {
-      key: { applicationId: 1, environment: 1, referralCode: 1 },
+      key: { applicationId: 1, referralCode: 1, environment: 1 },
       options: { unique: true },
-      serves: "finding a referrer by code; makes codes unique per environment",
+      serves:
+        "finding a referrer by code (codes are unique per environment); ListCustomers by code",
     },
-    { key: { applicationId: 1, createdAt: -1, _id: -1 }, serves: "ListCustomers, newest first" },
+    {
+      key: { applicationId: 1, deletedAt: 1, createdAt: -1, _id: -1 },
+      serves: "ListCustomers, newest first; a deep page skips index entries only",
+    },
+    {
+      key: { applicationId: 1, deletedAt: 1, environment: 1, createdAt: -1, _id: -1 },
+      serves: "ListCustomers of one environment, newest first",
+    },
     { key: { applicationId: 1, emailNormalized: 1 }, serves: "ListCustomers by email" },
     {
       key: { applicationId: 1, environment: 1, emailCanonical: 1 },
@@ -56,15 +65,34 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       options: { unique: true },
       serves: "one referral per campaign and referee; makes concurrent creates race-free",
     },
-    { key: { applicationId: 1, createdAt: -1, _id: -1 }, serves: "ListReferrals, newest first" },
-    { key: { referrerId: 1, status: 1 }, serves: "a referrer's visited and converted counts" },
+    {
+      key: { applicationId: 1, deletedAt: 1, createdAt: -1, _id: -1 },
+      serves: "ListReferrals, newest first",
+    },
+    {
+      key: { applicationId: 1, deletedAt: 1, environment: 1, createdAt: -1, _id: -1 },
+      serves: "ListReferrals of one environment",
+    },
+    {
+      key: { applicationId: 1, deletedAt: 1, status: 1, createdAt: -1, _id: -1 },
+      serves: "ListReferrals by status (a rare status is not found by walking all referrals)",
+    },
+    {
+      key: { applicationId: 1, deletedAt: 1, campaignId: 1, createdAt: -1, _id: -1 },
+      serves: "ListReferrals of one campaign",
+    },
+    {
+      key: { referrerId: 1, status: 1 },
+      serves: "a referrer's visited and converted counts; ListReferrals by referrer",
+    },
     {
       key: { referrerId: 1, attributedAt: -1 },
       serves: "the velocity rule: a referrer's last hour",
     },
     {
       key: { refereeId: 1, createdAt: -1 },
-      serves: "who referred a customer; the referrals a checkpoint may convert",
+      serves:
+        "who referred a customer; the referrals a checkpoint may convert; ListReferrals by referee",
     },
   ],
   checkpoints: [
@@ -79,7 +107,7 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       key: { applicationId: 1, environment: 1, isDefault: 1 },
       serves: "the environment's default campaign",
     },
-    { key: { applicationId: 1, createdAt: -1 }, serves: "ListCampaigns" },
+    { key: { applicationId: 1, createdAt: -1, _id: -1 }, serves: "ListCampaigns" },
   ],
   webhooks: [
     {
@@ -98,6 +126,77 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     {
       key: { webhookId: 1, createdAt: -1, _id: -1 },
       serves: "ListWebhookDeliveries, newest first",
+    },
+    {
+      key: { webhookId: 1, status: 1, createdAt: -1, _id: -1 },
+      serves: "ListWebhookDeliveries by status",
+    },
+  ],
+};
+
+/**
+ * A total the embedded engine keeps per group of documents, in the same
+ * transaction as every write that changes it (SQLite triggers), so a list's
+ * exact `total` is one lookup at any size. A count whose filter is exactly
+ * `groupBy` equalities plus `nullFields` is answered from it; any other
+ * count runs in SQL on the indexes. MongoDB counts with its indexes.
+ */
+export interface CounterDeclaration {
+  /** The fields a counted filter matches by equality; one total per combination. */
+  readonly groupBy: readonly string[];
+  /** The fields a counted filter requires to be null or missing. */
+  readonly nullFields?: readonly string[];
+  readonly serves: string;
+}
+
+const live = ["deletedAt"];
+
+/** Every kept total, per collection. */
+export const counterDeclarations: { [C in CollectionName]?: readonly CounterDeclaration[] } = {
+  customers: [
+    { groupBy: ["applicationId"], nullFields: live, serves: "ListCustomers' total" },
+    {
+      groupBy: ["applicationId", "environment"],
+      nullFields: live,
+      serves: "ListCustomers' total in one environment",
+    },
+  ],
+  referrals: [
+    { groupBy: ["applicationId"], nullFields: live, serves: "ListReferrals' total" },
+    {
+      groupBy: ["applicationId", "environment"],
+      nullFields: live,
+      serves: "ListReferrals' total in one environment",
+    },
+    {
+      groupBy: ["applicationId", "status"],
+      nullFields: live,
+      serves: "ListReferrals' total by status",
+    },
+    {
+      groupBy: ["applicationId", "environment", "status"],
+      nullFields: live,
+      serves: "ListReferrals' total by status in one environment",
+    },
+    {
+      groupBy: ["applicationId", "campaignId"],
+      nullFields: live,
+      serves: "ListReferrals' total of one campaign",
+    },
+    {
+      groupBy: ["applicationId", "campaignId", "status"],
+      nullFields: live,
+      serves: "ListReferrals' total of one campaign by status",
+    },
+  ],
+  deliveries: [
+    {
+      groupBy: ["applicationId", "webhookId"],
+      serves: "ListWebhookDeliveries' total",
+    },
+    {
+      groupBy: ["applicationId", "webhookId", "status"],
+      serves: "ListWebhookDeliveries' total by status",
     },
   ],
 };

@@ -19,11 +19,13 @@ import type {
 } from "mongodb";
 import type { StoreCollection } from "./collection.js";
 import { DuplicateKeyError } from "./errors.js";
+import type { CounterDeclaration } from "./indexes.js";
 import {
   compileFilter,
   compileSort,
   decodeDocument,
   encodeDocument,
+  encodeScalar,
   equalityFields,
   fieldExpression,
   project,
@@ -87,6 +89,10 @@ export class SqliteDatabase {
         { cause: error },
       );
     }
+    db.exec(
+      "CREATE TABLE IF NOT EXISTS counters (name TEXT NOT NULL, key TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (name, key)) WITHOUT ROWID, STRICT;" +
+        "CREATE TABLE IF NOT EXISTS counter_definitions (name TEXT PRIMARY KEY NOT NULL) STRICT",
+    );
     // A 32 MiB page cache: list pages and lookups stay in memory without
     // letting RSS grow with the data.
     db.exec("PRAGMA cache_size = -32768");
@@ -154,6 +160,8 @@ interface Row {
  * (MongoDB's semantics) to the document read in the same synchronous step.
  */
 export class SqliteCollection<T extends Document> implements StoreCollection<T> {
+  private readonly counters: CounterDeclaration[] = [];
+
   constructor(
     private readonly database: SqliteDatabase,
     readonly name: string,
@@ -176,6 +184,8 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   async countDocuments(filter: Filter<T> = {}): Promise<number> {
+    const kept = this.keptTotal(filter);
+    if (kept !== undefined) return kept;
     const where = compileFilter(filter);
     const row = this.database
       .statement(`SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`)
@@ -261,6 +271,69 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       `CREATE ${options.unique ? "UNIQUE " : ""}INDEX IF NOT EXISTS "${name}" ON "${this.name}" (${columns.join(", ")})${partial}`,
     );
     return name;
+  }
+
+  /**
+   * Keeps a total per group of documents: triggers adjust it in the same
+   * transaction as every insert, update and delete, so it is exact; the
+   * first declaration on existing data counts them once.
+   */
+  keepCounter(counter: CounterDeclaration): void {
+    const name = counterName(this.name, counter);
+    const key = (row: "NEW" | "OLD") =>
+      `json_array(${counter.groupBy.map((path) => rowField(row, path)).join(", ")})`;
+    const counted = (row: "NEW" | "OLD") =>
+      (counter.nullFields ?? []).map((path) => `${rowField(row, path)} IS NULL`).join(" AND ") ||
+      "1";
+    const add = (row: "NEW" | "OLD") =>
+      `INSERT INTO counters (name, key, n) SELECT '${name}', ${key(row)}, 1 WHERE ${counted(row)} ` +
+      "ON CONFLICT (name, key) DO UPDATE SET n = n + 1;";
+    const remove = (row: "NEW" | "OLD") =>
+      `UPDATE counters SET n = n - 1 WHERE ${counted(row)} AND name = '${name}' AND key = ${key(row)};`;
+    const trigger = `"${name.replaceAll(/[^A-Za-z0-9_]/g, "_")}`;
+    this.database.transaction(() => {
+      const known = this.database
+        .statement("SELECT 1 FROM counter_definitions WHERE name = ?")
+        .get(name);
+      if (known) return;
+      this.database.exec(
+        `CREATE TRIGGER ${trigger}_insert" AFTER INSERT ON "${this.name}" BEGIN ${add("NEW")} END;` +
+          `CREATE TRIGGER ${trigger}_delete" AFTER DELETE ON "${this.name}" BEGIN ${remove("OLD")} END;` +
+          // Most updates move no document between groups; they touch no counter.
+          `CREATE TRIGGER ${trigger}_update" AFTER UPDATE OF doc ON "${this.name}" ` +
+          `WHEN (${counted("OLD")}, ${key("OLD")}) IS NOT (${counted("NEW")}, ${key("NEW")}) ` +
+          `BEGIN ${remove("OLD")} ${add("NEW")} END;`,
+      );
+      const group = counter.groupBy.map((path) => fieldExpression(path)).join(", ");
+      const where = (counter.nullFields ?? []).map((path) => `${fieldExpression(path)} IS NULL`);
+      this.database
+        .statement(
+          `INSERT INTO counters (name, key, n) SELECT ?, json_array(${group}), count(*) ` +
+            `FROM "${this.name}" WHERE ${where.join(" AND ") || "1"} GROUP BY ${group}`,
+        )
+        .run(name);
+      this.database.statement("INSERT INTO counter_definitions (name) VALUES (?)").run(name);
+    });
+    this.counters.push(counter);
+  }
+
+  /** The kept total a count's filter asks for, if a declared counter matches it exactly. */
+  private keptTotal(filter: Filter<T>): number | undefined {
+    const entries = Object.entries(filter).filter(([, value]) => value !== undefined);
+    const counter = this.counters.find(
+      (candidate) =>
+        entries.length === candidate.groupBy.length + (candidate.nullFields?.length ?? 0) &&
+        candidate.groupBy.every((path) => isScalar((filter as Document)[path])) &&
+        (candidate.nullFields ?? []).every((path) => (filter as Document)[path] === null),
+    );
+    if (!counter) return undefined;
+    const values = counter.groupBy.map((path) => encodeScalar((filter as Document)[path]));
+    const row = this.database
+      .statement(
+        `SELECT n FROM counters WHERE name = ? AND key = json_array(${values.map(() => "?").join(", ")})`,
+      )
+      .get(counterName(this.name, counter), ...values) as { n: number } | undefined;
+    return row?.n ?? 0;
   }
 
   /** The SQL a find runs and its parameters, for query-plan checks. */
@@ -359,6 +432,25 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
         .run(encodeDocument(fields), String(_id)),
     );
   }
+}
+
+/** A counter's name: its collection, groups and conditions. */
+function counterName(collection: string, counter: CounterDeclaration): string {
+  const nulls = counter.nullFields?.length ? `|null:${counter.nullFields.join(",")}` : "";
+  return `${collection}|${counter.groupBy.join(",")}${nulls}`;
+}
+
+/** A field of a trigger's NEW or OLD row, as the counted filter compares it. */
+function rowField(row: "NEW" | "OLD", path: string): string {
+  return fieldExpression(path)
+    .replace("json_extract(doc,", `json_extract(${row}.doc,`)
+    .replace(/^id$/, `${row}.id`);
+}
+
+function isScalar(value: unknown): boolean {
+  return (
+    value !== null && (typeof value !== "object" || value instanceof Date) && value !== undefined
+  );
 }
 
 /** The update's operators as mingo takes them; a replacement document is refused. */

@@ -14,7 +14,7 @@ import type {
   ReferralDoc,
   WebhookDoc,
 } from "./documents.js";
-import { type CollectionName, ensureIndexes } from "./indexes.js";
+import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
 import { type SqliteCollection, SqliteDatabase, type SqliteSynchronous } from "./sqlite.js";
 
@@ -102,6 +102,9 @@ function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous
     const collections = Object.fromEntries(
       collectionNames.map((name) => [name, db.collection<Document>(name)]),
     ) as Record<CollectionName, SqliteCollection<Document>>;
+    for (const [name, counters] of Object.entries(counterDeclarations)) {
+      for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
+    }
     const imported = importNedbDirectory(config.dataDir, db, collections);
     return {
       ...(collections as unknown as Pick<Store, CollectionName>),
