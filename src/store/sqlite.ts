@@ -60,6 +60,11 @@ export class StoreOpenError extends Error {
 export class SqliteDatabase {
   private readonly db: DatabaseSync;
   private readonly statements = new Map<string, StatementSync>();
+  private readonly queries = new Map<string, QuerySample>();
+
+  // As SQLite recommends for long-lived connections: refresh statistics
+  // now and then, so plans follow the data as it grows.
+  private readonly optimizer = setInterval(() => this.optimize(), 60 * 60 * 1000).unref();
 
   private constructor(
     db: DatabaseSync,
@@ -97,6 +102,8 @@ export class SqliteDatabase {
     // letting RSS grow with the data.
     db.exec("PRAGMA cache_size = -32768");
     db.exec("PRAGMA temp_store = MEMORY");
+    // Statistics are gathered from a sample: milliseconds at any size.
+    db.exec("PRAGMA analysis_limit = 1000");
     return new SqliteDatabase(db, file);
   }
 
@@ -116,6 +123,24 @@ export class SqliteDatabase {
       this.statements.set(sql, statement);
     }
     return statement;
+  }
+
+  /** Remembers the first query behind each distinct SQL text, for {@link queryPlans}. */
+  noteQuery(sql: string, sample: Omit<QuerySample, "sql">): void {
+    if (!this.queries.has(sql)) this.queries.set(sql, { sql, ...sample });
+  }
+
+  /**
+   * SQLite's plan for every distinct query run so far, with the query it
+   * came from: what the query-plan test checks for table scans.
+   */
+  queryPlans(): QueryPlan[] {
+    return [...this.queries.values()].map((sample) => ({
+      ...sample,
+      plan: (this.db.prepare(`EXPLAIN QUERY PLAN ${sample.sql}`).all() as { detail: string }[]).map(
+        (row) => row.detail,
+      ),
+    }));
   }
 
   /** Runs `work` in one transaction: all of it is committed, or none. */
@@ -141,12 +166,39 @@ export class SqliteDatabase {
     this.statement("SELECT 1").get();
   }
 
+  /**
+   * Refreshes the planner's statistics of tables that changed enough since
+   * they were last gathered (all of them the first time). Without them the
+   * planner prefers an index that avoids sorting over one that finds the
+   * single match: a lookup by external id would walk the tenant's list
+   * index. Prepared statements are dropped so they are planned again.
+   */
+  optimize(): void {
+    this.db.exec("PRAGMA optimize = 0x10002");
+    this.statements.clear();
+  }
+
   /** Closes the connection; the WAL is checkpointed into the file. */
   close(): void {
     if (!this.db.isOpen) return;
+    clearInterval(this.optimizer);
     this.statements.clear();
+    this.db.exec("PRAGMA optimize");
     this.db.close();
   }
+}
+
+/** A repository query as the engine ran it. */
+export interface QuerySample {
+  readonly collection: string;
+  readonly sql: string;
+  readonly filter: Document;
+  readonly sort?: Sort;
+}
+
+/** A query and the steps of SQLite's plan for it (`EXPLAIN QUERY PLAN`). */
+export interface QueryPlan extends QuerySample {
+  readonly plan: readonly string[];
 }
 
 interface Row {
@@ -186,10 +238,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   async countDocuments(filter: Filter<T> = {}): Promise<number> {
     const kept = this.keptTotal(filter);
     if (kept !== undefined) return kept;
-    const where = compileFilter(filter);
-    const row = this.database
-      .statement(`SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`)
-      .get(...where.params) as { n: number };
+    const { sql, params } = this.countStatement(filter);
+    this.database.noteQuery(sql, { collection: this.name, filter });
+    const row = this.database.statement(sql).get(...params) as { n: number };
     return row.n;
   }
 
@@ -241,11 +292,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 
   async deleteOne(filter: Filter<T>): Promise<DeleteResult> {
     const where = compileFilter(filter);
-    const result = this.database
-      .statement(
-        `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`,
-      )
-      .run(...where.params);
+    const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
+    this.database.noteQuery(sql, { collection: this.name, filter });
+    const result = this.database.statement(sql).run(...where.params);
     return { acknowledged: true, deletedCount: Number(result.changes) };
   }
 
@@ -336,8 +385,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     return row?.n ?? 0;
   }
 
-  /** The SQL a find runs and its parameters, for query-plan checks. */
-  findStatement(
+  private findStatement(
     filter: Filter<T>,
     options: FindOptions = {},
   ): { sql: string; params: SQLInputValue[] } {
@@ -351,8 +399,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     return { sql, params };
   }
 
-  /** The SQL a count runs, for query-plan checks. */
-  countStatement(filter: Filter<T>): { sql: string; params: SQLInputValue[] } {
+  private countStatement(filter: Filter<T>): { sql: string; params: SQLInputValue[] } {
     const where = compileFilter(filter);
     return {
       sql: `SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`,
@@ -372,6 +419,11 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 
   private select(filter: Filter<T>, options: FindOptions): WithId<T>[] {
     const { sql, params } = this.findStatement(filter, options);
+    this.database.noteQuery(sql, {
+      collection: this.name,
+      filter,
+      ...(options.sort ? { sort: options.sort } : {}),
+    });
     const rows = this.database.statement(sql).all(...params) as unknown as Row[];
     return rows.map((row) => project(this.decode(row), options.projection) as WithId<T>);
   }

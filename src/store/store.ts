@@ -16,7 +16,12 @@ import type {
 } from "./documents.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
-import { type SqliteCollection, SqliteDatabase, type SqliteSynchronous } from "./sqlite.js";
+import {
+  type QueryPlan,
+  type SqliteCollection,
+  SqliteDatabase,
+  type SqliteSynchronous,
+} from "./sqlite.js";
 
 /** Every collection, plus the store's lifecycle. */
 export interface Store {
@@ -34,6 +39,8 @@ export interface Store {
   readonly engine: "mongodb" | "embedded";
   /** Set when this start imported a data directory of the previous embedded engine. */
   readonly imported?: ImportReport;
+  /** The embedded engine's plan for every distinct query run so far (diagnostics, tests). */
+  readonly queryPlans?: () => QueryPlan[];
   /** Resolves when the store answers; rejects otherwise (readiness). */
   ping(): Promise<void>;
   /** Releases connections, files and locks. */
@@ -63,7 +70,15 @@ const collectionNames: readonly CollectionName[] = [
 
 /** Opens the configured store and creates its indexes. */
 export async function openStore(config: StoreConfig): Promise<Store> {
-  const store = "mongodbUri" in config ? await openMongo(config) : openEmbedded(config);
+  if ("mongodbUri" in config) return withIndexes(await openMongo(config));
+  const { store, database } = openEmbedded(config);
+  await withIndexes(store);
+  // The planner's statistics, now that every index exists.
+  database.optimize();
+  return store;
+}
+
+async function withIndexes(store: Store): Promise<Store> {
   try {
     await ensureIndexes(store);
   } catch (error) {
@@ -90,7 +105,10 @@ async function openMongo(config: { mongodbUri: string; mongodbDb: string }): Pro
   };
 }
 
-function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous }): Store {
+function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous }): {
+  store: Store;
+  database: SqliteDatabase;
+} {
   const releaseLock = acquireLock(config.dataDir);
   let database: SqliteDatabase | undefined;
   try {
@@ -106,10 +124,11 @@ function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous
       for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
     }
     const imported = importNedbDirectory(config.dataDir, db, collections);
-    return {
+    const store: Store = {
       ...(collections as unknown as Pick<Store, CollectionName>),
       engine: "embedded",
       ...(imported ? { imported } : {}),
+      queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();
       },
@@ -118,6 +137,7 @@ function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous
         releaseLock();
       },
     };
+    return { store, database: db };
   } catch (error) {
     database?.close();
     releaseLock();

@@ -1,0 +1,366 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+import type { Document } from "mongodb";
+import { upsertCustomer } from "../../src/store/customers.js";
+import { type CollectionName, indexDeclarations } from "../../src/store/indexes.js";
+import { insertReferral } from "../../src/store/referrals.js";
+import type { QueryPlan } from "../../src/store/sqlite.js";
+import { openStore } from "../../src/store/store.js";
+import { startReceiver } from "../helpers/receiver.js";
+import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
+
+/**
+ * Every query the repositories make must be served by an index, on both
+ * engines. The test drives every RPC (and the webhook relay and workers)
+ * against the embedded engine, then reads SQLite's plan for each distinct
+ * query it ran: a full table scan fails it. For each query it also names
+ * the declared index MongoDB would use (equality fields first), so a query
+ * no declared index serves fails here too, before production sees a
+ * collection scan.
+ */
+
+/** Queries that read a whole (small, operator-only) collection by design. */
+const wholeCollectionReads: { collection: string; why: string }[] = [
+  { collection: "applications", why: "ListApplications and the first-start check list them all" },
+];
+
+test("every repository query is served by an index on SQLite and on MongoDB", async (t) => {
+  const receiver = await startReceiver();
+  receiver.respond = () => 204;
+  // Enough data for the planner's statistics to look like production's.
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-plans-"));
+  await seed(dataDir);
+  const server = await startServer({ dataDir, env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
+  try {
+    await driveEveryRpc(server, receiver.url);
+    await receiver.waitFor((received) => received.length >= 10);
+    const plans = server.app.store.queryPlans?.() ?? [];
+    t.true(plans.length > 30, `the workload ran ${plans.length} distinct queries`);
+
+    const report: string[] = [];
+    for (const query of plans) {
+      const allowed = wholeCollectionReads.some((entry) => entry.collection === query.collection);
+      const mongoIndex = bestDeclaredIndex(query);
+      report.push(
+        `${describeQuery(query)}\n    SQLite: ${query.plan.join("; ")}\n    MongoDB: ${mongoIndex?.name ?? "(whole collection, by design)"}`,
+      );
+      if (allowed) continue;
+      const scans = query.plan.filter((step) => /^SCAN /.test(step));
+      t.deepEqual(scans, [], `a table scan: ${describeQuery(query)}`);
+      t.truthy(mongoIndex, `no declared index serves it on MongoDB: ${describeQuery(query)}`);
+      // A query on a selective field (an id, a code, an email) needs an index
+      // on it, and SQLite must use it, not walk the tenant's list of everything.
+      const fields = queryFields(query);
+      const selectiveFields = [...fields.equality, ...fields.range].filter(
+        (field) => !broadFields.has(field) && field !== "_id",
+      );
+      if (selectiveFields.length > 0 && !fields.equality.has("_id")) {
+        t.true(
+          mongoIndex?.selective,
+          `no declared index on ${selectiveFields.join(", ")}: ${describeQuery(query)}`,
+        );
+      }
+      if (mongoIndex?.selective) {
+        t.true(
+          usesSelectiveIndex(query),
+          `SQLite walks a broad index where a selective one exists: ${describeQuery(query)} -> ${query.plan.join("; ")}`,
+        );
+      }
+    }
+    t.log(`${plans.length} queries\n${report.join("\n")}`);
+  } finally {
+    await server.stop();
+    await receiver.close();
+  }
+});
+
+/** Customers and referrals of another application, written straight into the store. */
+async function seed(dataDir: string): Promise<void> {
+  const store = await openStore({ dataDir });
+  const tenant = { organizationId: "org_seed", applicationId: "app_seed" };
+  const now = new Date();
+  const ids: string[] = [];
+  for (let i = 0; i < 400; i++) {
+    const environment = i % 2 ? "production" : "test";
+    const customer = await upsertCustomer(
+      store,
+      tenant,
+      {
+        environment,
+        externalUserId: `seed_${i}`,
+        name: `Seed ${i}`,
+        email: `seed${i}@example.com`,
+      },
+      now,
+    );
+    ids.push(customer._id);
+  }
+  for (let i = 1; i < 400; i++) {
+    await insertReferral(
+      store,
+      tenant,
+      {
+        environment: i % 2 ? "production" : "test",
+        campaignId: `cmp_seed_${i % 3}`,
+        referrerId: ids[i % 20] as string,
+        refereeId: ids[i] as string,
+      },
+      { status: i % 7 ? "pending" : "accepted", suspectedFrauds: [] },
+      {
+        fromStatus: null,
+        toStatus: "pending",
+        cause: "created",
+        actorId: "key_seed",
+        reason: null,
+        changedAt: now,
+      },
+      () => [],
+    );
+  }
+  // As in production, most documents' events were relayed long ago.
+  for (const collection of [store.customers, store.referrals]) {
+    await collection.updateMany(
+      { outboxPending: true } as never,
+      {
+        $unset: { outboxPending: "", outbox: "" },
+      } as never,
+    );
+  }
+  await store.close();
+}
+
+function describeQuery(query: QueryPlan): string {
+  const filter = Object.fromEntries(
+    Object.entries(query.filter).map(([key, value]) => [key, shape(value)]),
+  );
+  const sort = query.sort ? ` sort ${JSON.stringify(query.sort)}` : "";
+  return `${query.collection} ${JSON.stringify(filter)}${sort}`;
+}
+
+function shape(value: unknown): unknown {
+  if (value === null) return null;
+  if (typeof value === "object" && !(value instanceof Date) && !Array.isArray(value)) {
+    return Object.fromEntries(Object.keys(value).map((key) => [key, "?"]));
+  }
+  return "?";
+}
+
+/** Fields shared by many documents: an index that matches only these still walks a tenant. */
+const broadFields = new Set([
+  "applicationId",
+  "organizationId",
+  "environment",
+  "deletedAt",
+  "status",
+  "enabled",
+  "isDefault",
+  "isLive",
+  "campaignId",
+  "outboxPending",
+]);
+
+interface QueryFields {
+  readonly equality: ReadonlySet<string>;
+  readonly range: ReadonlySet<string>;
+}
+
+function queryFields(query: QueryPlan): QueryFields {
+  const equality = new Set<string>();
+  const range = new Set<string>();
+  for (const [field, condition] of Object.entries(query.filter)) {
+    if (field.startsWith("$")) continue;
+    const operators =
+      typeof condition === "object" && condition !== null && !(condition instanceof Date)
+        ? Object.keys(condition as Document)
+        : [];
+    if (operators.length === 0 || operators.every((op) => op === "$eq" || op === "$in")) {
+      equality.add(field);
+    } else if (operators.some((op) => ["$gt", "$gte", "$lt", "$lte"].includes(op))) {
+      range.add(field);
+    }
+  }
+  return { equality, range };
+}
+
+/** The leading keys of an index that a query's equalities (then one range) bound. */
+function boundKeys(key: Record<string, number>, fields: QueryFields): string[] {
+  const bound: string[] = [];
+  for (const field of Object.keys(key)) {
+    if (fields.equality.has(field)) bound.push(field);
+    else {
+      if (fields.range.has(field)) bound.push(field);
+      break;
+    }
+  }
+  return bound;
+}
+
+function indexName(key: Record<string, number>): string {
+  return Object.entries(key)
+    .map(([field, direction]) => `${field}_${direction}`)
+    .join("_");
+}
+
+/**
+ * The declared index MongoDB's planner would pick: the one whose leading
+ * keys bind a selective field, else the most keys; `_id` equality is
+ * MongoDB's own index. Undefined when no index leads with a filtered field,
+ * which on MongoDB is a collection scan.
+ */
+function bestDeclaredIndex(query: QueryPlan): { name: string; selective: boolean } | undefined {
+  const fields = queryFields(query);
+  if (fields.equality.has("_id")) return { name: "_id_ (MongoDB's own)", selective: false };
+  let best: { name: string; selective: boolean; bound: number } | undefined;
+  for (const { key } of indexDeclarations[query.collection as CollectionName] ?? []) {
+    const bound = boundKeys(key, fields);
+    if (bound.length === 0) continue;
+    const selective = bound.some((field) => !broadFields.has(field));
+    const better =
+      !best ||
+      (selective && !best.selective) ||
+      (selective === best.selective && bound.length > best.bound);
+    if (better) best = { name: indexName(key), selective, bound: bound.length };
+  }
+  return best;
+}
+
+/** Whether SQLite's plan uses the primary key or an index bound by a selective field. */
+function usesSelectiveIndex(query: QueryPlan): boolean {
+  const fields = queryFields(query);
+  return query.plan.some((step) => {
+    if (/USING (COVERING )?INDEX sqlite_autoindex_/.test(step)) return true;
+    return (indexDeclarations[query.collection as CollectionName] ?? []).some(
+      ({ key }) =>
+        step.includes(`INDEX ${sqliteIndexName(query.collection, key)} `) &&
+        boundKeys(key, fields).some((field) => !broadFields.has(field)),
+    );
+  });
+}
+
+/** The embedded engine's name for a declared index. */
+function sqliteIndexName(collection: string, key: Record<string, number>): string {
+  return `${collection}_${indexName(key)}`.replaceAll(/[^A-Za-z0-9_]/g, "_");
+}
+
+/** Calls every RPC of the contract at least once, most of them with each of their filters. */
+async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<void> {
+  const call = async (method: string, path: string, key: string, body?: unknown) => {
+    const response = await rest(server, method, path, { key, ...(body ? { body } : {}) });
+    if (response.status >= 300) {
+      throw new Error(`${method} ${path}: ${response.status} ${JSON.stringify(response.body)}`);
+    }
+    return response.body as Json;
+  };
+  const sk = keys.secret;
+  const webhook = (await call("POST", "/webhooks", sk, { url: receiverUrl, environment: "test" }))
+    .webhook;
+
+  const customers: Json[] = [];
+  for (const [i, email] of ["a@example.com", "b@example.com", "a+x@example.com"].entries()) {
+    customers.push(
+      await call("POST", "/customers/identify", keys.public, {
+        externalUserId: `user_${i}`,
+        name: `User ${i}`,
+        email,
+        environment: "test",
+        customProperties: { i },
+      }),
+    );
+  }
+  await call("POST", "/customers/identify", keys.public, {
+    externalUserId: "user_0",
+    name: "Again",
+  });
+  const [referrer, referee, sameMailbox] = customers;
+  await call("GET", `/customers/${referrer.id}`, sk);
+  for (const query of [
+    "",
+    "?environment=test",
+    "?externalUserId=user_1",
+    "?email=b@example.com",
+    `?referralCode=${referrer.referralCode}`,
+    "?offset=2&limit=1",
+  ]) {
+    await call("GET", `/customers${query}`, sk);
+  }
+
+  const [campaign] = await call("GET", "/campaigns?environment=test", keys.public);
+  for (const query of ["", "?isLive=true", "?isDefault=true&sortOrder=asc"]) {
+    await call("GET", `/campaigns${query}`, keys.public);
+  }
+  await call("POST", "/referrals", keys.public, {
+    campaignId: campaign.id,
+    referralCode: referrer.referralCode,
+    refereeId: referee.id,
+  });
+  const second = await call("POST", "/referrals", keys.public, {
+    campaignId: campaign.id,
+    referralCode: referrer.referralCode,
+    refereeExternalUserId: sameMailbox.externalUserId,
+  });
+  for (const query of [
+    "",
+    "?status=pending",
+    `?campaignId=${campaign.id}`,
+    `?referrerId=${referrer.id}`,
+    `?refereeId=${referee.id}`,
+    "?environment=test",
+    "?offset=1&limit=1",
+  ]) {
+    await call("GET", `/referrals${query}`, sk);
+  }
+  await call("POST", "/checkpoints/ingest", keys.public, {
+    name: "visit",
+    externalUserId: referee.externalUserId,
+    environment: "test",
+  });
+  await call("POST", "/checkpoints/ingest", keys.public, {
+    name: "purchase",
+    externalUserId: referee.externalUserId,
+    environment: "test",
+  });
+  await call("PATCH", `/referrals/${second.id}`, sk, { status: "rejected", reason: "test" });
+
+  await call("GET", "/webhooks", sk);
+  await call("PATCH", `/webhooks/${webhook.id}`, sk, { description: "plans" });
+  await call("POST", `/webhooks/${webhook.id}/rotate-secret`, sk);
+  const deliveries = await waitForDeliveries(server, webhook.id);
+  await call("GET", `/webhooks/${webhook.id}/deliveries?status=succeeded`, sk);
+  await call("POST", `/webhooks/${webhook.id}/deliveries/${deliveries[0].id}/redeliver`, sk);
+  const spare = (await call("POST", "/webhooks", sk, { url: receiverUrl, environment: "test" }))
+    .webhook;
+  await call("DELETE", `/webhooks/${spare.id}`, sk);
+
+  const admin = keys.admin;
+  const created = await call("POST", "/admin/applications", admin, { name: "Second" });
+  const appId = created.application.id;
+  await call("GET", "/admin/applications", admin);
+  const apiKey = await call("POST", `/admin/applications/${appId}/api-keys`, admin, {
+    kind: "secret",
+  });
+  await call("GET", `/admin/applications/${appId}/api-keys`, admin);
+  await call("POST", `/admin/api-keys/${apiKey.apiKey.id}/revoke`, admin);
+  const newCampaign = await call("POST", `/admin/applications/${appId}/campaigns`, admin, {
+    name: "Spring",
+    environment: "test",
+    isLive: true,
+  });
+  await call("PATCH", `/admin/campaigns/${newCampaign.id}?updateMask=isDefault`, admin, {
+    isDefault: true,
+  });
+  await call("DELETE", `/admin/campaigns/${newCampaign.id}`, admin);
+}
+
+async function waitForDeliveries(server: TestServer, webhookId: string): Promise<Json[]> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const listed = await rest(server, "GET", `/webhooks/${webhookId}/deliveries?limit=100`, {
+      key: keys.secret,
+    });
+    const done = (listed.body.data as Json[]).filter((d) => d.status === "succeeded");
+    if (done.length > 0) return done;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  throw new Error("no delivery succeeded");
+}
