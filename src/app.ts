@@ -55,6 +55,12 @@ export async function buildApp(
       },
       authenticator,
     );
+    if (store.imported) {
+      transports.http.log.info(
+        { imported: store.imported.counts, files: store.imported.files },
+        "imported the previous embedded engine's data; its files are kept, renamed",
+      );
+    }
     const runtime = startWebhookRuntime({
       store,
       clock,

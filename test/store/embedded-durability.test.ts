@@ -1,0 +1,139 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test from "ava";
+import { findCustomerByExternalId } from "../../src/store/customers.js";
+import { StoreOpenError } from "../../src/store/sqlite.js";
+import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
+import { keys } from "../helpers/server.js";
+
+/**
+ * The embedded engine's promises about the file on disk: what was
+ * acknowledged survives the process being killed, and a damaged database
+ * stops the start with the file's name instead of being skipped.
+ */
+
+const root = new URL("../../", import.meta.url).pathname;
+const tenantOfDemo = async (dataDir: string) => {
+  const store = await openStore({ dataDir });
+  const [application] = await store.applications.find({}).toArray();
+  return { store, tenant: { organizationId: "", applicationId: application?._id ?? "" } };
+};
+
+/** Starts `npm start`'s entry point in a child process; resolves with its port. */
+function startService(dataDir: string): Promise<{ child: ChildProcess; port: number }> {
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    cwd: root,
+    env: {
+      ...process.env,
+      DATA_DIR: dataDir,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "silent",
+      BOOTSTRAP_SECRET_KEY: keys.secret,
+      BOOTSTRAP_PUBLIC_KEY: keys.public,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return new Promise((resolve, reject) => {
+    let output = "";
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /listening on 127\.0\.0\.1:(\d+)/.exec(output);
+      if (match) resolve({ child, port: Number(match[1]) });
+    };
+    child.stdout?.on("data", onData);
+    child.stderr?.on("data", (chunk: Buffer) => {
+      output += chunk.toString();
+    });
+    child.on("exit", (code) => reject(new Error(`the service exited (${code}): ${output}`)));
+  });
+}
+
+test("every acknowledged write survives kill -9 in the middle of a write burst", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-kill-"));
+  try {
+    const { child, port } = await startService(dataDir);
+    const acknowledged: string[] = [];
+    let sent = 0;
+    const writer = async () => {
+      for (;;) {
+        const externalUserId = `durable_${sent++}`;
+        try {
+          const response = await fetch(`http://127.0.0.1:${port}/customers/identify`, {
+            method: "POST",
+            headers: { authorization: keys.public, "content-type": "application/json" },
+            body: JSON.stringify({ externalUserId, name: "D" }),
+          });
+          if (response.status === 201) acknowledged.push(externalUserId);
+        } catch {
+          return; // the process is gone
+        }
+      }
+    };
+    const writers = Array.from({ length: 8 }, writer);
+    // Kill once writes are flowing, with requests in flight.
+    while (acknowledged.length < 300) await new Promise((resolve) => setTimeout(resolve, 5));
+    child.kill("SIGKILL");
+    await Promise.all(writers);
+    t.true(sent > acknowledged.length, "some requests were in flight when the process died");
+
+    const { store, tenant } = await tenantOfDemo(dataDir);
+    try {
+      const missing: string[] = [];
+      for (const externalUserId of acknowledged) {
+        const found = await findCustomerByExternalId(store, tenant, "production", externalUserId);
+        if (!found) missing.push(externalUserId);
+      }
+      t.deepEqual(missing, [], `${acknowledged.length} acknowledged identifies`);
+    } finally {
+      await store.close();
+    }
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("a file that is not a database stops the start with the file's name", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-corrupt-"));
+  try {
+    const file = join(dataDir, embeddedDatabaseFile);
+    writeFileSync(
+      file,
+      "this is not a database, but it is long enough to have a header ".repeat(80),
+    );
+    const error = await t.throwsAsync(() => openStore({ dataDir }));
+    t.true(error instanceof StoreOpenError);
+    t.true(error?.message.includes(file), error?.message);
+
+    // The service says it in one line and exits non-zero.
+    const failed = await t.throwsAsync(() => startService(dataDir));
+    t.regex(
+      failed?.message ?? "",
+      /exited \(1\): referral-service: .*referrals\.sqlite is not a readable SQLite database/,
+    );
+    t.notRegex(failed?.message ?? "", /\n\s+at /, "no stack trace");
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("a database whose header was damaged is refused, not read as empty", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-damaged-"));
+  try {
+    const store = await openStore({ dataDir });
+    await store.customers.insertOne({ _id: "c1" } as never);
+    await store.close();
+    const file = join(dataDir, embeddedDatabaseFile);
+    const { openSync, writeSync, closeSync } = await import("node:fs");
+    const fd = openSync(file, "r+");
+    writeSync(fd, Buffer.alloc(100, 0x5a), 0, 100, 0);
+    closeSync(fd);
+    const error = await t.throwsAsync(() => openStore({ dataDir }));
+    t.true(error instanceof StoreOpenError);
+    t.true(error?.message.includes(file));
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
