@@ -1,4 +1,5 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -75,8 +76,11 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
     const writers = Array.from({ length: 8 }, writer);
     // Kill once writes are flowing, with requests in flight.
     while (acknowledged.length < 300) await new Promise((resolve) => setTimeout(resolve, 5));
+    const exited = once(child, "exit");
     child.kill("SIGKILL");
     await Promise.all(writers);
+    // Reaped, so its lock on the directory is seen to be stale.
+    await exited;
     t.true(sent > acknowledged.length, "some requests were in flight when the process died");
 
     const { store, tenant } = await tenantOfDemo(dataDir);
