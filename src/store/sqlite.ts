@@ -19,7 +19,7 @@ import type {
 } from "mongodb";
 import type { StoreCollection } from "./collection.js";
 import { DuplicateKeyError } from "./errors.js";
-import type { CounterDeclaration } from "./indexes.js";
+import { type CounterDeclaration, fieldFanout } from "./indexes.js";
 import {
   compileFilter,
   compileSort,
@@ -61,10 +61,7 @@ export class SqliteDatabase {
   private readonly db: DatabaseSync;
   private readonly statements = new Map<string, StatementSync>();
   private readonly queries = new Map<string, QuerySample>();
-
-  // As SQLite recommends for long-lived connections: refresh statistics
-  // now and then, so plans follow the data as it grows.
-  private readonly optimizer = setInterval(() => this.optimize(), 60 * 60 * 1000).unref();
+  private readonly collections = new Map<string, SqliteCollection<Document>>();
 
   private constructor(
     db: DatabaseSync,
@@ -102,8 +99,6 @@ export class SqliteDatabase {
     // letting RSS grow with the data.
     db.exec("PRAGMA cache_size = -32768");
     db.exec("PRAGMA temp_store = MEMORY");
-    // Statistics are gathered from a sample: milliseconds at any size.
-    db.exec("PRAGMA analysis_limit = 1000");
     return new SqliteDatabase(db, file);
   }
 
@@ -112,7 +107,9 @@ export class SqliteDatabase {
     this.db.exec(
       `CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY NOT NULL, doc BLOB NOT NULL) STRICT`,
     );
-    return new SqliteCollection<T>(this, name);
+    const collection = new SqliteCollection<T>(this, name);
+    this.collections.set(name, collection as unknown as SqliteCollection<Document>);
+    return collection;
   }
 
   /** A prepared statement, compiled once per SQL text. */
@@ -167,23 +164,30 @@ export class SqliteDatabase {
   }
 
   /**
-   * Refreshes the planner's statistics of tables that changed enough since
-   * they were last gathered (all of them the first time). Without them the
-   * planner prefers an index that avoids sorting over one that finds the
-   * single match: a lookup by external id would walk the tenant's list
-   * index. Prepared statements are dropped so they are planned again.
+   * Replaces the planner's statistics with declared ones (see
+   * `fieldFanout`): one row per table and index, in `sqlite_stat1`'s format.
+   * Without statistics SQLite prefers an index that avoids sorting over one
+   * that finds the single match (a lookup by external id would walk the
+   * tenant's list index); sampled ones would change plans as data grows.
    */
-  optimize(): void {
-    this.db.exec("PRAGMA optimize = 0x10002");
+  declareStatistics(): void {
+    const rows = [...this.collections.values()].flatMap((collection) => collection.statistics());
+    // ANALYZE on the schema table only creates sqlite_stat1 when missing.
+    this.db.exec("ANALYZE sqlite_schema");
+    this.transaction(() => {
+      this.db.exec("DELETE FROM sqlite_stat1");
+      const insert = this.db.prepare("INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES (?, ?, ?)");
+      for (const { table, index, stat } of rows) insert.run(table, index, stat);
+    });
+    // Makes the planner read them now; statements are planned again.
+    this.db.exec("ANALYZE sqlite_schema");
     this.statements.clear();
   }
 
   /** Closes the connection; the WAL is checkpointed into the file. */
   close(): void {
     if (!this.db.isOpen) return;
-    clearInterval(this.optimizer);
     this.statements.clear();
-    this.db.exec("PRAGMA optimize");
     this.db.close();
   }
 }
@@ -213,6 +217,12 @@ interface Row {
  */
 export class SqliteCollection<T extends Document> implements StoreCollection<T> {
   private readonly counters: CounterDeclaration[] = [];
+  private readonly indexes: {
+    name: string;
+    key: Record<string, 1 | -1>;
+    unique: boolean;
+    sparse: boolean;
+  }[] = [];
 
   constructor(
     private readonly database: SqliteDatabase,
@@ -319,7 +329,38 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     this.database.exec(
       `CREATE ${options.unique ? "UNIQUE " : ""}INDEX IF NOT EXISTS "${name}" ON "${this.name}" (${columns.join(", ")})${partial}`,
     );
+    this.indexes.push({
+      name,
+      key,
+      unique: options.unique ?? false,
+      sparse: options.sparse ?? false,
+    });
     return name;
+  }
+
+  /**
+   * The planner statistics of this table and its indexes, from the declared
+   * fan-out of each field (`sqlite_stat1`: the rows, then how many rows one
+   * value of each leading prefix of the index matches), at a nominal size.
+   */
+  statistics(): { table: string; index: string | null; stat: string }[] {
+    const rows = nominalRows;
+    const stats = [
+      { table: this.name, index: null, stat: String(rows) },
+      { table: this.name, index: `sqlite_autoindex_${this.name}_1`, stat: `${rows} 1` },
+    ];
+    for (const index of this.indexes) {
+      // A sparse index holds the few documents that have the field.
+      const indexed = index.sparse ? Math.ceil(rows / 10_000) : rows;
+      let groups = 1;
+      const perPrefix = Object.keys(index.key).map((field, position, fields) => {
+        groups *= field === "_id" ? rows : (fieldFanout[field] ?? rows);
+        const last = position === fields.length - 1;
+        return index.unique && last ? 1 : Math.max(1, Math.round(indexed / groups));
+      });
+      stats.push({ table: this.name, index: index.name, stat: [indexed, ...perPrefix].join(" ") });
+    }
+    return stats;
   }
 
   /**
@@ -512,6 +553,10 @@ function updateOperators(update: Document): Record<string, Document> {
   }
   return { ...update } as Record<string, Document>;
 }
+
+// The size the declared statistics describe: large, so that an index on a
+// selective field always wins over walking a broad one.
+const nominalRows = 1_000_000;
 
 // SQLITE_CONSTRAINT_UNIQUE and SQLITE_CONSTRAINT_PRIMARYKEY.
 const duplicateKeyCodes = new Set([2067, 1555]);

@@ -74,7 +74,7 @@ export async function openStore(config: StoreConfig): Promise<Store> {
   const { store, database } = openEmbedded(config);
   await withIndexes(store);
   // The planner's statistics, now that every index exists.
-  database.optimize();
+  database.declareStatistics();
   return store;
 }
 

@@ -104,7 +104,8 @@ test.serial("an endpoint failing continuously is disabled, and its health says w
     t.false(endpoint.enabled);
     t.truthy(endpoint.health.disabledAt);
     t.regex(endpoint.health.disabledReason, /^every delivery failed since /);
-    t.true(endpoint.health.consecutiveFailures >= 3);
+    // At least the first failure and the one past the limit (more when the machine is idle).
+    t.true(endpoint.health.consecutiveFailures >= 2);
 
     const attemptsWhenDisabled = at("/failing").length;
     await identify(server, "wh-failing-later");

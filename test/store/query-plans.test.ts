@@ -1,13 +1,7 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import test from "ava";
 import type { Document } from "mongodb";
-import { upsertCustomer } from "../../src/store/customers.js";
-import { type CollectionName, indexDeclarations } from "../../src/store/indexes.js";
-import { insertReferral } from "../../src/store/referrals.js";
+import { type CollectionName, fieldFanout, indexDeclarations } from "../../src/store/indexes.js";
 import type { QueryPlan } from "../../src/store/sqlite.js";
-import { openStore } from "../../src/store/store.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
 
@@ -29,10 +23,9 @@ const wholeCollectionReads: { collection: string; why: string }[] = [
 test("every repository query is served by an index on SQLite and on MongoDB", async (t) => {
   const receiver = await startReceiver();
   receiver.respond = () => 204;
-  // Enough data for the planner's statistics to look like production's.
-  const dataDir = mkdtempSync(join(tmpdir(), "referrals-plans-"));
-  await seed(dataDir);
-  const server = await startServer({ dataDir, env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
+  // The embedded engine plans with declared statistics (not sampled ones),
+  // so the plans of this small data set are the plans of a large one.
+  const server = await startServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
   try {
     await driveEveryRpc(server, receiver.url);
     await receiver.waitFor((received) => received.length >= 10);
@@ -76,61 +69,6 @@ test("every repository query is served by an index on SQLite and on MongoDB", as
   }
 });
 
-/** Customers and referrals of another application, written straight into the store. */
-async function seed(dataDir: string): Promise<void> {
-  const store = await openStore({ dataDir });
-  const tenant = { organizationId: "org_seed", applicationId: "app_seed" };
-  const now = new Date();
-  const ids: string[] = [];
-  for (let i = 0; i < 400; i++) {
-    const environment = i % 2 ? "production" : "test";
-    const customer = await upsertCustomer(
-      store,
-      tenant,
-      {
-        environment,
-        externalUserId: `seed_${i}`,
-        name: `Seed ${i}`,
-        email: `seed${i}@example.com`,
-      },
-      now,
-    );
-    ids.push(customer._id);
-  }
-  for (let i = 1; i < 400; i++) {
-    await insertReferral(
-      store,
-      tenant,
-      {
-        environment: i % 2 ? "production" : "test",
-        campaignId: `cmp_seed_${i % 3}`,
-        referrerId: ids[i % 20] as string,
-        refereeId: ids[i] as string,
-      },
-      { status: i % 7 ? "pending" : "accepted", suspectedFrauds: [] },
-      {
-        fromStatus: null,
-        toStatus: "pending",
-        cause: "created",
-        actorId: "key_seed",
-        reason: null,
-        changedAt: now,
-      },
-      () => [],
-    );
-  }
-  // As in production, most documents' events were relayed long ago.
-  for (const collection of [store.customers, store.referrals]) {
-    await collection.updateMany(
-      { outboxPending: true } as never,
-      {
-        $unset: { outboxPending: "", outbox: "" },
-      } as never,
-    );
-  }
-  await store.close();
-}
-
 function describeQuery(query: QueryPlan): string {
   const filter = Object.fromEntries(
     Object.entries(query.filter).map(([key, value]) => [key, shape(value)]),
@@ -147,19 +85,12 @@ function shape(value: unknown): unknown {
   return "?";
 }
 
-/** Fields shared by many documents: an index that matches only these still walks a tenant. */
-const broadFields = new Set([
-  "applicationId",
-  "organizationId",
-  "environment",
-  "deletedAt",
-  "status",
-  "enabled",
-  "isDefault",
-  "isLive",
-  "campaignId",
-  "outboxPending",
-]);
+/** Fields shared by many documents: an index that binds only these still walks a tenant. */
+const broadFields = new Set(
+  Object.entries(fieldFanout)
+    .filter(([, fanout]) => fanout <= 100)
+    .map(([field]) => field),
+);
 
 interface QueryFields {
   readonly equality: ReadonlySet<string>;
