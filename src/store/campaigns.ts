@@ -1,4 +1,3 @@
-import type { Filter } from "mongodb";
 import type { CampaignDoc, EnvironmentName } from "./documents.js";
 import type { Store } from "./store.js";
 import { ownedBy, type TenantScope } from "./tenant.js";
@@ -11,38 +10,83 @@ export interface CampaignQuery {
   readonly order: "asc" | "desc";
 }
 
+/**
+ * How long an application's campaigns are served from memory. Campaigns are
+ * read on every ListCampaigns, referral and conversion and written only by
+ * the operator: a write through this process clears its application's entry
+ * at once; another instance sharing the database sees it within this time.
+ */
+export const campaignCacheTtlMs = 5_000;
+
+interface CachedCampaigns {
+  readonly docs: Promise<readonly CampaignDoc[]>;
+  readonly expires: number;
+}
+
+// Per store, so tests' stores and a restarted app never share entries.
+const campaignCaches = new WeakMap<Store, Map<string, CachedCampaigns>>();
+
+/**
+ * The application's live (not deleted) campaigns, newest first, from the
+ * cache or one query. The documents are frozen: callers share them.
+ */
+function campaignsOf(store: Store, applicationId: string): Promise<readonly CampaignDoc[]> {
+  let cache = campaignCaches.get(store);
+  if (!cache) {
+    cache = new Map();
+    campaignCaches.set(store, cache);
+  }
+  const now = Date.now();
+  const cached = cache.get(applicationId);
+  if (cached && cached.expires > now) return cached.docs;
+  const docs = store.campaigns
+    .find({ applicationId, deletedAt: null }, { sort: { createdAt: -1, _id: -1 } })
+    .toArray()
+    .then((found) => found.map(deepFreeze));
+  // A failed read is not remembered.
+  docs.catch(() => cache.delete(applicationId));
+  cache.set(applicationId, { docs, expires: now + campaignCacheTtlMs });
+  return docs;
+}
+
+/** Forgets an application's cached campaigns; every campaign write path calls it. */
+function forgetCampaigns(store: Store, applicationId: string): void {
+  campaignCaches.get(store)?.delete(applicationId);
+}
+
 /** The application's campaigns, by creation time. */
-export function findCampaigns(
+export async function findCampaigns(
   store: Store,
   tenant: TenantScope,
   query: CampaignQuery,
 ): Promise<CampaignDoc[]> {
-  const filter: Filter<CampaignDoc> = { ...ownedBy(tenant), deletedAt: null };
-  if (query.environment) filter.environment = query.environment;
-  if (query.isLive !== undefined) filter.isLive = query.isLive;
-  if (query.isDefault !== undefined) filter.isDefault = query.isDefault;
-  const direction = query.order === "asc" ? 1 : -1;
-  return store.campaigns.find(filter, { sort: { createdAt: direction, _id: direction } }).toArray();
+  const matching = (await campaignsOf(store, ownedBy(tenant).applicationId)).filter(
+    (doc) =>
+      (!query.environment || doc.environment === query.environment) &&
+      (query.isLive === undefined || doc.isLive === query.isLive) &&
+      (query.isDefault === undefined || doc.isDefault === query.isDefault),
+  );
+  return query.order === "asc" ? matching.reverse() : matching;
 }
 
 /** One campaign of the application by id. */
-export function findCampaign(
+export async function findCampaign(
   store: Store,
   tenant: TenantScope,
   id: string,
 ): Promise<CampaignDoc | null> {
-  return store.campaigns.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
+  const docs = await campaignsOf(store, ownedBy(tenant).applicationId);
+  return docs.find((doc) => doc._id === id) ?? null;
 }
 
 /** Campaigns of the application by id; deleted ones are left out. */
-export function findCampaignsByIds(
+export async function findCampaignsByIds(
   store: Store,
   tenant: TenantScope,
   ids: readonly string[],
 ): Promise<CampaignDoc[]> {
-  return store.campaigns
-    .find({ ...ownedBy(tenant), _id: { $in: [...ids] }, deletedAt: null })
-    .toArray();
+  const docs = await campaignsOf(store, ownedBy(tenant).applicationId);
+  return docs.filter((doc) => ids.includes(doc._id));
 }
 
 /** One campaign of any application by id, for the operator's admin API. */
@@ -51,23 +95,23 @@ export function findCampaignById(store: Store, id: string): Promise<CampaignDoc 
 }
 
 /** The environment's default campaign, if it has one. */
-export function findDefaultCampaign(
+export async function findDefaultCampaign(
   store: Store,
   tenant: TenantScope,
   environment: EnvironmentName,
 ): Promise<CampaignDoc | null> {
-  return store.campaigns.findOne({
-    ...ownedBy(tenant),
-    environment,
-    isDefault: true,
-    deletedAt: null,
-  });
+  const docs = await campaignsOf(store, ownedBy(tenant).applicationId);
+  return docs.find((doc) => doc.environment === environment && doc.isDefault) ?? null;
 }
 
 /** Inserts a campaign; a default one first clears the flag on its environment's others. */
 export async function insertCampaign(store: Store, doc: CampaignDoc): Promise<void> {
-  if (doc.isDefault) await clearDefault(store, doc, doc.updatedAt);
-  await store.campaigns.insertOne(doc);
+  try {
+    if (doc.isDefault) await clearDefault(store, doc, doc.updatedAt);
+    await store.campaigns.insertOne(doc);
+  } finally {
+    forgetCampaigns(store, doc.applicationId);
+  }
 }
 
 /** Replaces a campaign's fields; making it default clears the flag on the others. */
@@ -77,25 +121,41 @@ export async function replaceCampaignFields(
   fields: Partial<CampaignDoc>,
   now: Date,
 ): Promise<CampaignDoc | null> {
-  if (fields.isDefault) await clearDefault(store, current, now);
-  return store.campaigns.findOneAndUpdate(
-    { _id: current._id, applicationId: current.applicationId, deletedAt: null },
-    { $set: { ...fields, updatedAt: now } },
-    { returnDocument: "after" },
-  );
+  try {
+    if (fields.isDefault) await clearDefault(store, current, now);
+    return await store.campaigns.findOneAndUpdate(
+      { _id: current._id, applicationId: current.applicationId, deletedAt: null },
+      { $set: { ...fields, updatedAt: now } },
+      { returnDocument: "after" },
+    );
+  } finally {
+    forgetCampaigns(store, current.applicationId);
+  }
 }
 
 /** Marks a campaign deleted; it keeps its referrals and leaves every list. */
-export function markCampaignDeleted(
+export async function markCampaignDeleted(
   store: Store,
   current: CampaignDoc,
   now: Date,
 ): Promise<CampaignDoc | null> {
-  return store.campaigns.findOneAndUpdate(
-    { _id: current._id, applicationId: current.applicationId, deletedAt: null },
-    { $set: { deletedAt: now, updatedAt: now, isDefault: false, isLive: false } },
-    { returnDocument: "after" },
-  );
+  try {
+    return await store.campaigns.findOneAndUpdate(
+      { _id: current._id, applicationId: current.applicationId, deletedAt: null },
+      { $set: { deletedAt: now, updatedAt: now, isDefault: false, isLive: false } },
+      { returnDocument: "after" },
+    );
+  } finally {
+    forgetCampaigns(store, current.applicationId);
+  }
+}
+
+function deepFreeze<T>(value: T): T {
+  if (typeof value === "object" && value !== null && !Object.isFrozen(value)) {
+    Object.freeze(value);
+    for (const child of Object.values(value)) deepFreeze(child);
+  }
+  return value;
 }
 
 async function clearDefault(
