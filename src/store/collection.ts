@@ -7,6 +7,7 @@ import type {
   FindOneAndUpdateOptions,
   FindOptions,
   IndexSpecification,
+  InsertManyResult,
   InsertOneResult,
   OptionalUnlessRequiredId,
   UpdateFilter,
@@ -22,6 +23,8 @@ import type {
  */
 export interface StoreCollection<T extends Document> {
   insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>>;
+  /** Ordered: stops at the first failure, keeping the documents before it (seeding, imports). */
+  insertMany(docs: readonly OptionalUnlessRequiredId<T>[]): Promise<InsertManyResult<T>>;
   findOne(filter: Filter<T>, options?: FindOptions): Promise<WithId<T> | null>;
   find(filter: Filter<T>, options?: FindOptions): { toArray(): Promise<WithId<T>[]> };
   countDocuments(filter?: Filter<T>): Promise<number>;

@@ -9,6 +9,7 @@ import type {
   FindOneAndUpdateOptions,
   FindOptions,
   IndexSpecification,
+  InsertManyResult,
   InsertOneResult,
   OptionalUnlessRequiredId,
   Sort,
@@ -234,6 +235,28 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const id = (_id as string | undefined) ?? randomUUID();
     this.insertRow(id, fields);
     return { acknowledged: true, insertedId: id as never };
+  }
+
+  async insertMany(docs: readonly OptionalUnlessRequiredId<T>[]): Promise<InsertManyResult<T>> {
+    const insertedIds: Record<number, string> = {};
+    // One transaction for the batch (one commit, not one per document); like
+    // MongoDB's ordered insertMany, the documents before a failure are kept.
+    this.database.exec("BEGIN IMMEDIATE");
+    try {
+      docs.forEach((doc, index) => {
+        const { _id, ...fields } = doc as Document;
+        const id = (_id as string | undefined) ?? randomUUID();
+        this.insertRow(id, fields);
+        insertedIds[index] = id;
+      });
+    } finally {
+      this.database.exec("COMMIT");
+    }
+    return {
+      acknowledged: true,
+      insertedCount: docs.length,
+      insertedIds: insertedIds as never,
+    };
   }
 
   async findOne(filter: Filter<T>, options: FindOptions = {}): Promise<WithId<T> | null> {

@@ -221,6 +221,20 @@ for (const engine of engineNames) {
   );
 
   storeTest(
+    "insertMany is ordered: a duplicate stops it and keeps the documents before it",
+    async (t, store) => {
+      await store.customers.insertOne(customer("taken"));
+      const error = await t.throwsAsync(() =>
+        store.customers.insertMany([customer("m1"), customer("taken"), customer("m3")]),
+      );
+      t.true(isDuplicateKeyError(error));
+      t.deepEqual(await idsOf(store, {}), ["m1", "taken"]);
+      const inserted = await store.customers.insertMany([customer("m4"), customer("m5")]);
+      t.is(inserted.insertedCount, 2);
+    },
+  );
+
+  storeTest(
     "sort ties are broken by the next key, in both directions, across pages",
     async (t, store) => {
       for (const id of ["a", "d", "b", "e", "c"]) await store.customers.insertOne(customer(id));
