@@ -57,21 +57,55 @@ export function encodeScalar(value: unknown): SQLInputValue {
 
 /** A document as JSON text for `jsonb(?)`. */
 export function encodeDocument(doc: Document): string {
-  return JSON.stringify(doc, function encodeValue(this: Record<string, unknown>, key, value) {
-    const raw = this[key];
-    if (raw instanceof Date) return dateTag + raw.toISOString();
-    if (typeof value === "string" && value.startsWith(tag)) return escapedTag + value;
-    return value;
-  });
+  // A walk then a plain stringify is several times faster than a replacer.
+  return JSON.stringify(storable(doc));
 }
 
 /** A document from its JSON text, with dates as `Date`s again. */
 export function decodeDocument<T>(json: string): T {
-  return JSON.parse(json, (_key, value) => {
-    if (typeof value !== "string" || !value.startsWith(tag)) return value;
-    if (value.startsWith(dateTag)) return new Date(value.slice(dateTag.length));
-    return value.slice(escapedTag.length);
-  }) as T;
+  return revive(JSON.parse(json)) as T;
+}
+
+function storable(value: unknown): unknown {
+  if (typeof value === "string") return value.startsWith(tag) ? escapedTag + value : value;
+  if (typeof value !== "object" || value === null) return value;
+  if (value instanceof Date) return dateTag + value.toISOString();
+  if (Array.isArray(value)) return value.map(storable);
+  const out: Document = {};
+  for (const [key, child] of Object.entries(value)) {
+    if (child !== undefined) setOwn(out, key, storable(child));
+  }
+  return out;
+}
+
+/** Turns tagged strings back into dates and strings, in place (the object is JSON.parse's). */
+function revive(value: unknown): unknown {
+  if (typeof value === "string") {
+    if (!value.startsWith(tag)) return value;
+    return value.startsWith(dateTag)
+      ? new Date(value.slice(dateTag.length))
+      : value.slice(escapedTag.length);
+  }
+  if (typeof value !== "object" || value === null) return value;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) value[i] = revive(value[i]);
+    return value;
+  }
+  for (const [key, child] of Object.entries(value)) {
+    if (typeof child === "object" || (typeof child === "string" && child.startsWith(tag))) {
+      setOwn(value as Document, key, revive(child));
+    }
+  }
+  return value;
+}
+
+/** Sets an own property, even one named `__proto__` (plain assignment would set the prototype). */
+function setOwn(target: Document, key: string, value: unknown): void {
+  if (key === "__proto__") {
+    Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+  } else {
+    target[key] = value;
+  }
 }
 
 /** A WHERE clause and its parameters. */

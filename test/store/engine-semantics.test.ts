@@ -124,6 +124,16 @@ for (const engine of engineNames) {
         tagged: "\u0001D2026-01-01T00:00:00.000Z",
         list: [{ at: "2026-01-01T00:00:00.000Z" }],
       });
+      if (engine === "embedded") {
+        // A key named __proto__ stays data, never a prototype.
+        const properties = JSON.parse('{"__proto__":{"polluted":true},"plain":1}');
+        await store.customers.insertOne(customer("c3", { customProperties: properties }));
+        const c3 = await store.customers.findOne({ _id: "c3" });
+        t.deepEqual(Object.keys(c3?.customProperties ?? {}), ["__proto__", "plain"]);
+        t.is(Object.getPrototypeOf(c3?.customProperties), Object.prototype);
+        t.is(({} as Document).polluted, undefined);
+      await store.customers.deleteOne({ _id: "c3" });
+      }
       t.deepEqual(await idsOf(store, { createdAt: { $gte: later } }), ["c2"]);
       t.deepEqual(await idsOf(store, { createdAt: { $lt: later } }), ["c1"]);
       t.deepEqual(await idsOf(store, { createdAt: { $gte: t0, $lte: later } }), ["c1", "c2"]);
