@@ -102,7 +102,12 @@ function revive(value: unknown): unknown {
 /** Sets an own property, even one named `__proto__` (plain assignment would set the prototype). */
 function setOwn(target: Document, key: string, value: unknown): void {
   if (key === "__proto__") {
-    Object.defineProperty(target, key, { value, enumerable: true, writable: true, configurable: true });
+    Object.defineProperty(target, key, {
+      value,
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    });
   } else {
     target[key] = value;
   }

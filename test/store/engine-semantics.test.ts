@@ -132,7 +132,7 @@ for (const engine of engineNames) {
         t.deepEqual(Object.keys(c3?.customProperties ?? {}), ["__proto__", "plain"]);
         t.is(Object.getPrototypeOf(c3?.customProperties), Object.prototype);
         t.is(({} as Document).polluted, undefined);
-      await store.customers.deleteOne({ _id: "c3" });
+        await store.customers.deleteOne({ _id: "c3" });
       }
       t.deepEqual(await idsOf(store, { createdAt: { $gte: later } }), ["c2"]);
       t.deepEqual(await idsOf(store, { createdAt: { $lt: later } }), ["c1"]);
