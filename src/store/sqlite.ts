@@ -56,13 +56,16 @@ export class StoreOpenError extends Error {
  * JSON documents. node:sqlite is synchronous: each collection operation,
  * read-modify-write included, runs to completion before any other JavaScript
  * does, so every single-document operation is atomic in this process (the
- * data directory's lock keeps other processes out).
+ * data directory's lock keeps other processes out). Writes are committed in
+ * groups (see {@link SqliteDatabase.write}).
  */
 export class SqliteDatabase {
   private readonly db: DatabaseSync;
   private readonly statements = new Map<string, StatementSync>();
   private readonly queries = new Map<string, QuerySample>();
   private readonly collections = new Map<string, SqliteCollection<Document>>();
+  /** The writes of the open group transaction, waiting for its commit. */
+  private group: { resolve: () => void; reject: (error: unknown) => void }[] | undefined;
 
   private constructor(
     db: DatabaseSync,
@@ -141,8 +144,54 @@ export class SqliteDatabase {
     }));
   }
 
-  /** Runs `work` in one transaction: all of it is committed, or none. */
+  /**
+   * Runs one collection write and resolves once it is committed. Writes
+   * made in the same turn of the event loop share one transaction,
+   * committed right after that turn (group commit): a commit costs far
+   * more than a statement, and concurrent requests arrive together. Each
+   * write is atomic on its own (a savepoint), and nobody is answered
+   * before the commit that makes the write durable.
+   */
+  write<R>(work: () => R): Promise<R> {
+    if (!this.group) {
+      this.db.exec("BEGIN IMMEDIATE");
+      this.group = [];
+      setImmediate(() => this.commitGroup());
+    }
+    const group = this.group;
+    this.statement("SAVEPOINT write").run();
+    let result: R;
+    try {
+      result = work();
+      this.statement("RELEASE write").run();
+    } catch (error) {
+      this.statement("ROLLBACK TO write").run();
+      this.statement("RELEASE write").run();
+      return Promise.reject(error);
+    }
+    return new Promise((resolve, reject) => {
+      group.push({ resolve: () => resolve(result), reject });
+    });
+  }
+
+  /** Commits the open group of writes, then answers their callers. */
+  private commitGroup(): void {
+    const waiting = this.group;
+    if (!waiting) return;
+    this.group = undefined;
+    try {
+      this.db.exec("COMMIT");
+    } catch (error) {
+      if (this.db.isTransaction) this.db.exec("ROLLBACK");
+      for (const writer of waiting) writer.reject(error);
+      return;
+    }
+    for (const writer of waiting) writer.resolve();
+  }
+
+  /** Runs `work` in one transaction of its own: all of it is committed, or none. */
   transaction<R>(work: () => R): R {
+    this.commitGroup();
     this.db.exec("BEGIN IMMEDIATE");
     try {
       const result = work();
@@ -188,6 +237,7 @@ export class SqliteDatabase {
   /** Closes the connection; the WAL is checkpointed into the file. */
   close(): void {
     if (!this.db.isOpen) return;
+    this.commitGroup();
     this.statements.clear();
     this.db.close();
   }
@@ -230,28 +280,32 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     readonly name: string,
   ) {}
 
-  async insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>> {
-    const { _id, ...fields } = doc as Document;
-    const id = (_id as string | undefined) ?? randomUUID();
-    this.insertRow(id, fields);
-    return { acknowledged: true, insertedId: id as never };
+  insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>> {
+    return this.database.write(() => {
+      const { _id, ...fields } = doc as Document;
+      const id = (_id as string | undefined) ?? randomUUID();
+      this.insertRow(id, fields);
+      return { acknowledged: true, insertedId: id as never };
+    });
   }
 
   async insertMany(docs: readonly OptionalUnlessRequiredId<T>[]): Promise<InsertManyResult<T>> {
     const insertedIds: Record<number, string> = {};
-    // One transaction for the batch (one commit, not one per document); like
-    // MongoDB's ordered insertMany, the documents before a failure are kept.
-    this.database.exec("BEGIN IMMEDIATE");
-    try {
-      docs.forEach((doc, index) => {
+    // Like MongoDB's ordered insertMany, the documents before a failure are kept.
+    const failure = await this.database.write(() => {
+      for (const [index, doc] of docs.entries()) {
         const { _id, ...fields } = doc as Document;
         const id = (_id as string | undefined) ?? randomUUID();
-        this.insertRow(id, fields);
+        try {
+          this.insertRow(id, fields);
+        } catch (error) {
+          return error;
+        }
         insertedIds[index] = id;
-      });
-    } finally {
-      this.database.exec("COMMIT");
-    }
+      }
+      return undefined;
+    });
+    if (failure) throw failure;
     return {
       acknowledged: true,
       insertedCount: docs.length,
@@ -282,7 +336,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     update: UpdateFilter<T>,
     options: UpdateOptions = {},
   ): Promise<UpdateResult<T>> {
-    const result = this.updateFirst(filter, update, options.upsert ?? false, undefined);
+    const result = await this.database.write(() =>
+      this.updateFirst(filter, update, options.upsert ?? false, undefined),
+    );
     return {
       acknowledged: true,
       matchedCount: result.upserted ? 0 : result.matched,
@@ -294,18 +350,19 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 
   async updateMany(filter: Filter<T>, update: UpdateFilter<T>): Promise<UpdateResult<T>> {
     const operators = updateOperators(update);
-    let modified = 0;
-    const matches = this.select(filter, {});
-    this.database.transaction(() => {
+    const { matched, modified } = await this.database.write(() => {
+      const matches = this.select(filter, {});
+      let changed = 0;
       for (const doc of matches) {
         if (applyUpdate(doc, operators).length === 0) continue;
         this.writeRow(doc);
-        modified += 1;
+        changed += 1;
       }
+      return { matched: matches.length, modified: changed };
     });
     return {
       acknowledged: true,
-      matchedCount: matches.length,
+      matchedCount: matched,
       modifiedCount: modified,
       upsertedCount: 0,
       upsertedId: null,
@@ -320,15 +377,20 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     if (options.returnDocument !== "after") {
       throw new UnsupportedQueryError("findOneAndUpdate without returnDocument 'after'");
     }
-    return this.updateFirst(filter, update, options.upsert ?? false, options.sort).doc;
+    const result = await this.database.write(() =>
+      this.updateFirst(filter, update, options.upsert ?? false, options.sort),
+    );
+    return result.doc;
   }
 
-  async deleteOne(filter: Filter<T>): Promise<DeleteResult> {
-    const where = compileFilter(filter);
-    const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
-    this.database.noteQuery(sql, { collection: this.name, filter });
-    const result = this.database.statement(sql).run(...where.params);
-    return { acknowledged: true, deletedCount: Number(result.changes) };
+  deleteOne(filter: Filter<T>): Promise<DeleteResult> {
+    return this.database.write(() => {
+      const where = compileFilter(filter);
+      const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
+      this.database.noteQuery(sql, { collection: this.name, filter });
+      const result = this.database.statement(sql).run(...where.params);
+      return { acknowledged: true, deletedCount: Number(result.changes) };
+    });
   }
 
   /**
