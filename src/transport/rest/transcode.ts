@@ -2,6 +2,7 @@ import { type DescMessage, type Message, ScalarType } from "@bufbuild/protobuf";
 import {
   FieldError,
   fieldByKey,
+  fieldToPlain,
   fromPlain,
   type PlainObject,
   toPlain,
@@ -106,6 +107,7 @@ export function restFromResponse(
   route: HttpRoute,
   response: Message,
 ): unknown {
-  const plain = toPlain(schema, response);
-  return route.responseBody ? plain[route.responseBody.jsonName] : plain;
+  return route.responseBody
+    ? fieldToPlain(schema, response, route.responseBody)
+    : toPlain(schema, response);
 }
