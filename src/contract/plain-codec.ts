@@ -14,7 +14,9 @@ import {
   TimestampSchema,
   timestampDate,
   timestampFromDate,
+  timestampMs,
 } from "@bufbuild/protobuf/wkt";
+import { isoString } from "./iso-time.js";
 import { enumWords, omitWhenUnset } from "./options.js";
 
 /**
@@ -234,10 +236,8 @@ const valueWriters: ValueCompilers<ValueWriter | undefined> = {
   message(schema) {
     switch (schema.typeName) {
       case TimestampSchema.typeName:
-        return (value, dates) => {
-          const date = timestampDate(value as Timestamp);
-          return dates ? date : date.toISOString();
-        };
+        return (value, dates) =>
+          dates ? timestampDate(value as Timestamp) : isoString(timestampMs(value as Timestamp));
       case StructSchema.typeName:
         // protobuf-es represents Struct fields as plain JSON objects already.
         return undefined;
