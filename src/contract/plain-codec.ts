@@ -64,6 +64,9 @@ export interface ReadOptions {
 /** Writes one set value; `dates` asks for `Date` timestamps instead of ISO strings. */
 type ValueWriter = (value: unknown, dates: boolean) => unknown;
 
+/** Writes one set value as the JSON text `JSON.stringify` makes of its plain value. */
+type JsonWriter = (value: unknown) => string | undefined;
+
 /**
  * Reads one plain value. Its errors carry the path relative to the value
  * (`""`, `.name`, `[2]`), so no path is built unless something fails.
@@ -75,6 +78,8 @@ interface FieldPlan {
   readonly field: DescField;
   readonly localName: string;
   readonly jsonName: string;
+  /** `"jsonName":`, ready to write. */
+  readonly jsonKey: string;
   /** `undefined` in the message means unset: message fields and explicit presence. */
   readonly undefinedIsUnset: boolean;
   /** From `(referral.v1.rest_omit_when_unset)`. */
@@ -83,6 +88,7 @@ interface FieldPlan {
   readonly unsetIsEmptyObject: boolean;
   /** Undefined where the message value is already its plain value. */
   readonly write: ValueWriter | undefined;
+  readonly writeJson: JsonWriter;
   readonly read: ValueReader;
 }
 
@@ -122,6 +128,7 @@ function compileField(field: DescField): FieldPlan {
     field,
     localName: field.localName,
     jsonName: field.jsonName,
+    jsonKey: `${JSON.stringify(field.jsonName)}:`,
     undefinedIsUnset:
       isMessage ||
       ((field.fieldKind === "scalar" || field.fieldKind === "enum") &&
@@ -129,6 +136,7 @@ function compileField(field: DescField): FieldPlan {
     omitWhenUnset: omitWhenUnset(field),
     unsetIsEmptyObject: isMessage && field.message.typeName === StructSchema.typeName,
     write: fieldWriter(field),
+    writeJson: fieldJsonWriter(field),
     read: fieldReader(field),
   };
 }
@@ -277,6 +285,105 @@ function is64Bit(type: ScalarType): boolean {
     type === ScalarType.FIXED64 ||
     type === ScalarType.SFIXED64
   );
+}
+
+// Writing JSON text directly: what `JSON.stringify` would make of the plain
+// form, without building the plain form first.
+
+/** `JSON.stringify(toPlain(schema, message))`, in one pass. */
+export function toJson(schema: DescMessage, message: Message): string {
+  return writeMessageJson(planOf(schema), message);
+}
+
+/** `JSON.stringify(fieldToPlain(schema, message, field))`, in one pass. */
+export function fieldToJson(
+  schema: DescMessage,
+  message: Message,
+  field: DescField,
+): string | undefined {
+  const plan = fieldPlanOf(schema, field);
+  const value = (message as unknown as Record<string, unknown>)[plan.localName];
+  if (plan.undefinedIsUnset && value === undefined) {
+    return plan.omitWhenUnset ? undefined : unsetJson(plan);
+  }
+  return plan.writeJson(value);
+}
+
+function writeMessageJson(plan: MessagePlan, message: Message): string {
+  const record = message as unknown as Record<string, unknown>;
+  const fields = plan.fields;
+  let out = "";
+  for (let i = 0; i < fields.length; i++) {
+    const field = fields[i] as FieldPlan;
+    const value = record[field.localName];
+    let json: string | undefined;
+    if (field.undefinedIsUnset && value === undefined) {
+      if (field.omitWhenUnset) continue;
+      json = unsetJson(field);
+    } else {
+      json = field.writeJson(value);
+      // As JSON.stringify leaves out a key whose value has no JSON.
+      if (json === undefined) continue;
+    }
+    out = out === "" ? `{${field.jsonKey}${json}` : `${out},${field.jsonKey}${json}`;
+  }
+  return out === "" ? "{}" : `${out}}`;
+}
+
+function unsetJson(field: FieldPlan): string {
+  return field.unsetIsEmptyObject ? "{}" : "null";
+}
+
+const jsonWriters: ValueCompilers<JsonWriter> = {
+  scalar(type) {
+    const write = valueWriters.scalar(type);
+    if (write === undefined) return (value) => JSON.stringify(value);
+    return (value) => JSON.stringify(write(value, false));
+  },
+  enum(desc) {
+    const byNumber = new Map<number, string>();
+    for (const [number, word] of enumWords(desc).byNumber) {
+      byNumber.set(number, JSON.stringify(word));
+    }
+    return (value) => byNumber.get(value as number) ?? "null";
+  },
+  message(schema) {
+    switch (schema.typeName) {
+      case TimestampSchema.typeName:
+        // An ISO string has nothing JSON escapes.
+        return (value) => `"${isoString(timestampMs(value as Timestamp))}"`;
+      case StructSchema.typeName:
+        return (value) => JSON.stringify(value);
+      default:
+        return lazyPlan(schema, (plan, value) => writeMessageJson(plan, value as Message));
+    }
+  },
+};
+
+function fieldJsonWriter(field: DescField): JsonWriter {
+  switch (field.fieldKind) {
+    case "list": {
+      const item = compileValue(field, jsonWriters);
+      return (value) => {
+        const list = value as unknown[];
+        let out = "";
+        for (let i = 0; i < list.length; i++) {
+          // As JSON.stringify writes an array item that has no JSON.
+          const json = item(list[i]) ?? "null";
+          out = i === 0 ? json : `${out},${json}`;
+        }
+        return `[${out}]`;
+      };
+    }
+    case "map": {
+      // No map field is on a hot path: the plain form's object keeps
+      // JSON.stringify's key order (integer-like keys first) for free.
+      const write = fieldWriter(field) as ValueWriter;
+      return (value) => JSON.stringify(write(value, false));
+    }
+    default:
+      return compileValue(field, jsonWriters);
+  }
 }
 
 // Reading the plain form.

@@ -1,4 +1,5 @@
 import {
+  create,
   type DescField,
   type DescMessage,
   equals,
@@ -26,14 +27,20 @@ import { file_referral_v1_checkpoints } from "../../gen/referral/v1/checkpoints_
 import { file_referral_v1_customers } from "../../gen/referral/v1/customers_pb.js";
 import { rest_name, rest_omit_when_unset } from "../../gen/referral/v1/options_pb.js";
 import { file_referral_v1_referrals } from "../../gen/referral/v1/referrals_pb.js";
-import { CustomerSchema, file_referral_v1_resources } from "../../gen/referral/v1/resources_pb.js";
+import {
+  CampaignSchema,
+  CustomerSchema,
+  file_referral_v1_resources,
+} from "../../gen/referral/v1/resources_pb.js";
 import { file_referral_v1_webhooks } from "../../gen/referral/v1/webhooks_pb.js";
 import {
   FieldError,
   fieldByKey,
+  fieldToJson,
   fieldToPlain,
   fromPlain,
   type PlainObject,
+  toJson,
   toPlain,
 } from "../../src/contract/plain-codec.js";
 import { arbitraryMessage, messageTypesOf } from "../helpers/arbitrary-messages.js";
@@ -119,14 +126,34 @@ test("toPlain writes what the descriptors say, for every type", (t) => {
           toPlain(schema, message, { timestamps: "date" }),
           expectedPlain(schema, message, true),
         );
+      }),
+      runs,
+    );
+  }
+});
+
+test("toJson and fieldToJson are JSON.stringify of toPlain and fieldToPlain, byte for byte", (t) => {
+  for (const schema of types) {
+    fc.assert(
+      fc.property(arbitraryMessage(schema, { lossy: true }), (message) => {
         const plain = toPlain(schema, message);
+        t.is(toJson(schema, message), JSON.stringify(plain));
         for (const field of schema.fields) {
           t.deepEqual(fieldToPlain(schema, message, field), plain[field.jsonName]);
+          t.is(fieldToJson(schema, message, field), JSON.stringify(plain[field.jsonName]));
         }
       }),
       runs,
     );
   }
+});
+
+test("toJson leaves out what JSON.stringify leaves out, even in malformed messages", (t) => {
+  // create() never leaves a value undefined; a message built by hand can.
+  const message = { ...create(CampaignSchema), name: undefined, platforms: [undefined, 1] };
+  const malformed = message as unknown as Message;
+  t.is(toJson(CampaignSchema, malformed), JSON.stringify(toPlain(CampaignSchema, malformed)));
+  t.false(toJson(CampaignSchema, malformed).includes('"name"'));
 });
 
 test("fromPlain reads back what toPlain wrote, from JSON and from documents", (t) => {
