@@ -53,12 +53,17 @@ export class FieldError extends Error {
   }
 }
 
-/** How {@link fromPlain} treats keys that name no field. */
+/** How {@link fromPlain} reads an object. */
 export interface ReadOptions {
   /** Skip unknown keys (documents carry storage-only fields) instead of refusing them. */
   readonly ignoreUnknown?: boolean;
   /** The camelCase path of the object, for error messages. */
   readonly path?: string;
+  /**
+   * Values read in place of the object's own, as if reading
+   * `{ ...plain, ...overrides }`, without copying the object.
+   */
+  readonly overrides?: PlainObject;
 }
 
 /** Writes one set value; `dates` asks for `Date` timestamps instead of ISO strings. */
@@ -403,7 +408,11 @@ export function fromPlain<Desc extends DescMessage>(
     throw new FieldError(path || "body", "must be a JSON object");
   }
   try {
-    const message = readMessage(planOf(schema), plain, options.ignoreUnknown === true);
+    const plan = planOf(schema);
+    const ignoreUnknown = options.ignoreUnknown === true;
+    const message = options.overrides
+      ? readMessage(plan, plain, ignoreUnknown, options.overrides)
+      : readMessage(plan, plain, ignoreUnknown);
     return message as MessageShape<Desc>;
   } catch (error) {
     if (!(error instanceof FieldError)) throw error;
@@ -418,13 +427,24 @@ export function fieldByKey(schema: DescMessage, key: string): DescField | undefi
   return planOf(schema).byKey.get(key)?.field;
 }
 
-function readMessage(plan: MessagePlan, value: unknown, ignoreUnknown: boolean): Message {
+function readMessage(
+  plan: MessagePlan,
+  value: unknown,
+  ignoreUnknown: boolean,
+  overrides?: PlainObject,
+): Message {
   if (!isPlainObject(value)) throw new FieldError("", "must be a JSON object");
   const init: PlainObject = {};
   const keys = Object.keys(value);
   for (let i = 0; i < keys.length; i++) {
     const key = keys[i] as string;
-    readEntry(plan, init, key, value[key], ignoreUnknown);
+    const entry = overrides && Object.hasOwn(overrides, key) ? overrides[key] : value[key];
+    readEntry(plan, init, key, entry, ignoreUnknown);
+  }
+  if (overrides) {
+    for (const key of Object.keys(overrides)) {
+      if (!Object.hasOwn(value, key)) readEntry(plan, init, key, overrides[key], ignoreUnknown);
+    }
   }
   return create(plan.schema, init as never);
 }

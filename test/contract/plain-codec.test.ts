@@ -361,3 +361,22 @@ test("fromPlain refuses a body that is not an object, naming the body or the pat
     },
   );
 });
+
+test("fromPlain with overrides reads as if the object were spread with them", (t) => {
+  const keys = [...CustomerSchema.fields.map((f) => f.jsonName), "external_user_id", "_id", "zz"];
+  const values = fc.oneof(fc.string(), fc.integer(), fc.constant(null), fc.constant(undefined));
+  const objects = fc.dictionary(fc.constantFrom(...keys), values, { maxKeys: 6 });
+  fc.assert(
+    fc.property(objects, objects, fc.boolean(), (plain, overrides, ignoreUnknown) => {
+      const outcome = (run: () => Message) => {
+        const error = fieldErrorOf(run);
+        return error ?? toPlain(CustomerSchema, run());
+      };
+      t.deepEqual(
+        outcome(() => fromPlain(CustomerSchema, plain, { ignoreUnknown, overrides })),
+        outcome(() => fromPlain(CustomerSchema, { ...plain, ...overrides }, { ignoreUnknown })),
+      );
+    }),
+    { numRuns: 300 },
+  );
+});
