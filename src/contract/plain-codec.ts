@@ -381,8 +381,8 @@ function fieldJsonWriter(field: DescField): JsonWriter {
       };
     }
     case "map": {
-      // No map field is on a hot path: the plain form's object keeps
-      // JSON.stringify's key order (integer-like keys first) for free.
+      // The contract has no map field yet; going through the plain form's
+      // object keeps JSON.stringify's key order (integer-like keys first).
       const write = fieldWriter(field) as ValueWriter;
       return (value) => JSON.stringify(write(value, false));
     }

@@ -12,6 +12,7 @@ import {
   file_google_protobuf_any,
   file_google_protobuf_api,
   file_google_protobuf_duration,
+  file_google_protobuf_struct,
   file_google_protobuf_type,
   file_google_protobuf_wrappers,
   StructSchema,
@@ -73,6 +74,9 @@ const types = [
     file_google_protobuf_wrappers,
   ]),
 ];
+// Struct and Value as messages bring map fields and oneofs, which the writer
+// handles but which do not read back (a oneof is not read).
+const writerTypes = [...types, ...messageTypesOf([file_google_protobuf_struct])];
 const runs = { numRuns: 40 };
 
 /** The plain form by the specification's rules, reflecting on every call. */
@@ -118,7 +122,7 @@ function expectedValue(field: DescField, value: unknown, dates: boolean): unknow
 }
 
 test("toPlain writes what the descriptors say, for every type", (t) => {
-  for (const schema of types) {
+  for (const schema of writerTypes) {
     fc.assert(
       fc.property(arbitraryMessage(schema, { lossy: true }), (message) => {
         t.deepEqual(toPlain(schema, message), expectedPlain(schema, message, false));
@@ -133,7 +137,7 @@ test("toPlain writes what the descriptors say, for every type", (t) => {
 });
 
 test("toJson and fieldToJson are JSON.stringify of toPlain and fieldToPlain, byte for byte", (t) => {
-  for (const schema of types) {
+  for (const schema of writerTypes) {
     fc.assert(
       fc.property(arbitraryMessage(schema, { lossy: true }), (message) => {
         const plain = toPlain(schema, message);
