@@ -7,10 +7,20 @@ import {
   rest_success_status,
 } from "../../gen/referral/v1/options_pb.js";
 
-/** The credential an RPC accepts, from its `(referral.v1.access)` option. */
+const accessCache = new WeakMap<DescMethod, Access>();
+
+/**
+ * The credential an RPC accepts, from its `(referral.v1.access)` option.
+ * Cached per method: every call asks, and reading an option decodes it.
+ */
 export function methodAccess(method: DescMethod): Access {
-  const value = getOption(method, access);
-  return value === Access.UNSPECIFIED ? Access.SECRET : value;
+  let value = accessCache.get(method);
+  if (value === undefined) {
+    value = getOption(method, access);
+    if (value === Access.UNSPECIFIED) value = Access.SECRET;
+    accessCache.set(method, value);
+  }
+  return value;
 }
 
 /** The HTTP status of a successful REST call, from `(referral.v1.rest_success_status)`. */
@@ -18,7 +28,11 @@ export function restSuccessStatus(method: DescMethod): number {
   return getOption(method, rest_success_status) || 200;
 }
 
-/** Whether REST leaves the field out when unset, from `(referral.v1.rest_omit_when_unset)`. */
+/**
+ * Whether REST leaves the field out when unset, from
+ * `(referral.v1.rest_omit_when_unset)`. Not cached: the codec reads it once
+ * per field when it compiles a message type.
+ */
 export function omitWhenUnset(field: DescField): boolean {
   return getOption(field, rest_omit_when_unset);
 }

@@ -7,15 +7,16 @@ export type Clock = () => Date;
 /**
  * A message from a stored document: the document's fields are the message's
  * plain form (see `src/contract/plain-codec.ts`) with the id in `_id`;
- * storage-only fields are skipped and `extra` adds derived ones.
+ * storage-only fields (`_id` among them) are skipped and `extra` adds derived
+ * ones. The document is read where it is, not copied first.
  */
 export function messageFromDoc<Desc extends DescMessage>(
   schema: Desc,
   doc: { _id: string },
-  extra: PlainObject = {},
+  extra?: PlainObject,
 ): MessageShape<Desc> {
-  const { _id, ...fields } = doc;
-  return fromPlain(schema, { ...fields, id: _id, ...extra }, { ignoreUnknown: true });
+  const overrides = extra ? { id: doc._id, ...extra } : { id: doc._id };
+  return fromPlain(schema, doc, { ignoreUnknown: true, overrides });
 }
 
 /** A document's fields from a message: its plain form with `Date` timestamps and `_id`. */

@@ -5,7 +5,9 @@ import { callContext } from "../call-context.js";
 import { type ErrorLogger, httpStatusByCode, restErrorBody, toConnectError } from "../errors.js";
 import { rpcsOf, type ServiceRegistration } from "../routes.js";
 import { type HttpRoute, httpRouteOf } from "./http-rules.js";
-import { requestFromRest, restFromResponse } from "./transcode.js";
+import { requestReader, restJsonFromResponse } from "./transcode.js";
+
+const jsonContentType = "application/json; charset=utf-8";
 
 /** A REST route as registered, for 404/405 decisions. */
 export interface RegisteredRestRoute {
@@ -50,18 +52,19 @@ export async function registerRest(
       const route = httpRouteOf(rpc.method);
       if (!route) continue;
       const status = restSuccessStatus(rpc.method);
+      const readRequest = requestReader(rpc.method.input, route);
+      const name = `${rpc.service.typeName}/${rpc.method.name}`;
       registered.push({ verb: route.verb, route });
       scope.route({
         method: route.verb as "GET",
         url: route.fastifyPath,
         handler: async (request, reply) => {
-          const name = `${rpc.service.typeName}/${rpc.method.name}`;
           try {
             const tenant = await deps.authenticator.authenticate(
               rpc.method,
               request.headers.authorization,
             );
-            const input = requestFromRest(rpc.method.input, route, {
+            const input = readRequest({
               params: request.params as Record<string, string>,
               query: request.query as Record<string, string | string[] | undefined>,
               body: request.body,
@@ -77,7 +80,12 @@ export async function registerRest(
                 tenant,
               }),
             );
-            return reply.code(status).send(restFromResponse(rpc.method.output, route, output));
+            // Stringified here, with the type Fastify would set, so Fastify
+            // sends the string as it is instead of inspecting and serializing.
+            const json = restJsonFromResponse(rpc.method.output, route, output);
+            reply.code(status);
+            if (json === undefined) return reply.send();
+            return reply.type(jsonContentType).send(json);
           } catch (error) {
             const connectError = toConnectError(error, name, deps.log);
             return reply

@@ -1,9 +1,12 @@
-import { type DescMessage, type Message, ScalarType } from "@bufbuild/protobuf";
+import { type DescField, type DescMessage, type Message, ScalarType } from "@bufbuild/protobuf";
 import {
   FieldError,
   fieldByKey,
+  fieldToJson,
+  fieldToPlain,
   fromPlain,
   type PlainObject,
+  toJson,
   toPlain,
 } from "../../contract/plain-codec.js";
 import type { HttpRoute } from "./http-rules.js";
@@ -15,89 +18,124 @@ export interface RestRequestParts {
   readonly body: unknown;
 }
 
+/** Reads the RPC request of one route's calls; see {@link requestReader}. */
+export type RestRequestReader = (parts: RestRequestParts) => Message;
+
+/** How one query parameter becomes a plain value. */
+interface QueryParameter {
+  readonly jsonName: string;
+  readonly repeated: boolean;
+  readonly parse: (value: string) => unknown;
+}
+
 /**
  * The RPC request of a REST call: path variables, then the body (`*` or one
  * field), then query parameters for every field the body does not carry.
  * Every key must name a field; values are checked against the field's type.
+ * What the route allows is worked out here, once, not on every call.
  */
-export function requestFromRest(
-  schema: DescMessage,
-  route: HttpRoute,
-  parts: RestRequestParts,
-): Message {
-  const plain: PlainObject = {};
-  const queryKeys = Object.keys(parts.query);
-  if (route.body === "*") {
-    if (queryKeys.length > 0) {
-      throw new FieldError(queryKeys[0] as string, "is not a known query parameter");
-    }
-    if (parts.body !== undefined) {
-      if (typeof parts.body !== "object" || parts.body === null || Array.isArray(parts.body)) {
-        throw new FieldError("body", "must be a JSON object");
+export function requestReader(schema: DescMessage, route: HttpRoute): RestRequestReader {
+  const bodyField = route.body && route.body !== "*" ? fieldByKey(schema, route.body) : undefined;
+  const parameters = queryParameters(schema, route, bodyField);
+  return (parts) => {
+    const plain: PlainObject = {};
+    if (route.body === "*") {
+      const queryKeys = Object.keys(parts.query);
+      if (queryKeys.length > 0) {
+        throw new FieldError(queryKeys[0] as string, "is not a known query parameter");
       }
-      Object.assign(plain, parts.body);
+      if (parts.body !== undefined) {
+        if (typeof parts.body !== "object" || parts.body === null || Array.isArray(parts.body)) {
+          throw new FieldError("body", "must be a JSON object");
+        }
+        Object.assign(plain, parts.body);
+      }
+    } else {
+      readQuery(parameters, parts.query, plain);
+      if (bodyField && parts.body !== undefined) plain[bodyField.jsonName] = parts.body;
     }
-  } else {
-    Object.assign(plain, queryValues(schema, route, parts.query));
-    if (route.body) {
-      const field = fieldByKey(schema, route.body);
-      if (field && parts.body !== undefined) plain[field.jsonName] = parts.body;
+    for (const field of route.pathFields) {
+      // Path variables win over the body, and come last like the template.
+      if (field.name in plain) delete plain[field.name];
+      if (field.jsonName in plain) delete plain[field.jsonName];
+      plain[field.jsonName] = parts.params[field.name];
     }
-  }
-  for (const field of route.pathFields) {
-    for (const key of [field.name, field.jsonName]) delete plain[key];
-    plain[field.jsonName] = parts.params[field.name];
-  }
-  return fromPlain(schema, plain) as Message;
+    return fromPlain(schema, plain) as Message;
+  };
 }
 
 /**
- * Query parameters as typed plain values: camelCase or snake_case names,
- * `true`/`false` for booleans, decimal integers, enum words. What does not
- * parse is left as a string so the codec names the field in its error.
+ * The query parameters a route takes, by camelCase and snake_case name:
+ * scalar and enum fields (repeated ones too) that are neither the body nor
+ * in the path.
  */
-function queryValues(
+function queryParameters(
   schema: DescMessage,
   route: HttpRoute,
-  query: RestRequestParts["query"],
-): PlainObject {
-  const out: PlainObject = {};
-  for (const [key, raw] of Object.entries(query)) {
-    if (raw === undefined) continue;
-    const field = fieldByKey(schema, key);
-    const bodyField = route.body ? fieldByKey(schema, route.body) : undefined;
-    if (
-      !field ||
-      field === bodyField ||
-      route.pathFields.includes(field) ||
-      field.fieldKind === "message" ||
-      field.fieldKind === "map"
-    ) {
-      throw new FieldError(key, "is not a known query parameter");
-    }
-    const values = Array.isArray(raw) ? raw : [raw];
-    if (field.fieldKind === "list") {
-      out[field.jsonName] = values.map((value) =>
-        typedQueryValue(
-          field.listKind,
-          value,
-          field.listKind === "scalar" ? field.scalar : undefined,
-        ),
-      );
-      continue;
-    }
-    if (values.length > 1) throw new FieldError(field.jsonName, "must be given once");
-    out[field.jsonName] = typedQueryValue(field.fieldKind, values[0] as string, field.scalar);
+  bodyField: DescField | undefined,
+): ReadonlyMap<string, QueryParameter> {
+  const parameters = new Map<string, QueryParameter>();
+  if (route.body === "*") return parameters;
+  for (const field of schema.fields) {
+    if (field === bodyField || route.pathFields.includes(field)) continue;
+    if (field.fieldKind === "message" || field.fieldKind === "map") continue;
+    const kind = field.fieldKind === "list" ? field.listKind : field.fieldKind;
+    const parameter = {
+      jsonName: field.jsonName,
+      repeated: field.fieldKind === "list",
+      parse: queryValueParser(kind === "scalar" ? field.scalar : undefined),
+    };
+    parameters.set(field.jsonName, parameter);
+    parameters.set(field.name, parameter);
   }
-  return out;
+  return parameters;
 }
 
-function typedQueryValue(kind: string, value: string, scalar?: ScalarType): unknown {
-  if (kind !== "scalar" || scalar === ScalarType.STRING || scalar === ScalarType.BYTES)
-    return value;
-  if (scalar === ScalarType.BOOL)
-    return value === "true" ? true : value === "false" ? false : value;
-  return /^-?\d+(\.\d+)?$/.test(value) ? Number(value) : value;
+/**
+ * Query parameters as typed plain values: `true`/`false` for booleans,
+ * decimal integers, enum words. What does not parse is left as a string so
+ * the codec names the field in its error.
+ */
+function readQuery(
+  parameters: ReadonlyMap<string, QueryParameter>,
+  query: RestRequestParts["query"],
+  out: PlainObject,
+): void {
+  for (const [key, raw] of Object.entries(query)) {
+    if (raw === undefined) continue;
+    const parameter = parameters.get(key);
+    if (!parameter) throw new FieldError(key, "is not a known query parameter");
+    if (parameter.repeated) {
+      out[parameter.jsonName] = (Array.isArray(raw) ? raw : [raw]).map(parameter.parse);
+      continue;
+    }
+    if (Array.isArray(raw) && raw.length > 1) {
+      throw new FieldError(parameter.jsonName, "must be given once");
+    }
+    out[parameter.jsonName] = parameter.parse((Array.isArray(raw) ? raw[0] : raw) as string);
+  }
+}
+
+/** Strings, bytes and enum words stay strings; booleans and numbers are parsed. */
+function queryValueParser(scalar: ScalarType | undefined): (value: string) => unknown {
+  if (scalar === undefined || scalar === ScalarType.STRING || scalar === ScalarType.BYTES) {
+    return (value) => value;
+  }
+  if (scalar === ScalarType.BOOL) {
+    return (value) => (value === "true" ? true : value === "false" ? false : value);
+  }
+  return (value) => (/^-?\d+(\.\d+)?$/.test(value) ? Number(value) : value);
+}
+
+/** {@link restFromResponse} as JSON text; undefined when there is no body. */
+export function restJsonFromResponse(
+  schema: DescMessage,
+  route: HttpRoute,
+  response: Message,
+): string | undefined {
+  return route.responseBody
+    ? fieldToJson(schema, response, route.responseBody)
+    : toJson(schema, response);
 }
 
 /** The REST body of a response: the whole message, or its `response_body` field. */
@@ -106,6 +144,7 @@ export function restFromResponse(
   route: HttpRoute,
   response: Message,
 ): unknown {
-  const plain = toPlain(schema, response);
-  return route.responseBody ? plain[route.responseBody.jsonName] : plain;
+  return route.responseBody
+    ? fieldToPlain(schema, response, route.responseBody)
+    : toPlain(schema, response);
 }
