@@ -22,10 +22,38 @@ export class UnsupportedQueryError extends Error {
 
 const pathSegment = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
+/**
+ * Fields kept beside the document, in a `side` column of their own: the
+ * webhook outbox, which the relay empties soon after nearly every write. A
+ * change to them alone rewrites neither the document nor its indexes.
+ */
+export const sideFields: ReadonlySet<string> = new Set(["outbox", "outboxPending"]);
+
+/** The column that holds a field: `doc`, or `side` for {@link sideFields}. */
+function columnOf(path: string): "doc" | "side" {
+  return sideFields.has(path.split(".")[0] as string) ? "side" : "doc";
+}
+
 /** The SQL expression of a document field (`_id` is the primary key column). */
 export function fieldExpression(path: string): string {
   if (path === "_id") return "id";
-  return `json_extract(doc, '${jsonPath(path)}')`;
+  return `json_extract(${columnOf(path)}, '${jsonPath(path)}')`;
+}
+
+/** A document's fields as the JSON of its two columns; `side` is null when it has none. */
+export function encodeColumns(fields: Document): { doc: string; side: string | null } {
+  const main: Document = {};
+  let side: Document | undefined;
+  for (const [key, value] of Object.entries(fields)) {
+    if (sideFields.has(key)) {
+      if (value === undefined) continue;
+      side ??= {};
+      side[key] = value;
+    } else {
+      setOwn(main, key, value);
+    }
+  }
+  return { doc: encodeDocument(main), side: side ? encodeDocument(side) : null };
 }
 
 function jsonPath(path: string): string {
@@ -185,13 +213,13 @@ function compileOperator(
     }
     case "$exists": {
       if (path === "_id") return operand ? "1" : "0";
-      const type = `json_type(doc, '${jsonPath(path)}')`;
+      const type = `json_type(${columnOf(path)}, '${jsonPath(path)}')`;
       return operand ? `${type} IS NOT NULL` : `${type} IS NULL`;
     }
     case "$size": {
       params.push(encodeScalar(operand));
-      const at = jsonPath(path);
-      return `(json_type(doc, '${at}') = 'array' AND json_array_length(doc, '${at}') = ?)`;
+      const at = `${columnOf(path)}, '${jsonPath(path)}'`;
+      return `(json_type(${at}) = 'array' AND json_array_length(${at}) = ?)`;
     }
     default:
       throw new UnsupportedQueryError(`the operator ${operator}`);

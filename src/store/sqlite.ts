@@ -25,7 +25,7 @@ import {
   compileFilter,
   compileSort,
   decodeDocument,
-  encodeDocument,
+  encodeColumns,
   encodeScalar,
   equalityFields,
   fieldExpression,
@@ -109,7 +109,7 @@ export class SqliteDatabase {
   /** The table of a collection, created on first use. */
   collection<T extends Document>(name: string): SqliteCollection<T> {
     this.db.exec(
-      `CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY NOT NULL, doc BLOB NOT NULL) STRICT`,
+      `CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY NOT NULL, doc BLOB NOT NULL, side BLOB) STRICT`,
     );
     const collection = new SqliteCollection<T>(this, name);
     this.collections.set(name, collection as unknown as SqliteCollection<Document>);
@@ -259,6 +259,7 @@ export interface QueryPlan extends QuerySample {
 interface Row {
   id: string;
   doc: string;
+  side: string | null;
 }
 
 /**
@@ -354,8 +355,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       const matches = this.select(filter, {});
       let changed = 0;
       for (const doc of matches) {
+        const before = mainJsonOf(doc);
         if (!applyUpdate(doc, operators)) continue;
-        this.writeRow(doc);
+        this.writeRow(doc, before);
         changed += 1;
       }
       return { matched: matches.length, modified: changed };
@@ -517,7 +519,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   ): { sql: string; params: SQLInputValue[] } {
     const where = compileFilter(filter);
     const params = [...where.params];
-    let sql = `SELECT id, json(doc) AS doc FROM "${this.name}" WHERE ${where.sql}${compileSort(options.sort)}`;
+    let sql = `SELECT id, json(doc) AS doc, json(side) AS side FROM "${this.name}" WHERE ${where.sql}${compileSort(options.sort)}`;
     if (options.limit || options.skip) {
       sql += " LIMIT ? OFFSET ?";
       params.push(options.limit || -1, options.skip ?? 0);
@@ -556,6 +558,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 
   private decode(row: Row): WithId<T> {
     const doc = decodeDocument<Document>(row.doc);
+    if (row.side !== null) Object.assign(doc, decodeDocument<Document>(row.side));
     // The primary key is the column; put `_id` first, as MongoDB returns it.
     return { _id: row.id, ...doc } as unknown as WithId<T>;
   }
@@ -575,8 +578,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const { $setOnInsert, ...rest } = update as Record<string, Document>;
     const [current] = this.select(filter, { limit: 1, sort });
     if (current) {
+      const before = mainJsonOf(current);
       const modified = applyUpdate(current, updateOperators(rest));
-      if (modified) this.writeRow(current);
+      if (modified) this.writeRow(current, before);
       return { matched: 1, modified, upserted: false, doc: current };
     }
     if (!upsert) return { matched: 0, modified: false, upserted: false, doc: null };
@@ -595,21 +599,36 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   private insertRow(id: string, fields: Document): void {
+    const columns = encodeColumns(fields);
     translateConstraintErrors(() =>
       this.database
-        .statement(`INSERT INTO "${this.name}" (id, doc) VALUES (?, jsonb(?))`)
-        .run(id, encodeDocument(fields)),
+        .statement(`INSERT INTO "${this.name}" (id, doc, side) VALUES (?, jsonb(?), jsonb(?))`)
+        .run(id, columns.doc, columns.side),
     );
   }
 
-  private writeRow(doc: WithId<T>): void {
+  /** Writes a changed document; only its side column when `before` shows the rest unchanged. */
+  private writeRow(doc: WithId<T>, before: string): void {
     const { _id, ...fields } = doc;
-    translateConstraintErrors(() =>
-      this.database
-        .statement(`UPDATE "${this.name}" SET doc = jsonb(?) WHERE id = ?`)
-        .run(encodeDocument(fields), String(_id)),
-    );
+    const columns = encodeColumns(fields);
+    translateConstraintErrors(() => {
+      if (columns.doc === before) {
+        this.database
+          .statement(`UPDATE "${this.name}" SET side = jsonb(?) WHERE id = ?`)
+          .run(columns.side, String(_id));
+      } else {
+        this.database
+          .statement(`UPDATE "${this.name}" SET doc = jsonb(?), side = jsonb(?) WHERE id = ?`)
+          .run(columns.doc, columns.side, String(_id));
+      }
+    });
   }
+}
+
+/** The JSON of a document's main column, to tell later whether an update changed it. */
+function mainJsonOf(doc: Document): string {
+  const { _id, ...fields } = doc;
+  return encodeColumns(fields).doc;
 }
 
 /** A counter's name: its collection, groups and conditions. */
@@ -621,7 +640,7 @@ function counterName(collection: string, counter: CounterDeclaration): string {
 /** A field of a trigger's NEW or OLD row, as the counted filter compares it. */
 function rowField(row: "NEW" | "OLD", path: string): string {
   return fieldExpression(path)
-    .replace("json_extract(doc,", `json_extract(${row}.doc,`)
+    .replace(/json_extract\((doc|side),/, `json_extract(${row}.$1,`)
     .replace(/^id$/, `${row}.id`);
 }
 
