@@ -71,14 +71,15 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
   async function relayCollection<T extends OutboxHolder & { environment: EnvironmentName }>(
     collection: StoreCollection<T>,
     endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
-  ): Promise<number> {
+  ): Promise<RelayCount> {
     const holders = await findOutboxHolders(collection, batchSize);
     // Holders are relayed concurrently: each write waits for a commit, and
     // the embedded engine commits the writes of one turn together, so a
     // batch costs a few commits rather than a few per event.
     const counts = await Promise.all(
-      holders.map(async (holder) => {
+      holders.map(async (holder): Promise<RelayCount> => {
         const entries = holder.outbox ?? [];
+        let queued = 0;
         for (const entry of entries) {
           const type = typeOf(holder, entry);
           const wanted = (await endpointsOf(holder.applicationId)).filter((webhook) =>
@@ -89,6 +90,7 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
           const event = await storeEvent(store, await eventFrom(holder, entry, type));
           const now = clock();
           await Promise.all(wanted.map((webhook) => queueDelivery(store, event, webhook, now)));
+          queued += wanted.length;
         }
         // Last, and all of the holder's entries at once: a crash before this
         // only relays them again, which queues nothing new.
@@ -97,15 +99,15 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
           holder._id,
           entries.map((entry) => entry.id),
         );
-        return entries.length;
+        return { relayed: entries.length, queued };
       }),
     );
-    return counts.reduce((sum, count) => sum + count, 0);
+    return sumCounts(counts);
   }
 
   return {
-    /** One pass over every outbox; resolves with the number of events relayed. */
-    async relayOnce(): Promise<number> {
+    /** One pass over every outbox: how many events it relayed and deliveries it queued. */
+    async relayOnce(): Promise<RelayCount> {
       const endpoints = new Map<string, Promise<WebhookDoc[]>>();
       const endpointsOf = (applicationId: string) => {
         let found = endpoints.get(applicationId);
@@ -120,8 +122,21 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
         relayCollection(store.referrals, endpointsOf),
         relayCollection(store.checkpoints, endpointsOf),
       ]);
-      return relayed.reduce((sum, count) => sum + count, 0);
+      return sumCounts(relayed);
     },
+  };
+}
+
+/** What a relay pass did: events taken from outboxes, deliveries queued for them. */
+export interface RelayCount {
+  readonly relayed: number;
+  readonly queued: number;
+}
+
+function sumCounts(counts: readonly RelayCount[]): RelayCount {
+  return {
+    relayed: counts.reduce((sum, count) => sum + count.relayed, 0),
+    queued: counts.reduce((sum, count) => sum + count.queued, 0),
   };
 }
 

@@ -38,10 +38,12 @@ export function startWebhookRuntime(deps: {
   async function relayLoop(): Promise<void> {
     while (!stopped) {
       try {
-        if ((await relay.relayOnce()) > 0) {
-          workerWake.wakeAll();
-          continue;
-        }
+        const { relayed, queued } = await relay.relayOnce();
+        // Workers wake only for deliveries: most events are wanted by no
+        // endpoint, and 32 idle workers polling after each pass cost more
+        // than the writes they follow.
+        if (queued > 0) workerWake.wakeAll();
+        if (relayed > 0) continue;
       } catch (error) {
         log(error, "webhook relay failed; retrying");
       }
