@@ -13,6 +13,8 @@ export interface BenchContext {
   log(message: string): void;
   /** Peak runs already measured in this run, by `kind/protocol`, so later suites compare against them. */
   readonly peaks: Map<string, LoadResult[]>;
+  /** The best rate seen so far per `kind/protocol`, which sizes the seeded pools of the next runs. */
+  readonly estimates: Map<string, number>;
   /** The store engine the runs used, for the machine line. */
   engine?: string;
 }
@@ -23,6 +25,7 @@ export function createContext(options: BenchOptions): BenchContext {
     options,
     log: (message) => process.stderr.write(`[bench] ${message}\n`),
     peaks: new Map(),
+    estimates: new Map(),
   };
 }
 
@@ -51,7 +54,7 @@ export async function startSeededService(
       seeded,
       dataDir,
       async dispose() {
-        await service.stop();
+        await stopService(context, service);
         rmSync(dataDir, { recursive: true, force: true });
       },
     };
@@ -59,4 +62,11 @@ export async function startSeededService(
     rmSync(dataDir, { recursive: true, force: true });
     throw error;
   }
+}
+
+/** Stops a service and passes on what it complained about, so errors during a run are seen. */
+export async function stopService(context: BenchContext, service: ServiceProcess): Promise<void> {
+  await service.stop();
+  const problems = service.problems();
+  if (problems) context.log(`the service reported:\n${problems.slice(0, 2000)}`);
 }

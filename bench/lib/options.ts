@@ -23,6 +23,8 @@ export interface BenchOptions {
   readonly baseCustomers: number;
   /** Store sizes of the scale suite. */
   readonly sizes: readonly number[];
+  /** Only the scenarios whose names contain one of these (all when empty). */
+  readonly only: readonly string[];
   /** Where the JSON results go. */
   readonly out: string;
   readonly quick: boolean;
@@ -40,6 +42,7 @@ suites: reads, writes, webhooks (the default: all three), scale
   --h2-connections N   HTTP/2 connections for gRPC (default 4)
   --base N             customers seeded for reads and writes (default 1000)
   --sizes LIST         scale suite sizes, e.g. 10k,100k,1M (default 10k,100k,1M)
+  --only LIST          only scenarios whose names contain one of these, e.g. GetCustomer,identify-new
   --out FILE           JSON results (default bench/results/latest.json)
 `;
 
@@ -57,6 +60,7 @@ export function parseOptions(args: readonly string[]): BenchOptions {
       "h2-connections": { type: "string" },
       base: { type: "string" },
       sizes: { type: "string" },
+      only: { type: "string" },
       out: { type: "string" },
       help: { type: "boolean", default: false },
     },
@@ -77,6 +81,7 @@ export function parseOptions(args: readonly string[]): BenchOptions {
     h2Connections: count(values["h2-connections"], "--h2-connections", 4),
     baseCustomers: count(values.base, "--base", 1000),
     sizes: (values.sizes ?? "10k,100k,1M").split(",").map(size),
+    only: values.only ? values.only.split(",").map((name) => name.trim()) : [],
     out: values.out ?? "bench/results/latest.json",
     quick,
   };
@@ -111,4 +116,9 @@ export function sizeLabel(value: number): string {
   if (value >= 1e6 && value % 1e6 === 0) return `${value / 1e6}M`;
   if (value >= 1e3 && value % 1e3 === 0) return `${value / 1e3}k`;
   return String(value);
+}
+
+/** Whether `--only` lets a scenario run. */
+export function selected(options: BenchOptions, name: string): boolean {
+  return options.only.length === 0 || options.only.some((part) => name.includes(part));
 }

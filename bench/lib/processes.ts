@@ -27,6 +27,8 @@ export interface ServiceProcess {
   readonly readyMs: number;
   /** Resident memory now, in bytes. */
   rssBytes(): number;
+  /** What the service wrote to stderr, and the error lines of its log, most recent last. */
+  problems(): string;
   /** SIGTERM, then waits for the exit (SIGKILL after 30 s). */
   stop(): Promise<void>;
 }
@@ -53,12 +55,19 @@ export async function startService(
       LOG_LEVEL: "warn",
       ...env,
     },
-    stdio: ["ignore", "ignore", "pipe"],
+    stdio: ["ignore", "pipe", "pipe"],
   });
   const errors: string[] = [];
-  child.stderr?.on("data", (chunk: Buffer) => {
-    errors.push(chunk.toString());
+  const keep = (text: string) => {
+    errors.push(text);
     if (errors.length > 50) errors.shift();
+  };
+  child.stderr?.on("data", (chunk: Buffer) => keep(chunk.toString()));
+  // The log (pino, on stdout) is JSON lines; keep those at error level and above.
+  child.stdout?.on("data", (chunk: Buffer) => {
+    for (const line of chunk.toString().split("\n")) {
+      if (/"level":(50|60)/.test(line)) keep(`${line}\n`);
+    }
   });
   const origin = `http://127.0.0.1:${port}`;
   const exited = exitOf(child);
@@ -69,6 +78,7 @@ export async function startService(
     pid: child.pid as number,
     readyMs,
     rssBytes: () => rssOf(child.pid as number),
+    problems: () => errors.join(""),
     stop: () => stopChild(child, exited),
   };
 }

@@ -105,10 +105,14 @@ export function formatPercent(value: number): string {
   return Number.isFinite(value) ? `${Math.round(value * 100)}%` : "-";
 }
 
-/** The cells every load result shows: req/s (marked when a run ran out of requests), p50, p99. */
+/**
+ * The cells every load result shows: req/s (marked when a run ran out of
+ * requests, and with the failures when there were any), p50, p99.
+ */
 export function resultCells(result: LoadResult): string[] {
+  const failed = result.failed > 0 ? ` (${Math.round(result.failed)} failed)` : "";
   return [
-    `${formatRate(result.rps)}${result.exhausted ? "*" : ""}`,
+    `${formatRate(result.rps)}${result.exhausted ? "*" : ""}${failed}`,
     formatMs(result.p50Ms),
     formatMs(result.p99Ms),
   ];

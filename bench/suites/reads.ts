@@ -2,6 +2,7 @@ import { type CeilingResponses, startCeilings } from "../lib/ceilings.js";
 import { type BenchContext, startSeededService } from "../lib/context.js";
 import { load } from "../lib/load.js";
 import { type LoadResult, medianResult } from "../lib/measure.js";
+import { selected } from "../lib/options.js";
 import { formatPercent, formatRate, markdownTable, resultCells } from "../lib/report.js";
 import {
   connectRequest,
@@ -39,7 +40,9 @@ export async function runReads(context: BenchContext): Promise<ReadRow[]> {
   const target = await startSeededService(context, { customers: options.baseCustomers });
   try {
     const origin = target.service.origin;
-    const scenarios = readScenarios(target.seeded);
+    const scenarios = readScenarios(target.seeded).filter((scenario) =>
+      selected(options, scenario.name),
+    );
     const responses = await captureResponses(origin, scenarios);
     const ceilings = await startCeilings(responses.ceiling);
     try {

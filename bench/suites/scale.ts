@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { BenchContext } from "../lib/context.js";
+import { type BenchContext, stopService } from "../lib/context.js";
 import { drive } from "../lib/drive.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
 import { sizeLabel } from "../lib/options.js";
@@ -85,7 +85,7 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       const seedSeconds = (performance.now() - seedStarted) / 1000;
       const referrals = Math.max(0, customers - Math.floor(customers / 2) - 1);
       const first = await startService(dataDir);
-      await first.stop();
+      await stopService(context, first);
       log(
         `scale ${label}: seeded in ${seedSeconds.toFixed(1)} s, first start ${formatMs(first.readyMs)} ms`,
       );
@@ -115,7 +115,7 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
           }
           rssBytes.push(service.rssBytes());
         } finally {
-          await service.stop();
+          await stopService(context, service);
         }
       }
       rows.push({

@@ -1,6 +1,7 @@
 import { type BenchContext, type SeededService, startSeededService } from "../lib/context.js";
 import { load } from "../lib/load.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
+import { selected } from "../lib/options.js";
 import { type ReceiverStats, startReceiver, type WebhookReceiver } from "../lib/receiver.js";
 import { formatMs, formatPercent, formatRate, markdownTable } from "../lib/report.js";
 import type { WriteKind } from "../lib/scenarios.js";
@@ -57,7 +58,7 @@ export async function runWebhooks(context: BenchContext): Promise<WebhookResults
     const env = { WEBHOOK_ALLOW_PRIVATE: "true" };
     const prepare = (target: SeededService) => subscribe(target, receiver);
     const peaks: WebhookPeakRow[] = [];
-    for (const kind of peakKinds) {
+    for (const kind of peakKinds.filter((name) => selected(context.options, name))) {
       const without = await peakWrites(context, kind, "rest");
       const withRuns: LoadResult[] = [];
       for (let repeat = 0; repeat < context.options.repeats; repeat++) {
@@ -121,6 +122,7 @@ async function delayRun(
     await subscribe(target, receiver);
     const tag = `delay-${Date.now().toString(36)}`;
     const origin = target.service.origin;
+    await receiver.reset();
     if (options.warmupSeconds > 0) {
       const warmup = await load(
         "rest",
@@ -129,6 +131,7 @@ async function delayRun(
         { seconds: options.warmupSeconds, rate: delayRunRate },
         options,
       );
+      // The warm-up's events must not land in the measurement's count.
       await waitForEvents(receiver, warmup.ok);
     }
     await receiver.reset();

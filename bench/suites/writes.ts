@@ -1,6 +1,7 @@
 import { type BenchContext, type SeededService, startSeededService } from "../lib/context.js";
 import { load } from "../lib/load.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
+import { selected } from "../lib/options.js";
 import { formatMs, formatRate, markdownTable, resultCells } from "../lib/report.js";
 import {
   type Protocol,
@@ -43,7 +44,7 @@ const writeProtocols: readonly Protocol[] = ["rest", "grpc"];
  */
 export async function runWrites(context: BenchContext): Promise<WriteRow[]> {
   const rows: WriteRow[] = [];
-  for (const kind of writeKinds) {
+  for (const kind of writeKinds.filter((name) => selected(context.options, name))) {
     for (const protocol of writeProtocols) {
       const peakRuns = await peakWrites(context, kind, protocol);
       const rate = Math.max(1, Math.round(median(peakRuns.map((run) => run.rps)) / 2));
@@ -85,6 +86,7 @@ export async function peakWrites(
   for (let repeat = 0; repeat < context.options.repeats; repeat++) {
     const result = await writeRun(context, kind, protocol, {});
     runs.push(result);
+    context.estimates.set(key, Math.max(context.estimates.get(key) ?? 0, result.rps));
     context.log(
       `writes ${key} peak ${repeat + 1}/${context.options.repeats}: ${formatRate(result.rps)} req/s` +
         `${result.failed ? `, ${result.failed} failed` : ""}${result.exhausted ? " (pool used up)" : ""}`,
@@ -105,7 +107,7 @@ export interface WriteRunOptions {
 }
 
 // Seeded pools hold this much more than the expected rate needs.
-const poolMargin = 1.3;
+const poolMargin = 1.5;
 
 /**
  * One write run on its own service: seeds the pool the kind consumes
@@ -156,51 +158,62 @@ export async function writeRun(
 }
 
 /**
- * The peak a pool-consuming write is expected to reach: a short probe on
- * its own service the first time (a pool sized for the goal would make the
- * store, and so the measurement, depend on the goal), then the best run.
+ * The rate a pool-consuming write is expected to reach, to size its pools:
+ * the best run so far, or the first time short probes on their own
+ * services, from a low guess up. (A pool sized for the goal instead would
+ * make the store, and on a store whose costs grow with size the result,
+ * depend on the goal.)
  */
 async function estimatedPeak(
   context: BenchContext,
   kind: WriteKind,
   protocol: Protocol,
 ): Promise<number> {
-  const key = `estimate:${kind}/${protocol}`;
-  const known = context.peaks.get(key) ?? context.peaks.get(`${kind}/${protocol}`);
-  if (known && known.length > 0) return Math.max(...known.map((run) => run.rps));
+  const key = `${kind}/${protocol}`;
+  const known = context.estimates.get(key);
+  if (known !== undefined) return known;
   const { options } = context;
   const probeSeconds = Math.min(2, options.seconds);
-  const guess = writeGoals[kind] ?? 1000;
-  const count = Math.ceil(guess * (options.warmupSeconds + probeSeconds) * poolMargin);
   const pool = poolOf(kind);
-  const target = await startSeededService(context, {
-    customers: options.baseCustomers,
-    ...(pool ? { [pool]: count } : {}),
-  });
-  try {
-    const scenario = writeScenario(kind, target.seeded, `probe-${protocol}`);
+  const ceiling = 3 * (writeGoals[kind] ?? 1000);
+  for (let guess = 500; ; ) {
     const warmup = Math.ceil(guess * options.warmupSeconds * poolMargin);
-    if (options.warmupSeconds > 0) {
-      await load(
+    const measured = Math.ceil(guess * probeSeconds * poolMargin);
+    const target = await startSeededService(context, {
+      customers: options.baseCustomers,
+      ...(pool ? { [pool]: warmup + measured } : {}),
+    });
+    let probe: LoadResult;
+    try {
+      const scenario = writeScenario(kind, target.seeded, `probe-${protocol}`);
+      if (options.warmupSeconds > 0) {
+        await load(
+          protocol,
+          target.service.origin,
+          scenario,
+          { seconds: options.warmupSeconds, limit: warmup },
+          options,
+        );
+      }
+      probe = await load(
         protocol,
         target.service.origin,
-        scenario,
-        { seconds: options.warmupSeconds, limit: warmup },
+        offset(scenario, warmup),
+        { seconds: probeSeconds, limit: measured },
         options,
       );
+    } finally {
+      await target.dispose();
     }
-    const probe = await load(
-      protocol,
-      target.service.origin,
-      offset(scenario, warmup),
-      { seconds: probeSeconds, limit: count - warmup },
-      options,
+    context.log(
+      `writes ${key}: probe at a guess of ${formatRate(guess)}/s: ${formatRate(probe.rps)} req/s` +
+        `${probe.exhausted ? " (pool used up, guessing higher)" : ""}`,
     );
-    context.log(`writes ${kind}/${protocol}: probe ${formatRate(probe.rps)} req/s sizes the pools`);
-    context.peaks.set(key, [probe]);
-    return probe.rps;
-  } finally {
-    await target.dispose();
+    if (!probe.exhausted || guess >= ceiling) {
+      context.estimates.set(key, probe.rps);
+      return probe.rps;
+    }
+    guess = Math.max(guess * 3, probe.rps * 2);
   }
 }
 
