@@ -140,63 +140,57 @@ const grpcEnvironment = benchEnvironment === "test" ? Environment.TEST : Environ
  */
 export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string): Scenario {
   const base = seeded.customers;
-  const key = benchKeys.public;
   switch (kind) {
     case "identify-new":
     case "identify-existing": {
       const externalUserId = (i: number) =>
         kind === "identify-new" ? `n-${tag}-${i}` : `c-${i % base}`;
-      const fields = (i: number) => ({
-        externalUserId: externalUserId(i),
-        name: `Bench Customer ${i}`,
-        email: `${externalUserId(i)}@example.com`,
-      });
-      return {
-        name: kind,
-        method: CustomersService.method.identifyCustomer,
-        message: (i) => ({ ...fields(i), environment: grpcEnvironment }),
-        rest: {
-          method: "POST",
-          path: () => "/customers/identify",
-          body: (i) => ({ ...fields(i), environment: benchEnvironment }),
-        },
-        key,
-      };
+      return postScenario(
+        kind,
+        CustomersService.method.identifyCustomer,
+        "/customers/identify",
+        (i) => ({
+          externalUserId: externalUserId(i),
+          name: `Bench Customer ${i}`,
+          email: `${externalUserId(i)}@example.com`,
+        }),
+      );
     }
-    case "create-referral": {
+    case "create-referral":
       // Referee `p-<i>` was seeded without a referral; the referrers take turns.
-      const fields = (i: number) => ({
+      return postScenario(kind, ReferralsService.method.createReferral, "/referrals", (i) => ({
         referralCode: referralCodeOf(i % base),
         refereeExternalUserId: `p-${i}`,
-      });
-      return {
-        name: kind,
-        method: ReferralsService.method.createReferral,
-        message: (i) => ({ ...fields(i), environment: grpcEnvironment }),
-        rest: {
-          method: "POST",
-          path: () => "/referrals",
-          body: (i) => ({ ...fields(i), environment: benchEnvironment }),
-        },
-        key,
-      };
-    }
-    case "trigger-checkpoint": {
+      }));
+    case "trigger-checkpoint":
       // Referee `t-<i>` has a pending referral in the default campaign; its trigger converts it.
-      const fields = (i: number) => ({ name: seeded.rewardTrigger, externalUserId: `t-${i}` });
-      return {
-        name: kind,
-        method: CheckpointsService.method.ingestCheckpoint,
-        message: (i) => ({ ...fields(i), environment: grpcEnvironment }),
-        rest: {
-          method: "POST",
-          path: () => "/checkpoints/ingest",
-          body: (i) => ({ ...fields(i), environment: benchEnvironment }),
-        },
-        key,
-      };
-    }
+      return postScenario(
+        kind,
+        CheckpointsService.method.ingestCheckpoint,
+        "/checkpoints/ingest",
+        (i) => ({ name: seeded.rewardTrigger, externalUserId: `t-${i}` }),
+      );
   }
+}
+
+/** A write an app makes (public key): the same fields on every protocol, plus the environment. */
+function postScenario(
+  name: string,
+  method: DescMethod,
+  path: string,
+  fields: (i: number) => Record<string, unknown>,
+): Scenario {
+  return {
+    name,
+    method,
+    message: (i) => ({ ...fields(i), environment: grpcEnvironment }),
+    rest: {
+      method: "POST",
+      path: () => path,
+      body: (i) => ({ ...fields(i), environment: benchEnvironment }),
+    },
+    key: benchKeys.public,
+  };
 }
 
 /** Which seeded pool a write kind consumes, one entry per request; none for identifies. */

@@ -121,27 +121,22 @@ async function delayRun(
   try {
     await subscribe(target, receiver);
     const tag = `delay-${Date.now().toString(36)}`;
-    const origin = target.service.origin;
-    await receiver.reset();
-    if (options.warmupSeconds > 0) {
-      const warmup = await load(
+    const identifies = (phase: string, seconds: number) =>
+      load(
         "rest",
-        origin,
-        writeScenario("identify-new", target.seeded, `${tag}w`),
-        { seconds: options.warmupSeconds, rate: delayRunRate },
+        target.service.origin,
+        writeScenario("identify-new", target.seeded, `${tag}${phase}`),
+        { seconds, rate: delayRunRate },
         options,
       );
+    await receiver.reset();
+    if (options.warmupSeconds > 0) {
+      const warmup = await identifies("w", options.warmupSeconds);
       // The warm-up's events must not land in the measurement's count.
       await waitForEvents(receiver, warmup.ok);
     }
     await receiver.reset();
-    const writes = await load(
-      "rest",
-      origin,
-      writeScenario("identify-new", target.seeded, `${tag}m`),
-      { seconds: options.seconds, rate: delayRunRate },
-      options,
-    );
+    const writes = await identifies("m", options.seconds);
     const lastWriteAt = performance.timeOrigin + performance.now();
     const received = await waitForEvents(receiver, writes.ok);
     return {

@@ -120,11 +120,27 @@ export async function writeRun(
   protocol: Protocol,
   run: WriteRunOptions,
 ): Promise<LoadResult> {
+  const expectedRate =
+    run.rate ?? (poolOf(kind) ? await estimatedPeak(context, kind, protocol) : 0);
+  return seededRun(context, kind, protocol, {
+    ...run,
+    expectedRate,
+    seconds: context.options.seconds,
+  });
+}
+
+/** A run on a new service whose pool holds enough for `expectedRate` over the warm-up and `seconds`. */
+async function seededRun(
+  context: BenchContext,
+  kind: WriteKind,
+  protocol: Protocol,
+  run: WriteRunOptions & { expectedRate: number; seconds: number },
+): Promise<LoadResult> {
   const { options } = context;
   const pool = poolOf(kind);
-  const expectedRate = run.rate ?? (pool ? await estimatedPeak(context, kind, protocol) : 0);
-  const warmupCount = Math.ceil(expectedRate * options.warmupSeconds * poolMargin) + 50;
-  const measuredCount = Math.ceil(expectedRate * options.seconds * poolMargin) + 50;
+  const poolFor = (seconds: number) => Math.ceil(run.expectedRate * seconds * poolMargin) + 50;
+  const warmupCount = poolFor(options.warmupSeconds);
+  const measuredCount = poolFor(run.seconds);
   const plan: SeedPlan = {
     customers: options.baseCustomers,
     ...(pool ? { [pool]: warmupCount + measuredCount } : {}),
@@ -135,13 +151,12 @@ export async function writeRun(
     // New customers of the warm-up and of the measurement get different ids.
     const tag = `${protocol}-${Date.now().toString(36)}`;
     const phase = (name: string) => writeScenario(kind, target.seeded, `${tag}${name}`);
-    const limits = pool ? { warmup: warmupCount, measured: measuredCount } : undefined;
     if (options.warmupSeconds > 0) {
       await load(
         protocol,
         target.service.origin,
         phase("w"),
-        { seconds: options.warmupSeconds, rate: run.rate, limit: limits?.warmup },
+        { seconds: options.warmupSeconds, rate: run.rate, limit: pool ? warmupCount : undefined },
         options,
       );
     }
@@ -149,7 +164,7 @@ export async function writeRun(
       protocol,
       target.service.origin,
       offset(phase("m"), warmupCount),
-      { seconds: options.seconds, rate: run.rate, limit: limits?.measured },
+      { seconds: run.seconds, rate: run.rate, limit: pool ? measuredCount : undefined },
       options,
     );
   } finally {
@@ -172,39 +187,10 @@ async function estimatedPeak(
   const key = `${kind}/${protocol}`;
   const known = context.estimates.get(key);
   if (known !== undefined) return known;
-  const { options } = context;
-  const probeSeconds = Math.min(2, options.seconds);
-  const pool = poolOf(kind);
+  const seconds = Math.min(2, context.options.seconds);
   const ceiling = 3 * (writeGoals[kind] ?? 1000);
   for (let guess = 500; ; ) {
-    const warmup = Math.ceil(guess * options.warmupSeconds * poolMargin);
-    const measured = Math.ceil(guess * probeSeconds * poolMargin);
-    const target = await startSeededService(context, {
-      customers: options.baseCustomers,
-      ...(pool ? { [pool]: warmup + measured } : {}),
-    });
-    let probe: LoadResult;
-    try {
-      const scenario = writeScenario(kind, target.seeded, `probe-${protocol}`);
-      if (options.warmupSeconds > 0) {
-        await load(
-          protocol,
-          target.service.origin,
-          scenario,
-          { seconds: options.warmupSeconds, limit: warmup },
-          options,
-        );
-      }
-      probe = await load(
-        protocol,
-        target.service.origin,
-        offset(scenario, warmup),
-        { seconds: probeSeconds, limit: measured },
-        options,
-      );
-    } finally {
-      await target.dispose();
-    }
+    const probe = await seededRun(context, kind, protocol, { expectedRate: guess, seconds });
     context.log(
       `writes ${key}: probe at a guess of ${formatRate(guess)}/s: ${formatRate(probe.rps)} req/s` +
         `${probe.exhausted ? " (pool used up, guessing higher)" : ""}`,
