@@ -54,10 +54,15 @@ export async function autocannonLoad(
     }
   });
   const result = await instance;
+  const failures: Record<string, number> = {};
+  for (const [status, { count }] of Object.entries(result.statusCodeStats)) {
+    if (!status.startsWith("2")) failures[`http ${status}`] = Number(count);
+  }
+  if (result.errors > 0) failures.socket = result.errors;
   return loadResult(
     {
       ok,
-      failed: result.non2xx + result.errors,
+      failures,
       seconds: result.duration,
       exhausted,
     },

@@ -1,7 +1,7 @@
-import { LatencyRecorder, type LoadResult, loadResult } from "./measure.js";
+import { countFailure, LatencyRecorder, type LoadResult, loadResult } from "./measure.js";
 
-/** Sends request number `i`; resolves true when it succeeded. Never rejects. */
-export type Send = (i: number) => Promise<boolean>;
+/** Sends request number `i`; resolves true when it succeeded, else what went wrong. Never rejects. */
+export type Send = (i: number) => Promise<true | string>;
 
 /** How to drive a sender. */
 export interface DriveOptions {
@@ -25,16 +25,17 @@ const maxInFlight = 20_000;
 export async function drive(send: Send, options: DriveOptions): Promise<LoadResult> {
   const latency = new LatencyRecorder();
   let ok = 0;
-  let failed = 0;
+  const failures: Record<string, number> = {};
   let next = 0;
   const limit = options.limit ?? Number.POSITIVE_INFINITY;
   const started = performance.now();
   const deadline = started + options.seconds * 1000;
   const one = async (i: number, dueAt: number) => {
-    if (await send(i)) {
+    const outcome = await send(i);
+    if (outcome === true) {
       ok++;
       latency.recordMs(performance.now() - dueAt);
-    } else failed++;
+    } else countFailure(failures, outcome);
   };
 
   if (options.rate === undefined) {
@@ -68,7 +69,7 @@ export async function drive(send: Send, options: DriveOptions): Promise<LoadResu
   return loadResult(
     {
       ok,
-      failed,
+      failures,
       seconds: (performance.now() - started) / 1000,
       exhausted: next >= limit,
       ...(options.rate !== undefined ? { targetRate: options.rate } : {}),

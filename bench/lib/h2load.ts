@@ -2,7 +2,7 @@ import { execFile, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { LatencyRecorder, type LoadResult, loadResult } from "./measure.js";
+import { countFailure, LatencyRecorder, type LoadResult, loadResult } from "./measure.js";
 import { type GrpcRequestSpec, grpcFrame } from "./senders.js";
 
 /** True when h2load (Debian's nghttp2-client) is on the PATH. */
@@ -61,7 +61,9 @@ export async function h2loadRun(
     if (!requests || Number.isNaN(seconds)) throw new Error(`unexpected h2load output:\n${stdout}`);
     const latency = new LatencyRecorder();
     let ok = 0;
-    let failed = Number(requests[6]) + Number(requests[7]);
+    const failures: Record<string, number> = {};
+    const errored = Number(requests[6]) + Number(requests[7]);
+    if (errored > 0) failures.socket = errored;
     // Each line: start time (µs), HTTP status, duration (µs).
     for (const line of readFileSync(logFile, "utf8").split("\n")) {
       const [, status, micros] = line.split("\t");
@@ -69,9 +71,9 @@ export async function h2loadRun(
       if (status === "200") {
         ok++;
         latency.recordMicros(Number(micros));
-      } else failed++;
+      } else countFailure(failures, `http ${status}`);
     }
-    return loadResult({ ok, failed, seconds }, latency);
+    return loadResult({ ok, failures, seconds }, latency);
   } finally {
     rmSync(directory, { recursive: true, force: true });
   }

@@ -6,6 +6,8 @@ export interface LoadResult {
   readonly ok: number;
   /** Error statuses, failed gRPC calls, socket errors and timeouts. */
   readonly failed: number;
+  /** The failures by what they were (`http 404`, `grpc 5`, `socket`), on a single run. */
+  readonly failures?: Readonly<Record<string, number>>;
   /** Wall time of the run. */
   readonly seconds: number;
   /** Successful responses per second. */
@@ -47,12 +49,20 @@ export class LatencyRecorder {
 
 /** Assembles a result from its counts and latencies. */
 export function loadResult(
-  counts: { ok: number; failed: number; seconds: number; exhausted?: boolean; targetRate?: number },
+  counts: {
+    ok: number;
+    failures: Record<string, number>;
+    seconds: number;
+    exhausted?: boolean;
+    targetRate?: number;
+  },
   latency: LatencyRecorder,
 ): LoadResult {
+  const failed = Object.values(counts.failures).reduce((sum, count) => sum + count, 0);
   return {
     ok: counts.ok,
-    failed: counts.failed,
+    failed,
+    ...(failed > 0 ? { failures: counts.failures } : {}),
     seconds: counts.seconds,
     rps: counts.seconds > 0 ? counts.ok / counts.seconds : 0,
     p50Ms: latency.percentileMs(50),
@@ -60,6 +70,11 @@ export function loadResult(
     ...(counts.exhausted ? { exhausted: true } : {}),
     ...(counts.targetRate !== undefined ? { targetRate: counts.targetRate } : {}),
   };
+}
+
+/** Counts one more failure of a kind. */
+export function countFailure(failures: Record<string, number>, kind: string): void {
+  failures[kind] = (failures[kind] ?? 0) + 1;
 }
 
 /** The median of the numbers (the mean of the middle two for an even count). */

@@ -71,6 +71,12 @@ export async function startService(
   });
   const origin = `http://127.0.0.1:${port}`;
   const exited = exitOf(child);
+  let stopping = false;
+  // A service that dies mid-run (or is killed from outside) turns every
+  // later request into a failure; say so rather than leave only the count.
+  child.once("exit", (code, signal) => {
+    if (!stopping) keep(`the service exited during the run (${signal ?? `code ${code}`})\n`);
+  });
   await waitUntilReady(origin, exited, readyTimeoutMs, () => errors.join(""));
   const readyMs = performance.now() - started;
   return {
@@ -79,7 +85,10 @@ export async function startService(
     readyMs,
     rssBytes: () => rssOf(child.pid as number),
     problems: () => errors.join(""),
-    stop: () => stopChild(child, exited),
+    stop: () => {
+      stopping = true;
+      return stopChild(child, exited);
+    },
   };
 }
 

@@ -105,6 +105,13 @@ export function formatPercent(value: number): string {
   return Number.isFinite(value) ? `${Math.round(value * 100)}%` : "-";
 }
 
+/** ", 12 failed (http 404: 12)" for a run with failures; empty otherwise. */
+export function failureNote(result: LoadResult): string {
+  if (result.failed === 0) return "";
+  const kinds = Object.entries(result.failures ?? {}).map(([kind, count]) => `${kind}: ${count}`);
+  return `, ${result.failed} failed${kinds.length > 0 ? ` (${kinds.join(", ")})` : ""}`;
+}
+
 /**
  * The cells every load result shows: req/s (marked when a run ran out of
  * requests, and with the failures when there were any), p50, p99.

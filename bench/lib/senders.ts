@@ -36,12 +36,12 @@ export function http1Sender(
           response.resume();
           response.on("end", () => {
             const status = response.statusCode ?? 0;
-            resolve(status >= 200 && status < 300);
+            resolve(status >= 200 && status < 300 ? true : `http ${status}`);
           });
-          response.on("error", () => resolve(false));
+          response.on("error", () => resolve("socket"));
         },
       );
-      request.on("error", () => resolve(false));
+      request.on("error", () => resolve("socket"));
       request.end(body);
     });
   return { send, close: () => agent.destroy() };
@@ -121,7 +121,7 @@ export async function grpcSender(
         const stream = open(i, (value) => {
           if (status === -1) status = value;
         });
-        stream.on("close", () => resolve(status === 0));
+        stream.on("close", () => resolve(status === 0 ? true : `grpc ${status}`));
         stream.resume();
       }),
     call: (i) =>

@@ -3,7 +3,13 @@ import { type BenchContext, startSeededService } from "../lib/context.js";
 import { load } from "../lib/load.js";
 import { type LoadResult, medianResult } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
-import { formatPercent, formatRate, markdownTable, resultCells } from "../lib/report.js";
+import {
+  failureNote,
+  formatPercent,
+  formatRate,
+  markdownTable,
+  resultCells,
+} from "../lib/report.js";
 import {
   connectRequest,
   grpcRequest,
@@ -84,7 +90,7 @@ export async function runReads(context: BenchContext): Promise<ReadRow[]> {
               (ceiling ? entry.ceiling : entry.service).push(result);
               log(
                 `reads ${repeat + 1}/${options.repeats} ${key} ${ceiling ? "ceiling" : "service"}: ` +
-                  `${formatRate(result.rps)} req/s${result.failed ? `, ${result.failed} failed` : ""}`,
+                  `${formatRate(result.rps)} req/s${failureNote(result)}`,
               );
             }
           }

@@ -6,7 +6,7 @@ import { drive } from "../lib/drive.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
 import { sizeLabel } from "../lib/options.js";
 import { diskBytes, startService } from "../lib/processes.js";
-import { formatMs, markdownTable } from "../lib/report.js";
+import { failureNote, formatMs, markdownTable } from "../lib/report.js";
 import { restRequest, writeScenario } from "../lib/scenarios.js";
 import { baseCustomer, benchKeys, type SeededData, seedStore } from "../lib/seed.js";
 import { type HttpRequestSpec, http1Sender } from "../lib/senders.js";
@@ -107,7 +107,7 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
               runs[name] = [...(runs[name] ?? []), result];
               log(
                 `scale ${label} ${repeat + 1}/${options.repeats} ${name}: ` +
-                  `p50 ${formatMs(result.p50Ms)} ms${result.failed ? `, ${result.failed} failed` : ""}`,
+                  `p50 ${formatMs(result.p50Ms)} ms${failureNote(result)}`,
               );
             } finally {
               sender.close();

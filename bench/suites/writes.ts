@@ -2,7 +2,7 @@ import { type BenchContext, type SeededService, startSeededService } from "../li
 import { load } from "../lib/load.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
-import { formatMs, formatRate, markdownTable, resultCells } from "../lib/report.js";
+import { failureNote, formatMs, formatRate, markdownTable, resultCells } from "../lib/report.js";
 import {
   type Protocol,
   poolOf,
@@ -89,7 +89,7 @@ export async function peakWrites(
     context.estimates.set(key, Math.max(context.estimates.get(key) ?? 0, result.rps));
     context.log(
       `writes ${key} peak ${repeat + 1}/${context.options.repeats}: ${formatRate(result.rps)} req/s` +
-        `${result.failed ? `, ${result.failed} failed` : ""}${result.exhausted ? " (pool used up)" : ""}`,
+        `${failureNote(result)}${result.exhausted ? " (pool used up)" : ""}`,
     );
   }
   context.peaks.set(key, runs);

@@ -28,6 +28,7 @@ declare module "autocannon" {
     errors: number;
     timeouts: number;
     non2xx: number;
+    statusCodeStats: Record<string, { count: number }>;
   }
 
   interface Instance extends EventEmitter, PromiseLike<Result> {
