@@ -5,13 +5,17 @@
  * `npm run bench -- --help` lists the suites and options.
  */
 import { createContext } from "./lib/context.js";
-import { type BenchOptions, parseOptions, type Suite } from "./lib/options.js";
+import { type BenchOptions, parseOptions, type Suite, usage } from "./lib/options.js";
 import { machineInfo, machineLine, resultPaths, writeResults } from "./lib/report.js";
 import { readsTable, runReads } from "./suites/reads.js";
 import { runScale, scaleTable } from "./suites/scale.js";
 import { runWebhooks, webhookTables } from "./suites/webhooks.js";
 import { runWrites, writesTable } from "./suites/writes.js";
 
+if (process.argv.includes("--help")) {
+  process.stdout.write(usage);
+  process.exit(0);
+}
 let options: BenchOptions;
 try {
   options = parseOptions(process.argv.slice(2));

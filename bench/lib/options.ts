@@ -48,6 +48,14 @@ suites: reads, writes, webhooks (the default: all three), scale
 
 /** Parses `process.argv`-style arguments; throws with the usage on a mistake. */
 export function parseOptions(args: readonly string[]): BenchOptions {
+  try {
+    return optionsFrom(args);
+  } catch (error) {
+    throw new Error(`${(error as Error).message}\n\n${usage}`);
+  }
+}
+
+function optionsFrom(args: readonly string[]): BenchOptions {
   const { values, positionals } = parseArgs({
     args: [...args],
     allowPositionals: true,
@@ -62,14 +70,11 @@ export function parseOptions(args: readonly string[]): BenchOptions {
       sizes: { type: "string" },
       only: { type: "string" },
       out: { type: "string" },
-      help: { type: "boolean", default: false },
     },
   });
-  if (values.help) throw new Error(usage);
   const suites = positionals.length > 0 ? positionals : defaultSuites;
   for (const suite of suites) {
-    if (!allSuites.includes(suite as Suite))
-      throw new Error(`unknown suite "${suite}"\n\n${usage}`);
+    if (!allSuites.includes(suite as Suite)) throw new Error(`unknown suite "${suite}"`);
   }
   const quick = values.quick;
   return {
