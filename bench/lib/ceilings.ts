@@ -107,6 +107,8 @@ export async function listenCeilings(responses: CeilingResponses): Promise<Ceili
 /** The ceilings, running in a process of their own like the service. */
 export interface CeilingProcess {
   readonly origins: CeilingOrigins;
+  /** False once the process has exited. */
+  alive(): boolean;
   stop(): Promise<void>;
 }
 
@@ -116,5 +118,9 @@ export async function startCeilings(responses: CeilingResponses): Promise<Ceilin
   const ready = firstMessage<CeilingOrigins>(child);
   child.send(responses);
   const origins = await ready;
-  return { origins, stop: () => stopChild(child) };
+  return {
+    origins,
+    alive: () => child.exitCode === null && child.signalCode === null,
+    stop: () => stopChild(child),
+  };
 }

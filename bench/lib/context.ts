@@ -31,9 +31,12 @@ export function createContext(options: BenchOptions): BenchContext {
 
 /** A service on a freshly seeded store in a temporary directory. */
 export interface SeededService {
+  /** The running service; a new one after `restart`. */
   readonly service: ServiceProcess;
   readonly seeded: SeededData;
   readonly dataDir: string;
+  /** Starts the service again on the same store (after it died). */
+  restart(): Promise<void>;
   /** Stops the service and deletes its directory. */
   dispose(): Promise<void>;
 }
@@ -48,11 +51,17 @@ export async function startSeededService(
   try {
     const seeded = await seedStore(dataDir, plan);
     context.engine ??= seeded.engine;
-    const service = await startService(dataDir, env);
+    let service = await startService(dataDir, env);
     return {
-      service,
+      get service() {
+        return service;
+      },
       seeded,
       dataDir,
+      async restart() {
+        await stopService(context, service);
+        service = await startService(dataDir, env);
+      },
       async dispose() {
         await stopService(context, service);
         rmSync(dataDir, { recursive: true, force: true });
@@ -69,4 +78,31 @@ export async function stopService(context: BenchContext, service: ServiceProcess
   await service.stop();
   const problems = service.problems();
   if (problems) context.log(`the service reported:\n${problems.slice(0, 2000)}`);
+}
+
+// On a shared machine something may kill the service mid-run (a neighbour's
+// `pkill`); a run against a dead service measures nothing.
+const attemptsPerRun = 3;
+
+/**
+ * Runs `measure` until the service outlives it: when the service died
+ * during a run, `recover` (a restart, or a fresh store) prepares the next
+ * attempt; after three attempts the bench gives up.
+ */
+export async function measureWhileAlive<T>(
+  context: BenchContext,
+  what: string,
+  alive: () => boolean,
+  measure: () => Promise<T>,
+  recover: () => Promise<void> = async () => {},
+): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const result = await measure();
+    if (alive()) return result;
+    if (attempt >= attemptsPerRun) {
+      throw new Error(`${what}: the process serving it died during ${attempt} runs in a row`);
+    }
+    context.log(`${what}: the process serving it died during the run; measuring again`);
+    await recover();
+  }
 }

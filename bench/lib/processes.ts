@@ -29,6 +29,8 @@ export interface ServiceProcess {
   rssBytes(): number;
   /** What the service wrote to stderr, and the error lines of its log, most recent last. */
   problems(): string;
+  /** False once the process has exited (on a shared machine, something may kill it). */
+  alive(): boolean;
   /** SIGTERM, then waits for the exit (SIGKILL after 30 s). */
   stop(): Promise<void>;
 }
@@ -85,6 +87,7 @@ export async function startService(
     readyMs,
     rssBytes: () => rssOf(child.pid as number),
     problems: () => errors.join(""),
+    alive: () => child.exitCode === null && child.signalCode === null,
     stop: () => {
       stopping = true;
       return stopChild(child, exited);

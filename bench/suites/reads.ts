@@ -1,5 +1,5 @@
 import { type CeilingResponses, startCeilings } from "../lib/ceilings.js";
-import { type BenchContext, startSeededService } from "../lib/context.js";
+import { type BenchContext, measureWhileAlive, startSeededService } from "../lib/context.js";
 import { load } from "../lib/load.js";
 import { type LoadResult, medianResult } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
@@ -53,21 +53,29 @@ export async function runReads(context: BenchContext): Promise<ReadRow[]> {
     const ceilings = await startCeilings(responses.ceiling);
     try {
       await checkCeilingsMatch(ceilings.origins, scenarios, responses.connectBodies);
-      const originOf = (protocol: Protocol, ceiling: boolean) =>
-        ceiling ? ceilings.origins[protocol] : origin;
+      // Only the service can be lost to a neighbour's kill; it is restarted on the same store.
+      const measure = (
+        protocol: Protocol,
+        scenario: Scenario,
+        ceiling: boolean,
+        seconds: number,
+      ) =>
+        ceiling
+          ? load(protocol, ceilings.origins[protocol], scenario, { seconds }, options)
+          : measureWhileAlive(
+              context,
+              `reads ${scenario.name}/${protocol}`,
+              () => target.service.alive(),
+              () => load(protocol, target.service.origin, scenario, { seconds }, options),
+              () => target.restart(),
+            );
       const runs = new Map<string, { service: LoadResult[]; ceiling: LoadResult[] }>();
       if (options.warmupSeconds > 0) {
         log(`reads: warming up every target for ${options.warmupSeconds} s`);
         for (const scenario of scenarios) {
           for (const protocol of protocols) {
             for (const ceiling of [false, true]) {
-              await load(
-                protocol,
-                originOf(protocol, ceiling),
-                scenario,
-                { seconds: options.warmupSeconds },
-                options,
-              );
+              await measure(protocol, scenario, ceiling, options.warmupSeconds);
             }
           }
         }
@@ -80,13 +88,7 @@ export async function runReads(context: BenchContext): Promise<ReadRow[]> {
             runs.set(key, entry);
             const order = repeat % 2 === 0 ? [false, true] : [true, false];
             for (const ceiling of order) {
-              const result = await load(
-                protocol,
-                originOf(protocol, ceiling),
-                scenario,
-                { seconds: options.seconds },
-                options,
-              );
+              const result = await measure(protocol, scenario, ceiling, options.seconds);
               (ceiling ? entry.ceiling : entry.service).push(result);
               log(
                 `reads ${repeat + 1}/${options.repeats} ${key} ${ceiling ? "ceiling" : "service"}: ` +

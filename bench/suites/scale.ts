@@ -1,10 +1,10 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { type BenchContext, stopService } from "../lib/context.js";
+import { type BenchContext, measureWhileAlive, stopService } from "../lib/context.js";
 import { drive } from "../lib/drive.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
-import { sizeLabel } from "../lib/options.js";
+import { type BenchOptions, sizeLabel } from "../lib/options.js";
 import { diskBytes, startService } from "../lib/processes.js";
 import { failureNote, formatMs, markdownTable } from "../lib/report.js";
 import { restRequest, writeScenario } from "../lib/scenarios.js";
@@ -29,8 +29,8 @@ export interface ScaleRow {
   readonly runs: { readonly restartMs: number[]; readonly rssBytes: number[] };
 }
 
-/** The calls timed at each size, one request at a time. */
-function scaleCalls(seeded: SeededData, customers: number, referrals: number) {
+/** The calls timed at each size, one request at a time; `tag` makes each run's new customers new. */
+function scaleCalls(seeded: SeededData, customers: number, referrals: number, tag: string) {
   // Lookups walk the whole store in a scattered order rather than one hot entry.
   const pick = (i: number) => (i * 7919 + 13) % customers;
   const get = (path: (i: number) => string): HttpRequestSpec => ({
@@ -54,7 +54,7 @@ function scaleCalls(seeded: SeededData, customers: number, referrals: number) {
       (i) => `/customers?referralCode=${baseCustomer(pick(i)).referralCode}`,
     ),
     "POST /customers/identify (new)": restRequest(
-      writeScenario("identify-new", seeded, `scale-${Date.now().toString(36)}`),
+      writeScenario("identify-new", seeded, `scale-${tag}`),
     ),
   } satisfies Record<string, HttpRequestSpec>;
 }
@@ -89,33 +89,39 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       log(
         `scale ${label}: seeded in ${seedSeconds.toFixed(1)} s, first start ${formatMs(first.readyMs)} ms`,
       );
-      const calls = scaleCalls(seeded, customers, referrals);
       const runs: Record<string, LoadResult[]> = {};
       const restartMs: number[] = [];
       const rssBytes: number[] = [];
       for (let repeat = 0; repeat < options.repeats; repeat++) {
-        const service = await startService(dataDir);
-        try {
-          restartMs.push(service.readyMs);
-          for (const [name, spec] of Object.entries(calls)) {
-            const sender = http1Sender(service.origin, spec, 1);
+        // A restart, every call, the memory after them: one unit, run again if the service died.
+        let alive = true;
+        const run = await measureWhileAlive(
+          context,
+          `scale ${label}`,
+          () => alive,
+          async () => {
+            const service = await startService(dataDir);
             try {
-              if (options.warmupSeconds > 0) {
-                await drive(sender.send, { seconds: options.warmupSeconds / 2, concurrency: 1 });
+              const results: Record<string, LoadResult> = {};
+              const calls = scaleCalls(seeded, customers, referrals, Date.now().toString(36));
+              for (const [name, spec] of Object.entries(calls)) {
+                results[name] = await timeCall(service.origin, spec, callSeconds, options);
+                log(
+                  `scale ${label} ${repeat + 1}/${options.repeats} ${name}: ` +
+                    `p50 ${formatMs(results[name].p50Ms)} ms${failureNote(results[name])}`,
+                );
               }
-              const result = await drive(sender.send, { seconds: callSeconds, concurrency: 1 });
-              runs[name] = [...(runs[name] ?? []), result];
-              log(
-                `scale ${label} ${repeat + 1}/${options.repeats} ${name}: ` +
-                  `p50 ${formatMs(result.p50Ms)} ms${failureNote(result)}`,
-              );
+              alive = service.alive();
+              return { readyMs: service.readyMs, results, rssBytes: service.rssBytes() };
             } finally {
-              sender.close();
+              await stopService(context, service);
             }
-          }
-          rssBytes.push(service.rssBytes());
-        } finally {
-          await stopService(context, service);
+          },
+        );
+        restartMs.push(run.readyMs);
+        rssBytes.push(run.rssBytes);
+        for (const [name, result] of Object.entries(run.results)) {
+          runs[name] = [...(runs[name] ?? []), result];
         }
       }
       rows.push({
@@ -136,6 +142,27 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
     }
   }
   return rows;
+}
+
+/** One call, one request at a time: a short warm-up, then `seconds` measured. */
+async function timeCall(
+  origin: string,
+  spec: HttpRequestSpec,
+  seconds: number,
+  options: BenchOptions,
+): Promise<LoadResult> {
+  const sender = http1Sender(origin, spec, 1);
+  // Numbered across warm-up and measurement, so no new customer is identified twice.
+  let sent = 0;
+  const send = () => sender.send(sent++);
+  try {
+    if (options.warmupSeconds > 0) {
+      await drive(send, { seconds: options.warmupSeconds / 2, concurrency: 1 });
+    }
+    return await drive(send, { seconds, concurrency: 1 });
+  } finally {
+    sender.close();
+  }
 }
 
 /** The scale table in Markdown: one column per size. */

@@ -1,9 +1,14 @@
-import { type BenchContext, type SeededService, startSeededService } from "../lib/context.js";
+import {
+  type BenchContext,
+  measureWhileAlive,
+  type SeededService,
+  startSeededService,
+} from "../lib/context.js";
 import { load } from "../lib/load.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
 import { type ReceiverStats, startReceiver, type WebhookReceiver } from "../lib/receiver.js";
-import { formatMs, formatPercent, formatRate, markdownTable } from "../lib/report.js";
+import { failureNote, formatMs, formatPercent, formatRate, markdownTable } from "../lib/report.js";
 import type { WriteKind } from "../lib/scenarios.js";
 import { writeScenario } from "../lib/scenarios.js";
 import { benchEnvironment, benchKeys } from "../lib/seed.js";
@@ -66,7 +71,8 @@ export async function runWebhooks(context: BenchContext): Promise<WebhookResults
         const result = await writeRun(context, kind, "rest", { env, prepare });
         withRuns.push(result);
         context.log(
-          `webhooks ${kind} peak ${repeat + 1}/${context.options.repeats}: ${formatRate(result.rps)} req/s`,
+          `webhooks ${kind} peak ${repeat + 1}/${context.options.repeats}: ` +
+            `${formatRate(result.rps)} req/s${failureNote(result)}`,
         );
       }
       const withWebhook = medianResult(withRuns);
@@ -117,37 +123,46 @@ async function delayRun(
   env: Record<string, string>,
 ): Promise<DelayRun> {
   const { options } = context;
-  const target = await startSeededService(context, { customers: options.baseCustomers }, env);
-  try {
-    await subscribe(target, receiver);
-    const tag = `delay-${Date.now().toString(36)}`;
-    const identifies = (phase: string, seconds: number) =>
-      load(
-        "rest",
-        target.service.origin,
-        writeScenario("identify-new", target.seeded, `${tag}${phase}`),
-        { seconds, rate: delayRunRate },
-        options,
-      );
-    await receiver.reset();
-    if (options.warmupSeconds > 0) {
-      const warmup = await identifies("w", options.warmupSeconds);
-      // The warm-up's events must not land in the measurement's count.
-      await waitForEvents(receiver, warmup.ok);
-    }
-    await receiver.reset();
-    const writes = await identifies("m", options.seconds);
-    const lastWriteAt = performance.timeOrigin + performance.now();
-    const received = await waitForEvents(receiver, writes.ok);
-    return {
-      writes,
-      expected: writes.ok,
-      received,
-      delayMs: received.lastAt > 0 ? Math.max(0, received.lastAt - lastWriteAt) : Number.NaN,
-    };
-  } finally {
-    await target.dispose();
-  }
+  let alive = true;
+  return measureWhileAlive(
+    context,
+    "webhooks delay",
+    () => alive,
+    async () => {
+      const target = await startSeededService(context, { customers: options.baseCustomers }, env);
+      try {
+        await subscribe(target, receiver);
+        const tag = `delay-${Date.now().toString(36)}`;
+        const identifies = (phase: string, seconds: number) =>
+          load(
+            "rest",
+            target.service.origin,
+            writeScenario("identify-new", target.seeded, `${tag}${phase}`),
+            { seconds, rate: delayRunRate },
+            options,
+          );
+        await receiver.reset();
+        if (options.warmupSeconds > 0) {
+          const warmup = await identifies("w", options.warmupSeconds);
+          // The warm-up's events must not land in the measurement's count.
+          await waitForEvents(receiver, warmup.ok);
+        }
+        await receiver.reset();
+        const writes = await identifies("m", options.seconds);
+        const lastWriteAt = performance.timeOrigin + performance.now();
+        const received = await waitForEvents(receiver, writes.ok);
+        alive = target.service.alive();
+        return {
+          writes,
+          expected: writes.ok,
+          received,
+          delayMs: received.lastAt > 0 ? Math.max(0, received.lastAt - lastWriteAt) : Number.NaN,
+        };
+      } finally {
+        await target.dispose();
+      }
+    },
+  );
 }
 
 /** Polls the receiver until it has `expected` events, or none came for `quietMs`. */

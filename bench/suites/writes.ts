@@ -1,4 +1,9 @@
-import { type BenchContext, type SeededService, startSeededService } from "../lib/context.js";
+import {
+  type BenchContext,
+  measureWhileAlive,
+  type SeededService,
+  startSeededService,
+} from "../lib/context.js";
 import { load } from "../lib/load.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
@@ -54,7 +59,7 @@ export async function runWrites(context: BenchContext): Promise<WriteRow[]> {
         halfRuns.push(result);
         context.log(
           `writes ${kind}/${protocol} at ${rate}/s ${repeat + 1}/${context.options.repeats}: ` +
-            `p99 ${formatMs(result.p99Ms)} ms`,
+            `p99 ${formatMs(result.p99Ms)} ms${failureNote(result)}`,
         );
       }
       rows.push({
@@ -145,31 +150,43 @@ async function seededRun(
     customers: options.baseCustomers,
     ...(pool ? { [pool]: warmupCount + measuredCount } : {}),
   };
-  const target = await startSeededService(context, plan, run.env);
-  try {
-    await run.prepare?.(target);
-    // New customers of the warm-up and of the measurement get different ids.
-    const tag = `${protocol}-${Date.now().toString(36)}`;
-    const phase = (name: string) => writeScenario(kind, target.seeded, `${tag}${name}`);
-    if (options.warmupSeconds > 0) {
-      await load(
-        protocol,
-        target.service.origin,
-        phase("w"),
-        { seconds: options.warmupSeconds, rate: run.rate, limit: pool ? warmupCount : undefined },
-        options,
-      );
-    }
-    return await load(
-      protocol,
-      target.service.origin,
-      offset(phase("m"), warmupCount),
-      { seconds: run.seconds, rate: run.rate, limit: pool ? measuredCount : undefined },
-      options,
-    );
-  } finally {
-    await target.dispose();
-  }
+  // A service lost mid-run is measured again on a new store: pools are spent.
+  let alive = true;
+  return measureWhileAlive(
+    context,
+    `writes ${kind}/${protocol}`,
+    () => alive,
+    async () => {
+      const target = await startSeededService(context, plan, run.env);
+      try {
+        await run.prepare?.(target);
+        // New customers of the warm-up and of the measurement get different ids.
+        const tag = `${protocol}-${Date.now().toString(36)}`;
+        const phase = (name: string) => writeScenario(kind, target.seeded, `${tag}${name}`);
+        const limit = (count: number) => (pool ? count : undefined);
+        if (options.warmupSeconds > 0) {
+          await load(
+            protocol,
+            target.service.origin,
+            phase("w"),
+            { seconds: options.warmupSeconds, rate: run.rate, limit: limit(warmupCount) },
+            options,
+          );
+        }
+        const result = await load(
+          protocol,
+          target.service.origin,
+          offset(phase("m"), warmupCount),
+          { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
+          options,
+        );
+        alive = target.service.alive();
+        return result;
+      } finally {
+        await target.dispose();
+      }
+    },
+  );
 }
 
 /**
