@@ -120,7 +120,7 @@ export function size(raw: string): number {
 export function sizeLabel(value: number): string {
   if (value >= 1e6 && value % 1e6 === 0) return `${value / 1e6}M`;
   if (value >= 1e3 && value % 1e3 === 0) return `${value / 1e3}k`;
-  return String(value);
+  return value.toLocaleString("en-US");
 }
 
 /** Whether `--only` lets a scenario run. */
