@@ -23,7 +23,11 @@ export interface MachineInfo {
 /** Describes this machine and checkout. */
 export function machineInfo(): MachineInfo {
   const git = (...args: string[]) =>
-    execFileSync("git", args, { cwd: repoRoot, encoding: "utf8" }).trim();
+    execFileSync("git", args, {
+      cwd: repoRoot,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    }).trim();
   let commit = "unknown";
   let dirty = false;
   try {
