@@ -30,6 +30,7 @@ export interface BenchOptions {
   readonly quick: boolean;
 }
 
+/** What `npm run bench -- --help` prints. */
 export const usage = `npm run bench -- [suite ...] [options]
 
 suites: reads, writes, webhooks (the default: all three), scale
