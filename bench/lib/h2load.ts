@@ -1,0 +1,80 @@
+import { execFile, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { countFailure, LatencyRecorder, type LoadResult, loadResult } from "./measure.js";
+import { type GrpcRequestSpec, grpcFrame } from "./senders.js";
+
+/** True when h2load (Debian's nghttp2-client) is on the PATH. */
+export function hasH2load(): boolean {
+  return spawnSync("h2load", ["--version"], { stdio: "ignore" }).status === 0;
+}
+
+/**
+ * A closed-loop gRPC run with h2load: `connections` HTTP/2 connections with
+ * `streams` calls in flight on each, every call the same framed request.
+ * h2load counts HTTP statuses only (a gRPC error is an HTTP 200), so callers
+ * check one call's grpc-status before the run; latencies come from its
+ * per-request log, since it prints no percentiles.
+ */
+export async function h2loadRun(
+  origin: string,
+  spec: GrpcRequestSpec,
+  options: { connections: number; streams: number; seconds: number },
+): Promise<LoadResult> {
+  const directory = mkdtempSync(join(tmpdir(), "bench-h2load-"));
+  try {
+    const bodyFile = join(directory, "request.bin");
+    const logFile = join(directory, "requests.log");
+    writeFileSync(bodyFile, grpcFrame(spec.message(0)));
+    const headers = Object.entries({
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...spec.metadata,
+    }).flatMap(([name, value]) => ["-H", `${name}: ${value}`]);
+    const stdout = await new Promise<string>((resolve, reject) => {
+      execFile(
+        "h2load",
+        [
+          "-c",
+          String(options.connections),
+          "-m",
+          String(options.streams),
+          "-D",
+          String(Math.max(1, Math.round(options.seconds))),
+          "-d",
+          bodyFile,
+          ...headers,
+          `--log-file=${logFile}`,
+          `${origin}${spec.path}`,
+        ],
+        { maxBuffer: 16 * 1024 * 1024 },
+        (error, out, err) =>
+          error ? reject(new Error(`h2load failed: ${err || error}`)) : resolve(out),
+      );
+    });
+    const seconds = Number(/finished in ([\d.]+)s/.exec(stdout)?.[1]);
+    const requests =
+      /requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored, (\d+) timeout/.exec(
+        stdout,
+      );
+    if (!requests || Number.isNaN(seconds)) throw new Error(`unexpected h2load output:\n${stdout}`);
+    const latency = new LatencyRecorder();
+    let ok = 0;
+    const failures: Record<string, number> = {};
+    const errored = Number(requests[6]) + Number(requests[7]);
+    if (errored > 0) failures.socket = errored;
+    // Each line: start time (µs), HTTP status, duration (µs).
+    for (const line of readFileSync(logFile, "utf8").split("\n")) {
+      const [, status, micros] = line.split("\t");
+      if (status === undefined || micros === undefined) continue;
+      if (status === "200") {
+        ok++;
+        latency.recordMicros(Number(micros));
+      } else countFailure(failures, `http ${status}`);
+    }
+    return loadResult({ ok, failures, seconds }, latency);
+  } finally {
+    rmSync(directory, { recursive: true, force: true });
+  }
+}

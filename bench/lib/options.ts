@@ -1,0 +1,130 @@
+import { parseArgs } from "node:util";
+
+/** The suites `npm run bench` can run. */
+export type Suite = "reads" | "writes" | "webhooks" | "scale";
+
+const allSuites: readonly Suite[] = ["reads", "writes", "webhooks", "scale"];
+const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks"];
+
+/** The bench's settings, from the command line. */
+export interface BenchOptions {
+  readonly suites: readonly Suite[];
+  /** Runs per figure; each figure is the median. */
+  readonly repeats: number;
+  /** Seconds of each measured run. */
+  readonly seconds: number;
+  /** Seconds of load before each measured target, not recorded (JIT, caches, connections). */
+  readonly warmupSeconds: number;
+  /** Requests in flight in a closed-loop run, on every protocol. */
+  readonly concurrency: number;
+  /** HTTP/2 connections the gRPC load is spread over. */
+  readonly h2Connections: number;
+  /** Customers of the store the read and write scenarios run on. */
+  readonly baseCustomers: number;
+  /** Store sizes of the scale suite. */
+  readonly sizes: readonly number[];
+  /** Only the scenarios whose names contain one of these (all when empty). */
+  readonly only: readonly string[];
+  /** Where the JSON results go. */
+  readonly out: string;
+  readonly quick: boolean;
+}
+
+/** What `npm run bench -- --help` prints. */
+export const usage = `npm run bench -- [suite ...] [options]
+
+suites: reads, writes, webhooks (the default: all three), scale
+
+  --quick              short runs to try it out: 1 repeat of 3 s, 1 s warm-up
+  --repeats N          runs per figure, median reported (default 3)
+  --duration S         seconds per measured run (default 10)
+  --warmup S           seconds of unrecorded load before each target (default 2)
+  --concurrency N      requests in flight in closed-loop runs (default 32)
+  --h2-connections N   HTTP/2 connections for gRPC (default 4)
+  --base N             customers seeded for reads and writes (default 1000)
+  --sizes LIST         scale suite sizes, e.g. 10k,100k,1M (default 10k,100k,1M)
+  --only LIST          only scenarios whose names contain one of these, e.g. GetCustomer,identify-new
+  --out FILE           JSON results (default bench/results/latest.json)
+`;
+
+/** Parses `process.argv`-style arguments; throws with the usage on a mistake. */
+export function parseOptions(args: readonly string[]): BenchOptions {
+  try {
+    return optionsFrom(args);
+  } catch (error) {
+    throw new Error(`${(error as Error).message}\n\n${usage}`);
+  }
+}
+
+function optionsFrom(args: readonly string[]): BenchOptions {
+  const { values, positionals } = parseArgs({
+    args: [...args],
+    allowPositionals: true,
+    options: {
+      quick: { type: "boolean", default: false },
+      repeats: { type: "string" },
+      duration: { type: "string" },
+      warmup: { type: "string" },
+      concurrency: { type: "string" },
+      "h2-connections": { type: "string" },
+      base: { type: "string" },
+      sizes: { type: "string" },
+      only: { type: "string" },
+      out: { type: "string" },
+    },
+  });
+  const suites = positionals.length > 0 ? positionals : defaultSuites;
+  for (const suite of suites) {
+    if (!allSuites.includes(suite as Suite)) throw new Error(`unknown suite "${suite}"`);
+  }
+  const quick = values.quick;
+  return {
+    suites: suites as Suite[],
+    repeats: count(values.repeats, "--repeats", quick ? 1 : 3),
+    seconds: seconds(values.duration, "--duration", quick ? 3 : 10),
+    warmupSeconds: seconds(values.warmup, "--warmup", quick ? 1 : 2, true),
+    concurrency: count(values.concurrency, "--concurrency", 32),
+    h2Connections: count(values["h2-connections"], "--h2-connections", 4),
+    baseCustomers: count(values.base, "--base", 1000),
+    sizes: (values.sizes ?? "10k,100k,1M").split(",").map(size),
+    only: values.only ? values.only.split(",").map((name) => name.trim()) : [],
+    out: values.out ?? "bench/results/latest.json",
+    quick,
+  };
+}
+
+function count(raw: string | undefined, name: string, fallback: number): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a positive integer`);
+  return value;
+}
+
+function seconds(raw: string | undefined, name: string, fallback: number, zero = false): number {
+  if (raw === undefined) return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < 0 || (value === 0 && !zero)) {
+    throw new Error(`${name} must be a number of seconds`);
+  }
+  return value;
+}
+
+/** "10k", "1M", "2500" as a count of customers. */
+export function size(raw: string): number {
+  const match = /^(\d+(?:\.\d+)?)([kKmM]?)$/.exec(raw.trim());
+  if (!match) throw new Error(`--sizes: "${raw}" is not a size such as 10k or 1M`);
+  const scale = { "": 1, k: 1e3, m: 1e6 }[(match[2] as string).toLowerCase()] as number;
+  return Math.round(Number(match[1]) * scale);
+}
+
+/** A size as the tables show it: 10k, 1M. */
+export function sizeLabel(value: number): string {
+  if (value >= 1e6 && value % 1e6 === 0) return `${value / 1e6}M`;
+  if (value >= 1e3 && value % 1e3 === 0) return `${value / 1e3}k`;
+  return value.toLocaleString("en-US");
+}
+
+/** Whether `--only` lets a scenario run. */
+export function selected(options: BenchOptions, name: string): boolean {
+  return options.only.length === 0 || options.only.some((part) => name.includes(part));
+}

@@ -1,0 +1,177 @@
+import { type ChildProcess, fork, spawn } from "node:child_process";
+import { readdirSync, readFileSync, statSync } from "node:fs";
+import { createServer } from "node:net";
+import { join, resolve } from "node:path";
+
+/** The repository root (bench/lib/ is two levels down). */
+export const repoRoot = resolve(import.meta.dirname, "../..");
+
+/** A port that was free a moment ago on loopback. */
+export function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+/** A running service process. */
+export interface ServiceProcess {
+  readonly origin: string;
+  readonly pid: number;
+  /** From spawning the process to `/readyz` answering 200. */
+  readonly readyMs: number;
+  /** Resident memory now, in bytes. */
+  rssBytes(): number;
+  /** What the service wrote to stderr, and the error lines of its log, most recent last. */
+  problems(): string;
+  /** False once the process has exited (on a shared machine, something may kill it). */
+  alive(): boolean;
+  /** SIGTERM, then waits for the exit (SIGKILL after 30 s). */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts the real entry (`src/main.ts` through tsx, as `npm start` does) in
+ * its own process, so the load generator never shares its event loop, and
+ * waits until `/readyz` answers 200.
+ */
+export async function startService(
+  dataDir: string,
+  env: Record<string, string> = {},
+  readyTimeoutMs = 15 * 60_000,
+): Promise<ServiceProcess> {
+  const port = await freePort();
+  const started = performance.now();
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    cwd: repoRoot,
+    env: {
+      ...process.env,
+      PORT: String(port),
+      HOST: "127.0.0.1",
+      DATA_DIR: dataDir,
+      LOG_LEVEL: "warn",
+      ...env,
+    },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const errors: string[] = [];
+  const keep = (text: string) => {
+    errors.push(text);
+    if (errors.length > 50) errors.shift();
+  };
+  child.stderr?.on("data", (chunk: Buffer) => keep(chunk.toString()));
+  // The log (pino, on stdout) is JSON lines; keep those at error level and above.
+  child.stdout?.on("data", (chunk: Buffer) => {
+    for (const line of chunk.toString().split("\n")) {
+      if (/"level":(50|60)/.test(line)) keep(`${line}\n`);
+    }
+  });
+  const origin = `http://127.0.0.1:${port}`;
+  const exited = exitOf(child);
+  let stopping = false;
+  // A service that dies mid-run (or is killed from outside) turns every
+  // later request into a failure; say so rather than leave only the count.
+  child.once("exit", (code, signal) => {
+    if (!stopping) keep(`the service exited during the run (${signal ?? `code ${code}`})\n`);
+  });
+  await waitUntilReady(origin, exited, readyTimeoutMs, () => errors.join(""));
+  const readyMs = performance.now() - started;
+  return {
+    origin,
+    pid: child.pid as number,
+    readyMs,
+    rssBytes: () => rssOf(child.pid as number),
+    problems: () => errors.join(""),
+    alive: () => child.exitCode === null && child.signalCode === null,
+    stop: () => {
+      stopping = true;
+      return stopChild(child, exited);
+    },
+  };
+}
+
+async function waitUntilReady(
+  origin: string,
+  exited: Promise<number | null>,
+  timeoutMs: number,
+  stderr: () => string,
+): Promise<void> {
+  let gone = false;
+  void exited.then(() => {
+    gone = true;
+  });
+  const deadline = performance.now() + timeoutMs;
+  while (performance.now() < deadline) {
+    if (gone) throw new Error(`the service exited before it was ready:\n${stderr()}`);
+    try {
+      const response = await fetch(`${origin}/readyz`);
+      await response.arrayBuffer();
+      if (response.status === 200) return;
+    } catch {}
+    await new Promise((resolveWait) => setTimeout(resolveWait, 20));
+  }
+  throw new Error(`the service was not ready within ${timeoutMs} ms:\n${stderr()}`);
+}
+
+/** A TypeScript entry of the bench in its own Node process, with an IPC channel. */
+export function forkBenchProcess(entry: string, env: Record<string, string> = {}): ChildProcess {
+  return fork(join(repoRoot, entry), [], {
+    cwd: repoRoot,
+    execArgv: ["--import", "tsx"],
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "inherit", "inherit", "ipc"],
+  });
+}
+
+/** The first IPC message of a child, or a rejection when it exits first. */
+export function firstMessage<T>(child: ChildProcess): Promise<T> {
+  return new Promise((resolveMessage, reject) => {
+    const onExit = (code: number | null) => reject(new Error(`bench process exited with ${code}`));
+    child.once("exit", onExit);
+    child.once("message", (message) => {
+      child.off("exit", onExit);
+      resolveMessage(message as T);
+    });
+  });
+}
+
+function exitOf(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolveExit) => child.once("exit", (code) => resolveExit(code)));
+}
+
+/** Terminates a child the bench started, and waits for it. */
+export async function stopChild(
+  child: ChildProcess,
+  exited: Promise<unknown> = exitOf(child),
+): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), 30_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+/** Resident set size of a process from /proc (Linux); 0 where that does not exist. */
+export function rssOf(pid: number): number {
+  try {
+    const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return match ? Number(match[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/** Bytes of every file under a directory. */
+export function diskBytes(directory: string): number {
+  let total = 0;
+  for (const entry of readdirSync(directory, { withFileTypes: true })) {
+    const path = join(directory, entry.name);
+    total += entry.isDirectory() ? diskBytes(path) : statSync(path).size;
+  }
+  return total;
+}

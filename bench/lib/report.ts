@@ -1,0 +1,149 @@
+import { execFileSync } from "node:child_process";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { availableParallelism, cpus, release, totalmem } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { grpcGenerator } from "./load.js";
+import type { LoadResult } from "./measure.js";
+import { repoRoot } from "./processes.js";
+
+/** The machine and build a run measured, printed above the tables and kept in the JSON. */
+export interface MachineInfo {
+  readonly cpu: string;
+  readonly cores: number;
+  readonly memoryGb: number;
+  readonly kernel: string;
+  readonly node: string;
+  readonly date: string;
+  readonly commit: string;
+  /** Uncommitted changes to tracked files when the bench ran. */
+  readonly dirty: boolean;
+  readonly generators: { readonly http1: string; readonly grpc: string };
+}
+
+/** Describes this machine and checkout. */
+export function machineInfo(): MachineInfo {
+  const git = (...args: string[]) =>
+    execFileSync("git", args, {
+      cwd: repoRoot,
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+    }).trim();
+  let commit = "unknown";
+  let dirty = false;
+  try {
+    commit = git("rev-parse", "--short=12", "HEAD");
+    dirty = git("status", "--porcelain", "--untracked-files=no") !== "";
+  } catch {}
+  const autocannonVersion = (
+    JSON.parse(readFileSync(join(repoRoot, "node_modules/autocannon/package.json"), "utf8")) as {
+      version: string;
+    }
+  ).version;
+  let grpc: string = grpcGenerator();
+  if (grpc === "h2load") {
+    try {
+      grpc = execFileSync("h2load", ["--version"], { encoding: "utf8" }).trim();
+    } catch {}
+  }
+  return {
+    cpu: cpus()[0]?.model.trim() ?? "unknown",
+    cores: availableParallelism(),
+    memoryGb: Math.round(totalmem() / 2 ** 30),
+    kernel: release(),
+    node: process.version,
+    date: new Date().toISOString(),
+    commit,
+    dirty,
+    generators: { http1: `autocannon ${autocannonVersion}`, grpc },
+  };
+}
+
+/** The one line that says where and how the numbers were taken. */
+export function machineLine(
+  machine: MachineInfo,
+  settings: { repeats: number; seconds: number; engine?: string },
+): string {
+  const parts = [
+    `${machine.cpu}, ${machine.cores} cores, ${machine.memoryGb} GB`,
+    `Node ${machine.node}`,
+    `commit ${machine.commit}${machine.dirty ? " (with uncommitted changes)" : ""}`,
+    `${machine.date.slice(0, 16).replace("T", " ")} UTC`,
+    ...(settings.engine ? [`store: ${settings.engine}`] : []),
+    `median of ${settings.repeats} × ${settings.seconds} s`,
+    `load: ${machine.generators.http1}, ${machine.generators.grpc}`,
+  ];
+  return `Machine: ${parts.join("; ")}`;
+}
+
+/** A Markdown table; numbers are already formatted. */
+export function markdownTable(
+  header: readonly string[],
+  rows: readonly (readonly string[])[],
+): string {
+  const widths = header.map((cell, column) =>
+    Math.max(3, cell.length, ...rows.map((row) => (row[column] ?? "").length)),
+  );
+  const line = (cells: readonly string[]) =>
+    `| ${cells.map((cell, column) => cell.padEnd(widths[column] as number)).join(" | ")} |`;
+  return [line(header), line(widths.map((width) => "-".repeat(width))), ...rows.map(line)].join(
+    "\n",
+  );
+}
+
+/** Requests per second as the tables show them. */
+export function formatRate(value: number): string {
+  if (!Number.isFinite(value)) return "-";
+  return value >= 100 ? Math.round(value).toLocaleString("en-US") : value.toFixed(1);
+}
+
+/** Milliseconds with precision that suits their size. */
+export function formatMs(value: number): string {
+  if (!Number.isFinite(value)) return "-";
+  if (value >= 100) return Math.round(value).toLocaleString("en-US");
+  if (value >= 10) return value.toFixed(1);
+  return value.toFixed(2);
+}
+
+/** A share as a percentage. */
+export function formatPercent(value: number): string {
+  return Number.isFinite(value) ? `${Math.round(value * 100)}%` : "-";
+}
+
+/** ", 12 failed (http 404: 12)" for a run with failures; empty otherwise. */
+export function failureNote(result: LoadResult): string {
+  if (result.failed === 0) return "";
+  const kinds = Object.entries(result.failures ?? {}).map(([kind, count]) => `${kind}: ${count}`);
+  return `, ${result.failed} failed${kinds.length > 0 ? ` (${kinds.join(", ")})` : ""}`;
+}
+
+/**
+ * The cells every load result shows: req/s (marked when a run ran out of
+ * requests, and with the failures when there were any), p50, p99.
+ */
+export function resultCells(result: LoadResult): string[] {
+  const failed = result.failed > 0 ? ` (${Math.round(result.failed)} failed)` : "";
+  return [
+    `${formatRate(result.rps)}${result.exhausted ? "*" : ""}${failed}`,
+    formatMs(result.p50Ms),
+    formatMs(result.p99Ms),
+  ];
+}
+
+/**
+ * Where the results of this run go: `out`, and a dated copy beside it so a
+ * later run of another suite does not overwrite them.
+ */
+export function resultPaths(out: string, suites: readonly string[]): string[] {
+  const path = resolve(repoRoot, out);
+  const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
+  return [path, join(dirname(path), `${stamp}-${suites.join("-")}.json`)];
+}
+
+/** Writes the results as JSON to every path. */
+export function writeResults(paths: readonly string[], results: unknown): void {
+  const text = `${JSON.stringify(results, null, 2)}\n`;
+  for (const path of paths) {
+    mkdirSync(dirname(path), { recursive: true });
+    writeFileSync(path, text);
+  }
+}

@@ -1,0 +1,147 @@
+import { Agent, request as httpRequest } from "node:http";
+import { type ClientHttp2Session, connect as http2Connect } from "node:http2";
+import type { Send } from "./drive.js";
+
+/** One HTTP request of a scenario; path and body may differ per request number. */
+export interface HttpRequestSpec {
+  readonly method: "GET" | "POST";
+  readonly path: (i: number) => string;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body?: (i: number) => string;
+}
+
+/** A sender over HTTP/1.1 keep-alive connections (at most `connections` open). */
+export function http1Sender(
+  origin: string,
+  spec: HttpRequestSpec,
+  connections: number,
+): { send: Send; close(): void } {
+  const url = new URL(origin);
+  const agent = new Agent({ keepAlive: true, maxSockets: connections });
+  const send: Send = (i) =>
+    new Promise((resolve) => {
+      const body = spec.body?.(i);
+      const headers: Record<string, string | number> = { ...spec.headers };
+      if (body !== undefined) headers["content-length"] = Buffer.byteLength(body);
+      const request = httpRequest(
+        {
+          agent,
+          host: url.hostname,
+          port: url.port,
+          method: spec.method,
+          path: spec.path(i),
+          headers,
+        },
+        (response) => {
+          response.resume();
+          response.on("end", () => {
+            const status = response.statusCode ?? 0;
+            resolve(status >= 200 && status < 300 ? true : `http ${status}`);
+          });
+          response.on("error", () => resolve("socket"));
+        },
+      );
+      request.on("error", () => resolve("socket"));
+      request.end(body);
+    });
+  return { send, close: () => agent.destroy() };
+}
+
+/** One gRPC call of a scenario: the method path and the message bytes of request `i`. */
+export interface GrpcRequestSpec {
+  readonly path: string;
+  readonly metadata: Readonly<Record<string, string>>;
+  readonly message: (i: number) => Uint8Array;
+}
+
+/** The gRPC length-prefixed frame of one uncompressed message. */
+export function grpcFrame(message: Uint8Array): Buffer {
+  const frame = Buffer.alloc(5 + message.length);
+  frame.writeUInt32BE(message.length, 1);
+  frame.set(message, 5);
+  return frame;
+}
+
+/** The outcome of one gRPC call: its status and the response message bytes. */
+export interface GrpcReply {
+  readonly status: number;
+  readonly message: Buffer;
+}
+
+/**
+ * gRPC over HTTP/2 prior-knowledge sessions, calls spread over the sessions
+ * round robin. A call succeeds on HTTP 200 with grpc-status 0 (in the
+ * trailers, or in the headers of a trailers-only answer). `send` keeps to
+ * the fewest listeners and discards the body: every listener and buffer
+ * per call costs the generator a third of its rate.
+ */
+export async function grpcSender(
+  origin: string,
+  spec: GrpcRequestSpec,
+  sessionCount: number,
+): Promise<{ send: Send; call(i: number): Promise<GrpcReply>; close(): void }> {
+  const sessions: ClientHttp2Session[] = await Promise.all(
+    Array.from(
+      { length: sessionCount },
+      () =>
+        new Promise<ClientHttp2Session>((resolve, reject) => {
+          const session = http2Connect(origin);
+          session.once("connect", () => resolve(session));
+          session.once("error", reject);
+        }),
+    ),
+  );
+  const headers = {
+    ":method": "POST",
+    ":path": spec.path,
+    "content-type": "application/grpc",
+    te: "trailers",
+    ...spec.metadata,
+  };
+  let turn = 0;
+  const open = (i: number, onStatus: (status: number) => void) => {
+    const session = sessions[turn++ % sessions.length] as ClientHttp2Session;
+    const stream = session.request(headers);
+    const read = (fields: Record<string, unknown>) => {
+      if (fields["grpc-status"] !== undefined) onStatus(Number(fields["grpc-status"]));
+    };
+    stream.on("response", (fields) => {
+      if (fields[":status"] !== 200) onStatus(Code.Unknown);
+      else read(fields);
+    });
+    stream.on("trailers", read);
+    stream.on("error", () => onStatus(Code.Unavailable));
+    stream.end(grpcFrame(spec.message(i)));
+    return stream;
+  };
+  return {
+    send: (i) =>
+      new Promise((resolve) => {
+        let status = -1;
+        const stream = open(i, (value) => {
+          if (status === -1) status = value;
+        });
+        stream.on("close", () => resolve(status === 0 ? true : `grpc ${status}`));
+        stream.resume();
+      }),
+    call: (i) =>
+      new Promise((resolve) => {
+        let status = -1;
+        const chunks: Buffer[] = [];
+        const stream = open(i, (value) => {
+          if (status === -1) status = value;
+        });
+        stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+        stream.on("close", () => {
+          const body = Buffer.concat(chunks);
+          resolve({ status, message: body.length >= 5 ? body.subarray(5) : Buffer.alloc(0) });
+        });
+      }),
+    close: () => {
+      for (const session of sessions) session.close();
+    },
+  };
+}
+
+// The gRPC status codes the sender reports itself.
+const Code = { Unknown: 2, Unavailable: 14 } as const;

@@ -1,0 +1,193 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type BenchContext, measureWhileAlive, stopService } from "../lib/context.js";
+import { drive } from "../lib/drive.js";
+import { type LoadResult, median, medianResult } from "../lib/measure.js";
+import { type BenchOptions, sizeLabel } from "../lib/options.js";
+import { diskBytes, startService } from "../lib/processes.js";
+import { failureNote, formatMs, markdownTable } from "../lib/report.js";
+import { restRequest, writeScenario } from "../lib/scenarios.js";
+import { baseCustomer, benchKeys, type SeededData, seedStore } from "../lib/seed.js";
+import { type HttpRequestSpec, http1Sender } from "../lib/senders.js";
+
+/** One store size: how reads, identify, restart, memory and disk fare. */
+export interface ScaleRow {
+  readonly customers: number;
+  readonly referrals: number;
+  readonly seedSeconds: number;
+  /** The first start after seeding (it may build what the seeding left to it). */
+  readonly firstStartMs: number;
+  /** From process start to `/readyz` 200, on a restart (median). */
+  readonly restartMs: number;
+  /** Resident memory after the measurements (median). */
+  readonly rssBytes: number;
+  /** Bytes of DATA_DIR at the end. */
+  readonly diskBytes: number;
+  /** Latency of each call, one at a time (median of the runs' percentiles). */
+  readonly figures: Record<string, LoadResult>;
+  readonly runs: { readonly restartMs: number[]; readonly rssBytes: number[] };
+}
+
+/** The calls timed at each size, one request at a time; `tag` makes each run's new customers new. */
+function scaleCalls(seeded: SeededData, customers: number, referrals: number, tag: string) {
+  // Lookups walk the whole store in a scattered order rather than one hot entry.
+  const pick = (i: number) => (i * 7919 + 13) % customers;
+  const get = (path: (i: number) => string): HttpRequestSpec => ({
+    method: "GET",
+    path,
+    headers: { authorization: benchKeys.secret },
+  });
+  const deep = (total: number) => Math.max(0, total - 20);
+  return {
+    "GET /customers, first page": get(() => "/customers?limit=20"),
+    "GET /customers, last page": get(() => `/customers?limit=20&offset=${deep(customers)}`),
+    "GET /referrals, first page": get(() => "/referrals?limit=20"),
+    "GET /referrals, last page": get(() => `/referrals?limit=20&offset=${deep(referrals)}`),
+    "GET /customers?externalUserId=": get(
+      (i) => `/customers?externalUserId=${baseCustomer(pick(i)).externalUserId}`,
+    ),
+    "GET /customers?email=": get(
+      (i) => `/customers?email=${encodeURIComponent(baseCustomer(pick(i)).email)}`,
+    ),
+    "GET /customers?referralCode=": get(
+      (i) => `/customers?referralCode=${baseCustomer(pick(i)).referralCode}`,
+    ),
+    "POST /customers/identify (new)": restRequest(
+      writeScenario("identify-new", seeded, `scale-${tag}`),
+    ),
+  } satisfies Record<string, HttpRequestSpec>;
+}
+
+/**
+ * For each size: seeds that many customers (and about half as many
+ * referrals) straight into a new store, starts the service once, then
+ * `repeats` times restarts it and times every call one at a time.
+ */
+export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
+  const { options, log } = context;
+  const rows: ScaleRow[] = [];
+  const callSeconds = Math.max(1, options.seconds / 2);
+  for (const customers of options.sizes) {
+    const label = sizeLabel(customers);
+    const dataDir = mkdtempSync(join(tmpdir(), `referrals-bench-scale-${label}-`));
+    try {
+      log(`scale ${label}: seeding`);
+      const seedStarted = performance.now();
+      let reported = 0;
+      const seeded = await seedStore(dataDir, { customers }, (inserted) => {
+        if (inserted - reported >= customers / 4) {
+          reported = inserted;
+          log(`scale ${label}: ${inserted.toLocaleString("en-US")} documents`);
+        }
+      });
+      context.engine ??= seeded.engine;
+      const seedSeconds = (performance.now() - seedStarted) / 1000;
+      const referrals = Math.max(0, customers - Math.floor(customers / 2) - 1);
+      const first = await startService(dataDir);
+      await stopService(context, first);
+      log(
+        `scale ${label}: seeded in ${seedSeconds.toFixed(1)} s, first start ${formatMs(first.readyMs)} ms`,
+      );
+      const runs: Record<string, LoadResult[]> = {};
+      const restartMs: number[] = [];
+      const rssBytes: number[] = [];
+      for (let repeat = 0; repeat < options.repeats; repeat++) {
+        // A restart, every call, the memory after them: one unit, run again if the service died.
+        let alive = true;
+        const run = await measureWhileAlive(
+          context,
+          `scale ${label}`,
+          () => alive,
+          async () => {
+            const service = await startService(dataDir);
+            try {
+              const results: Record<string, LoadResult> = {};
+              const calls = scaleCalls(seeded, customers, referrals, Date.now().toString(36));
+              for (const [name, spec] of Object.entries(calls)) {
+                results[name] = await timeCall(service.origin, spec, callSeconds, options);
+                log(
+                  `scale ${label} ${repeat + 1}/${options.repeats} ${name}: ` +
+                    `p50 ${formatMs(results[name].p50Ms)} ms${failureNote(results[name])}`,
+                );
+              }
+              alive = service.alive();
+              return { readyMs: service.readyMs, results, rssBytes: service.rssBytes() };
+            } finally {
+              await stopService(context, service);
+            }
+          },
+        );
+        restartMs.push(run.readyMs);
+        rssBytes.push(run.rssBytes);
+        for (const [name, result] of Object.entries(run.results)) {
+          runs[name] = [...(runs[name] ?? []), result];
+        }
+      }
+      rows.push({
+        customers,
+        referrals,
+        seedSeconds,
+        firstStartMs: first.readyMs,
+        restartMs: median(restartMs),
+        rssBytes: median(rssBytes),
+        diskBytes: diskBytes(dataDir),
+        figures: Object.fromEntries(
+          Object.entries(runs).map(([name, results]) => [name, medianResult(results)]),
+        ),
+        runs: { restartMs, rssBytes },
+      });
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true });
+    }
+  }
+  return rows;
+}
+
+/** One call, one request at a time: a short warm-up, then `seconds` measured. */
+async function timeCall(
+  origin: string,
+  spec: HttpRequestSpec,
+  seconds: number,
+  options: BenchOptions,
+): Promise<LoadResult> {
+  const sender = http1Sender(origin, spec, 1);
+  // Numbered across warm-up and measurement, so no new customer is identified twice.
+  let sent = 0;
+  const send = () => sender.send(sent++);
+  try {
+    if (options.warmupSeconds > 0) {
+      await drive(send, { seconds: options.warmupSeconds / 2, concurrency: 1 });
+    }
+    return await drive(send, { seconds, concurrency: 1 });
+  } finally {
+    sender.close();
+  }
+}
+
+/** The scale table in Markdown: one column per size. */
+export function scaleTable(rows: readonly ScaleRow[]): string {
+  const names = Object.keys(rows[0]?.figures ?? {});
+  const megabytes = (bytes: number) => `${Math.round(bytes / 2 ** 20).toLocaleString("en-US")} MB`;
+  return markdownTable(
+    [
+      "customers (referrals)",
+      ...rows.map((row) => `${sizeLabel(row.customers)} (${sizeLabel(row.referrals)})`),
+    ],
+    [
+      ...names.map((name) => [
+        `${name}: p50 / p99 ms`,
+        ...rows.map((row) => {
+          const figure = row.figures[name];
+          if (!figure) return "-";
+          return `${formatMs(figure.p50Ms)} / ${formatMs(figure.p99Ms)}${figure.failed ? " (errors)" : ""}`;
+        }),
+      ]),
+      ["restart to /readyz 200", ...rows.map((row) => `${formatMs(row.restartMs / 1000)} s`)],
+      ["first start after seeding", ...rows.map((row) => `${formatMs(row.firstStartMs / 1000)} s`)],
+      ["server RSS", ...rows.map((row) => megabytes(row.rssBytes))],
+      ["DATA_DIR on disk", ...rows.map((row) => megabytes(row.diskBytes))],
+      ["seeding (store API)", ...rows.map((row) => `${formatMs(row.seedSeconds)} s`)],
+    ],
+  );
+}

@@ -1,0 +1,223 @@
+import {
+  type BenchContext,
+  measureWhileAlive,
+  type SeededService,
+  startSeededService,
+} from "../lib/context.js";
+import { load } from "../lib/load.js";
+import { type LoadResult, median, medianResult } from "../lib/measure.js";
+import { selected } from "../lib/options.js";
+import { type ReceiverStats, startReceiver, type WebhookReceiver } from "../lib/receiver.js";
+import { failureNote, formatMs, formatPercent, formatRate, markdownTable } from "../lib/report.js";
+import type { WriteKind } from "../lib/scenarios.js";
+import { writeScenario } from "../lib/scenarios.js";
+import { benchEnvironment, benchKeys } from "../lib/seed.js";
+import { peakWrites, writeRun } from "./writes.js";
+
+/** Writes must keep this share of their rate with a webhook subscribed. */
+export const keptRateGoal = 0.8;
+/** The rate of the delivery-delay runs. */
+export const delayRunRate = 1000;
+/** The delay goal from the last write to the last event received. */
+export const delayGoalMs = 1000;
+
+/** A write's peak without and with a webhook endpoint subscribed to every event. */
+export interface WebhookPeakRow {
+  readonly kind: WriteKind;
+  readonly without: LoadResult;
+  readonly with: LoadResult;
+  /** With over without (median req/s). */
+  readonly kept: number;
+  readonly runs: { readonly without: LoadResult[]; readonly with: LoadResult[] };
+}
+
+/** Identifies at a fixed rate with a webhook: how long after the last write the last event came. */
+export interface DelayRun {
+  readonly writes: LoadResult;
+  /** Events the writes raised (one `customer.created` each) and events received. */
+  readonly expected: number;
+  readonly received: ReceiverStats;
+  /** From the last write answered to the last event received; NaN when none came. */
+  readonly delayMs: number;
+}
+
+/** The webhook suite's results. */
+export interface WebhookResults {
+  readonly peaks: WebhookPeakRow[];
+  readonly delay: { readonly runs: DelayRun[]; readonly medianDelayMs: number };
+}
+
+const peakKinds: readonly WriteKind[] = ["identify-new", "create-referral", "trigger-checkpoint"];
+
+/** How long to wait for events once the receiver stops hearing new ones. */
+const quietMs = 15_000;
+
+/**
+ * Writes over REST with a webhook endpoint subscribed to every event type
+ * (WEBHOOK_ALLOW_PRIVATE lets it point at the loopback receiver), against
+ * the same writes without one; then identifies at 1,000/s to time delivery.
+ */
+export async function runWebhooks(context: BenchContext): Promise<WebhookResults> {
+  const receiver = await startReceiver();
+  try {
+    const env = { WEBHOOK_ALLOW_PRIVATE: "true" };
+    const prepare = (target: SeededService) => subscribe(target, receiver);
+    const peaks: WebhookPeakRow[] = [];
+    for (const kind of peakKinds.filter((name) => selected(context.options, name))) {
+      const without = await peakWrites(context, kind, "rest");
+      const withRuns: LoadResult[] = [];
+      for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+        await receiver.reset();
+        const result = await writeRun(context, kind, "rest", { env, prepare });
+        withRuns.push(result);
+        context.log(
+          `webhooks ${kind} peak ${repeat + 1}/${context.options.repeats}: ` +
+            `${formatRate(result.rps)} req/s${failureNote(result)}`,
+        );
+      }
+      const withWebhook = medianResult(withRuns);
+      const withoutWebhook = medianResult(without);
+      peaks.push({
+        kind,
+        without: withoutWebhook,
+        with: withWebhook,
+        kept: withWebhook.rps / withoutWebhook.rps,
+        runs: { without, with: withRuns },
+      });
+    }
+    const runs: DelayRun[] = [];
+    for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+      const run = await delayRun(context, receiver, env);
+      runs.push(run);
+      context.log(
+        `webhooks delay ${repeat + 1}/${context.options.repeats}: ${formatMs(run.delayMs)} ms, ` +
+          `${run.received.events}/${run.expected} events`,
+      );
+    }
+    return { peaks, delay: { runs, medianDelayMs: median(runs.map((run) => run.delayMs)) } };
+  } finally {
+    await receiver.stop();
+  }
+}
+
+/** Subscribes the receiver to every event type of the bench environment. */
+async function subscribe(target: SeededService, receiver: WebhookReceiver): Promise<void> {
+  const response = await fetch(`${target.service.origin}/webhooks`, {
+    method: "POST",
+    headers: { authorization: benchKeys.secret, "content-type": "application/json" },
+    body: JSON.stringify({ url: receiver.url, environment: benchEnvironment }),
+  });
+  if (response.status !== 201) {
+    throw new Error(`creating the webhook answered ${response.status}: ${await response.text()}`);
+  }
+}
+
+/**
+ * New-customer identifies at 1,000/s with the webhook, after a warm-up
+ * whose events are waited for; then waits for every event of the measured
+ * writes, or until none has come for a while.
+ */
+async function delayRun(
+  context: BenchContext,
+  receiver: WebhookReceiver,
+  env: Record<string, string>,
+): Promise<DelayRun> {
+  const { options } = context;
+  let alive = true;
+  return measureWhileAlive(
+    context,
+    "webhooks delay",
+    () => alive,
+    async () => {
+      const target = await startSeededService(context, { customers: options.baseCustomers }, env);
+      try {
+        await subscribe(target, receiver);
+        const tag = `delay-${Date.now().toString(36)}`;
+        const identifies = (phase: string, seconds: number) =>
+          load(
+            "rest",
+            target.service.origin,
+            writeScenario("identify-new", target.seeded, `${tag}${phase}`),
+            { seconds, rate: delayRunRate },
+            options,
+          );
+        await receiver.reset();
+        if (options.warmupSeconds > 0) {
+          const warmup = await identifies("w", options.warmupSeconds);
+          // The warm-up's events must not land in the measurement's count.
+          await waitForEvents(receiver, warmup.ok);
+        }
+        await receiver.reset();
+        const writes = await identifies("m", options.seconds);
+        const lastWriteAt = performance.timeOrigin + performance.now();
+        const received = await waitForEvents(receiver, writes.ok);
+        alive = target.service.alive();
+        return {
+          writes,
+          expected: writes.ok,
+          received,
+          delayMs: received.lastAt > 0 ? Math.max(0, received.lastAt - lastWriteAt) : Number.NaN,
+        };
+      } finally {
+        await target.dispose();
+      }
+    },
+  );
+}
+
+/** Polls the receiver until it has `expected` events, or none came for `quietMs`. */
+async function waitForEvents(receiver: WebhookReceiver, expected: number): Promise<ReceiverStats> {
+  let stats = await receiver.stats();
+  let lastCount = stats.events;
+  let lastChange = performance.now();
+  while (stats.events < expected && performance.now() - lastChange < quietMs) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    stats = await receiver.stats();
+    if (stats.events !== lastCount) {
+      lastCount = stats.events;
+      lastChange = performance.now();
+    }
+  }
+  return stats;
+}
+
+/** The webhook tables in Markdown. */
+export function webhookTables(results: WebhookResults): string {
+  const peaks = markdownTable(
+    [
+      "write (REST)",
+      "req/s without webhook",
+      "req/s with webhook",
+      "kept",
+      `goal ≥ ${formatPercent(keptRateGoal)}`,
+    ],
+    results.peaks.map((row) => [
+      row.kind,
+      formatRate(row.without.rps),
+      formatRate(row.with.rps),
+      formatPercent(row.kept),
+      row.kept >= keptRateGoal ? "met" : "missed",
+    ]),
+  );
+  const delay = markdownTable(
+    [
+      "run",
+      "asked req/s",
+      "achieved req/s",
+      "events expected",
+      "events received",
+      "last write → last event",
+      `goal ≤ ${formatMs(delayGoalMs)} ms, all events`,
+    ],
+    results.delay.runs.map((run, index) => [
+      String(index + 1),
+      formatRate(delayRunRate),
+      formatRate(run.writes.rps),
+      String(run.expected),
+      `${run.received.events}${run.received.duplicates ? ` (+${run.received.duplicates} repeated)` : ""}`,
+      `${formatMs(run.delayMs)} ms`,
+      run.delayMs <= delayGoalMs && run.received.events >= run.expected ? "met" : "missed",
+    ]),
+  );
+  return `${peaks}\n\n${delay}\n\nMedian delay: ${formatMs(results.delay.medianDelayMs)} ms.`;
+}

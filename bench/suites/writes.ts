@@ -1,0 +1,259 @@
+import {
+  type BenchContext,
+  measureWhileAlive,
+  type SeededService,
+  startSeededService,
+} from "../lib/context.js";
+import { load } from "../lib/load.js";
+import { type LoadResult, median, medianResult } from "../lib/measure.js";
+import { selected } from "../lib/options.js";
+import { failureNote, formatMs, formatRate, markdownTable, resultCells } from "../lib/report.js";
+import {
+  type Protocol,
+  poolOf,
+  type Scenario,
+  type WriteKind,
+  writeKinds,
+  writeScenario,
+} from "../lib/scenarios.js";
+import type { SeedPlan } from "../lib/seed.js";
+
+/** The performance issue's goals for writes. */
+export const writeGoals: Readonly<Record<WriteKind, number | undefined>> = {
+  "identify-new": 5000,
+  "identify-existing": undefined,
+  "create-referral": 3000,
+  "trigger-checkpoint": 3000,
+};
+
+/** The p99 goal at half of the measured peak. */
+export const halfRateP99GoalMs = 10;
+
+/** One write on one protocol: its peak, and its latency at half that rate. */
+export interface WriteRow {
+  readonly kind: WriteKind;
+  readonly protocol: Protocol;
+  readonly goalRps: number | undefined;
+  readonly peak: LoadResult;
+  readonly half: LoadResult;
+  readonly runs: { readonly peak: LoadResult[]; readonly half: LoadResult[] };
+}
+
+const writeProtocols: readonly Protocol[] = ["rest", "grpc"];
+
+/**
+ * Every write kind on REST and gRPC: peak runs (closed loop), then runs
+ * rate-limited to half the median peak. Each run gets its own service on a
+ * freshly seeded store, so repeats start from the same state and a run's
+ * own writes never slow the next one.
+ */
+export async function runWrites(context: BenchContext): Promise<WriteRow[]> {
+  const rows: WriteRow[] = [];
+  for (const kind of writeKinds.filter((name) => selected(context.options, name))) {
+    for (const protocol of writeProtocols) {
+      const peakRuns = await peakWrites(context, kind, protocol);
+      const rate = Math.max(1, Math.round(median(peakRuns.map((run) => run.rps)) / 2));
+      const halfRuns: LoadResult[] = [];
+      for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+        const result = await writeRun(context, kind, protocol, { rate });
+        halfRuns.push(result);
+        context.log(
+          `writes ${kind}/${protocol} at ${rate}/s ${repeat + 1}/${context.options.repeats}: ` +
+            `p99 ${formatMs(result.p99Ms)} ms${failureNote(result)}`,
+        );
+      }
+      rows.push({
+        kind,
+        protocol,
+        goalRps: writeGoals[kind],
+        peak: medianResult(peakRuns),
+        half: medianResult(halfRuns),
+        runs: { peak: peakRuns, half: halfRuns },
+      });
+    }
+  }
+  return rows;
+}
+
+/**
+ * The peak runs of a write, measured once per bench run: the webhook suite
+ * compares against the same runs when the writes suite ran before it.
+ */
+export async function peakWrites(
+  context: BenchContext,
+  kind: WriteKind,
+  protocol: Protocol,
+): Promise<LoadResult[]> {
+  const key = `${kind}/${protocol}`;
+  const known = context.peaks.get(key);
+  if (known) return known;
+  const runs: LoadResult[] = [];
+  for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+    const result = await writeRun(context, kind, protocol, {});
+    runs.push(result);
+    context.estimates.set(key, Math.max(context.estimates.get(key) ?? 0, result.rps));
+    context.log(
+      `writes ${key} peak ${repeat + 1}/${context.options.repeats}: ${formatRate(result.rps)} req/s` +
+        `${failureNote(result)}${result.exhausted ? " (pool used up)" : ""}`,
+    );
+  }
+  context.peaks.set(key, runs);
+  return runs;
+}
+
+/** What a write run adds to the plain one. */
+export interface WriteRunOptions {
+  /** Open loop at this rate; closed loop at full speed when unset. */
+  readonly rate?: number;
+  /** More service configuration. */
+  readonly env?: Record<string, string>;
+  /** Runs on the started service before the load (subscribing a webhook). */
+  readonly prepare?: (target: SeededService) => Promise<void>;
+}
+
+// Seeded pools hold this much more than the expected rate needs.
+const poolMargin = 1.5;
+
+/**
+ * One write run on its own service: seeds the pool the kind consumes
+ * (sized from the best estimate of its rate so far), warms up on the first
+ * part of it, measures on the rest.
+ */
+export async function writeRun(
+  context: BenchContext,
+  kind: WriteKind,
+  protocol: Protocol,
+  run: WriteRunOptions,
+): Promise<LoadResult> {
+  const expectedRate =
+    run.rate ?? (poolOf(kind) ? await estimatedPeak(context, kind, protocol) : 0);
+  return seededRun(context, kind, protocol, {
+    ...run,
+    expectedRate,
+    seconds: context.options.seconds,
+  });
+}
+
+/** A run on a new service whose pool holds enough for `expectedRate` over the warm-up and `seconds`. */
+async function seededRun(
+  context: BenchContext,
+  kind: WriteKind,
+  protocol: Protocol,
+  run: WriteRunOptions & { expectedRate: number; seconds: number },
+): Promise<LoadResult> {
+  const { options } = context;
+  const pool = poolOf(kind);
+  const poolFor = (seconds: number) => Math.ceil(run.expectedRate * seconds * poolMargin) + 50;
+  const warmupCount = poolFor(options.warmupSeconds);
+  const measuredCount = poolFor(run.seconds);
+  const plan: SeedPlan = {
+    customers: options.baseCustomers,
+    ...(pool ? { [pool]: warmupCount + measuredCount } : {}),
+  };
+  // A service lost mid-run is measured again on a new store: pools are spent.
+  let alive = true;
+  return measureWhileAlive(
+    context,
+    `writes ${kind}/${protocol}`,
+    () => alive,
+    async () => {
+      const target = await startSeededService(context, plan, run.env);
+      try {
+        await run.prepare?.(target);
+        // New customers of the warm-up and of the measurement get different ids.
+        const tag = `${protocol}-${Date.now().toString(36)}`;
+        const phase = (name: string) => writeScenario(kind, target.seeded, `${tag}${name}`);
+        const limit = (count: number) => (pool ? count : undefined);
+        if (options.warmupSeconds > 0) {
+          await load(
+            protocol,
+            target.service.origin,
+            phase("w"),
+            { seconds: options.warmupSeconds, rate: run.rate, limit: limit(warmupCount) },
+            options,
+          );
+        }
+        const result = await load(
+          protocol,
+          target.service.origin,
+          offset(phase("m"), warmupCount),
+          { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
+          options,
+        );
+        alive = target.service.alive();
+        return result;
+      } finally {
+        await target.dispose();
+      }
+    },
+  );
+}
+
+/**
+ * The rate a pool-consuming write is expected to reach, to size its pools:
+ * the best run so far, or the first time short probes on their own
+ * services, from a low guess up. (A pool sized for the goal instead would
+ * make the store, and on a store whose costs grow with size the result,
+ * depend on the goal.)
+ */
+async function estimatedPeak(
+  context: BenchContext,
+  kind: WriteKind,
+  protocol: Protocol,
+): Promise<number> {
+  const key = `${kind}/${protocol}`;
+  const known = context.estimates.get(key);
+  if (known !== undefined) return known;
+  const seconds = Math.min(2, context.options.seconds);
+  const ceiling = 3 * (writeGoals[kind] ?? 1000);
+  for (let guess = 500; ; ) {
+    const probe = await seededRun(context, kind, protocol, { expectedRate: guess, seconds });
+    context.log(
+      `writes ${key}: probe at a guess of ${formatRate(guess)}/s: ${formatRate(probe.rps)} req/s` +
+        `${probe.exhausted ? " (pool used up, guessing higher)" : ""}`,
+    );
+    if (!probe.exhausted || guess >= ceiling) {
+      context.estimates.set(key, probe.rps);
+      return probe.rps;
+    }
+    guess = Math.max(guess * 3, probe.rps * 2);
+  }
+}
+
+/** The scenario from request `start` on: warm-up and measurement take disjoint parts of a pool. */
+function offset(scenario: Scenario, start: number): Scenario {
+  const body = scenario.rest.body;
+  return {
+    ...scenario,
+    message: (i) => scenario.message(start + i),
+    rest: { ...scenario.rest, ...(body ? { body: (i: number) => body(start + i) } : {}) },
+  };
+}
+
+/** The writes table in Markdown. */
+export function writesTable(rows: readonly WriteRow[]): string {
+  return markdownTable(
+    [
+      "write",
+      "protocol",
+      "peak req/s",
+      "p50 ms",
+      "p99 ms",
+      "goal req/s",
+      "half-peak rate",
+      "p99 ms at half",
+      `p99 goal ≤ ${halfRateP99GoalMs} ms`,
+    ],
+    rows.map((row) => [
+      row.kind,
+      row.protocol === "rest" ? "REST" : "gRPC",
+      ...resultCells(row.peak),
+      row.goalRps === undefined
+        ? "-"
+        : `${formatRate(row.goalRps)} ${row.peak.rps >= row.goalRps ? "met" : "missed"}`,
+      `${formatRate(row.half.targetRate ?? Number.NaN)}/s`,
+      formatMs(row.half.p99Ms),
+      row.half.p99Ms <= halfRateP99GoalMs ? "met" : "missed",
+    ]),
+  );
+}
