@@ -119,12 +119,20 @@ function revive(value: unknown): unknown {
     for (let i = 0; i < value.length; i++) value[i] = revive(value[i]);
     return value;
   }
-  for (const [key, child] of Object.entries(value)) {
-    if (typeof child === "object" || (typeof child === "string" && child.startsWith(tag))) {
-      setOwn(value as Document, key, revive(child));
+  const object = value as Document;
+  // for-in allocates nothing per object (JSON.parse's objects have no
+  // inherited enumerable keys), unlike Object.entries.
+  for (const key in object) {
+    // An own "__proto__" key (JSON.parse makes one) shadows the accessor.
+    const child = object[key];
+    if (
+      (typeof child === "object" && child !== null) ||
+      (typeof child === "string" && child.charCodeAt(0) === 1)
+    ) {
+      setOwn(object, key, revive(child));
     }
   }
-  return value;
+  return object;
 }
 
 /** Sets an own property, even one named `__proto__` (plain assignment would set the prototype). */

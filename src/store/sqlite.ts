@@ -559,8 +559,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   private decode(row: Row): WithId<T> {
     const doc = decodeDocument<Document>(row.doc);
     if (row.side !== null) Object.assign(doc, decodeDocument<Document>(row.side));
-    // The primary key is the column; put `_id` first, as MongoDB returns it.
-    return { _id: row.id, ...doc } as unknown as WithId<T>;
+    // The primary key is the column (set, not spread first: no copy).
+    doc._id = row.id;
+    return doc as WithId<T>;
   }
 
   /**

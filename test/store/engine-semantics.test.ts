@@ -130,6 +130,9 @@ for (const engine of engineNames) {
         await store.customers.insertOne(customer("c3", { customProperties: properties }));
         const c3 = await store.customers.findOne({ _id: "c3" });
         t.deepEqual(Object.keys(c3?.customProperties ?? {}), ["__proto__", "plain"]);
+        t.deepEqual(Object.getOwnPropertyDescriptor(c3?.customProperties, "__proto__")?.value, {
+          polluted: true,
+        });
         t.is(Object.getPrototypeOf(c3?.customProperties), Object.prototype);
         t.is(({} as Document).polluted, undefined);
         await store.customers.deleteOne({ _id: "c3" });
