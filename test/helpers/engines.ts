@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import test, { type ExecutionContext } from "ava";
 import { MongoClient } from "mongodb";
 import { openStore, type Store } from "../../src/store/store.js";
 
@@ -66,4 +67,20 @@ export async function openTestStore(engine: EngineName): Promise<TestStore> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+}
+
+/** Declares a test, titled with the engine, that runs `body` on an empty store of it. */
+export function storeTest(
+  engine: EngineName,
+  title: string,
+  body: (t: ExecutionContext, store: Store) => Promise<void>,
+): void {
+  test(`${engine}: ${title}`, async (t) => {
+    const { store, cleanup } = await openTestStore(engine);
+    try {
+      await body(t, store);
+    } finally {
+      await cleanup();
+    }
+  });
 }

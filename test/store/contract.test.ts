@@ -1,9 +1,9 @@
-import test from "ava";
+import type { ExecutionContext } from "ava";
 import { upsertCustomer } from "../../src/store/customers.js";
 import { claimDueDelivery, unleased } from "../../src/store/deliveries.js";
 import { isDuplicateKeyError } from "../../src/store/errors.js";
 import type { Store } from "../../src/store/store.js";
-import { engineNames, openTestStore } from "../helpers/engines.js";
+import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.js";
 
 /**
  * The storage contract: what the repositories rely on, run against the
@@ -33,18 +33,8 @@ function customer(id: string, externalUserId: string, createdAt: Date) {
 }
 
 for (const engine of engineNames) {
-  const storeTest = (
-    title: string,
-    body: (t: import("ava").ExecutionContext, store: Store) => Promise<void>,
-  ) =>
-    test(`${engine}: ${title}`, async (t) => {
-      const { store, cleanup } = await openTestStore(engine);
-      try {
-        await body(t, store);
-      } finally {
-        await cleanup();
-      }
-    });
+  const storeTest = (title: string, body: (t: ExecutionContext, store: Store) => Promise<void>) =>
+    declareStoreTest(engine, title, body);
 
   storeTest("insertOne, findOne, dates and nulls round-trip", async (t, store) => {
     await store.customers.insertOne(customer("c1", "u1", now));

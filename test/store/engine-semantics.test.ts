@@ -1,8 +1,8 @@
-import test, { type ExecutionContext } from "ava";
+import type { ExecutionContext } from "ava";
 import type { Document } from "mongodb";
 import { isDuplicateKeyError } from "../../src/store/errors.js";
 import type { Store } from "../../src/store/store.js";
-import { engineNames, openTestStore } from "../helpers/engines.js";
+import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.js";
 
 /**
  * Where the embedded engine could answer differently from MongoDB: null
@@ -45,14 +45,7 @@ async function idsOf(store: Store, filter: Document): Promise<string[]> {
 
 for (const engine of engineNames) {
   const storeTest = (title: string, body: (t: ExecutionContext, store: Store) => Promise<void>) =>
-    test(`${engine}: ${title}`, async (t) => {
-      const { store, cleanup } = await openTestStore(engine);
-      try {
-        await body(t, store);
-      } finally {
-        await cleanup();
-      }
-    });
+    declareStoreTest(engine, title, body);
 
   storeTest(
     "{ field: null } matches null and missing; $ne and $exists tell them apart",
