@@ -3,9 +3,9 @@ import type { Document, Sort } from "mongodb";
 
 /**
  * The translation of the MongoDB query language the repositories use into
- * SQL over tables of JSON documents (`id TEXT PRIMARY KEY, doc BLOB` in
- * SQLite's JSONB form), and the document encoding that keeps BSON's types
- * apart inside JSON.
+ * SQL over tables of JSON documents (`id TEXT PRIMARY KEY, doc BLOB, side
+ * BLOB` in SQLite's JSONB form; see {@link sideFields}), and the document
+ * encoding that keeps BSON's types apart inside JSON.
  *
  * Every field is read through one expression, `json_extract(doc, '$.path')`,
  * written by {@link fieldExpression} for queries and indexes alike: SQLite
