@@ -27,11 +27,17 @@ const pathSegment = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * webhook outbox, which the relay empties soon after nearly every write. A
  * change to them alone rewrites neither the document nor its indexes.
  */
-export const sideFields: ReadonlySet<string> = new Set(["outbox", "outboxPending"]);
+const sideFields: ReadonlySet<string> = new Set(["outbox", "outboxPending"]);
+
+/** Whether a field path lies in the `side` column (see {@link sideFields}). */
+export function isSidePath(path: string): boolean {
+  const dot = path.indexOf(".");
+  return sideFields.has(dot === -1 ? path : path.slice(0, dot));
+}
 
 /** The column that holds a field: `doc`, or `side` for {@link sideFields}. */
 function columnOf(path: string): "doc" | "side" {
-  return sideFields.has(path.split(".")[0] as string) ? "side" : "doc";
+  return isSidePath(path) ? "side" : "doc";
 }
 
 /** The SQL expression of a document field (`_id` is the primary key column). */
@@ -42,18 +48,20 @@ export function fieldExpression(path: string): string {
 
 /** A document's fields as the JSON of its two columns; `side` is null when it has none. */
 export function encodeColumns(fields: Document): { doc: string; side: string | null } {
+  // One walk copies each value into its column's object (then a plain
+  // stringify, several times faster than a replacer).
   const main: Document = {};
   let side: Document | undefined;
   for (const [key, value] of Object.entries(fields)) {
+    if (value === undefined) continue;
     if (sideFields.has(key)) {
-      if (value === undefined) continue;
       side ??= {};
-      side[key] = value;
+      side[key] = storable(value);
     } else {
-      setOwn(main, key, value);
+      setOwn(main, key, storable(value));
     }
   }
-  return { doc: encodeDocument(main), side: side ? encodeDocument(side) : null };
+  return { doc: JSON.stringify(main), side: side ? JSON.stringify(side) : null };
 }
 
 function jsonPath(path: string): string {
@@ -81,12 +89,6 @@ export function encodeScalar(value: unknown): SQLInputValue {
   if (typeof value === "boolean") return value ? 1 : 0; // json_extract reads true as 1
   if (typeof value === "number") return value;
   throw new UnsupportedQueryError(`comparing with ${describe(value)}`);
-}
-
-/** A document as JSON text for `jsonb(?)`. */
-export function encodeDocument(doc: Document): string {
-  // A walk then a plain stringify is several times faster than a replacer.
-  return JSON.stringify(storable(doc));
 }
 
 /** A document from its JSON text, with dates as `Date`s again. */
