@@ -1,187 +1,191 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import type { DescMethod, Message } from "@bufbuild/protobuf";
-import { ConnectError, createClient } from "@connectrpc/connect";
+import { type Client, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdminService, ApiKeyKind } from "../../gen/referral/v1/admin_pb.js";
+import type { Campaign } from "../../gen/referral/v1/resources_pb.js";
 import { CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
 import { httpRouteOf } from "../transport/rest/http-rules.js";
 import { restFromResponse } from "../transport/rest/transcode.js";
 
-const usage = `Usage: npm run admin -- <command> [arguments] [options]
+/**
+ * What a command works with. The helpers are plain functions, so a command may destructure
+ * them; they throw a `UsageError` for a missing argument.
+ */
+interface CommandContext {
+  client: Client<typeof AdminService>;
+  options: CommandLineOptions;
+  /** The positional argument after the command at `index`; `name` is how the error names it. */
+  argument: (index: number, name: string) => string;
+  /** The campaign in the `--file` given, read as the REST JSON of a campaign. */
+  campaignFromFile: () => Campaign;
+  /** Prints `response` as the REST route of `method` answers it with `--json`, else `text()`. */
+  print: (method: DescMethod, response: Message, text: () => string) => void;
+}
 
-Commands:
-  create-app <name> [--org <organizationId>]   create an application (and its organization) with a secret and a public key
-  list-apps                                    list applications
-  create-key <applicationId> <public|secret> [--name <note>]
-  list-keys <applicationId>
-  revoke-key <keyId>
-  create-campaign <applicationId> --file <campaign.json>
-  update-campaign <campaignId> --file <campaign.json> [--mask name,isLive,...]
-  delete-campaign <campaignId>
+/** One sub-command of `npm run admin`. */
+interface AdminCommand {
+  name: string;
+  /** The arguments and options after the name, as the help shows them. */
+  usage: string;
+  /**
+   * Shown beside the usage in the help. Only some commands have one: the help is output
+   * like any other, and a new summary changes it.
+   */
+  summary?: string;
+  run(context: CommandContext): Promise<void>;
+}
 
-Options:
-  --url <url>      the service (default http://localhost:$PORT, PORT defaulting to 8080)
-  --token <token>  the admin token (default $ADMIN_TOKEN)
-  --json           print the response as JSON
+/** The commands, in the order the help lists them. */
+const adminCommands: readonly AdminCommand[] = [
+  {
+    name: "create-app",
+    usage: "<name> [--org <organizationId>]",
+    summary: "create an application (and its organization) with a secret and a public key",
+    async run({ client, options, argument, print }) {
+      const response = await client.createApplication({
+        name: argument(0, "name"),
+        organizationId: options.org,
+      });
+      print(AdminService.method.createApplication, response, () =>
+        [
+          `application ${response.application?.id} (organization ${response.application?.organizationId})`,
+          `secret key: ${response.secretKey}`,
+          `public key: ${response.publicKey}`,
+          "The keys are shown this once.",
+        ].join("\n"),
+      );
+    },
+  },
+  {
+    name: "list-apps",
+    usage: "",
+    summary: "list applications",
+    async run({ client, print }) {
+      const response = await client.listApplications({});
+      print(AdminService.method.listApplications, response, () =>
+        response.applications
+          .map((a) => `${a.id}  ${a.name}  (organization ${a.organizationId})`)
+          .join("\n"),
+      );
+    },
+  },
+  {
+    name: "create-key",
+    usage: "<applicationId> <public|secret> [--name <note>]",
+    async run({ client, options, argument, print }) {
+      // Read before the application id, so a bare `create-key` reports the missing kind.
+      const kind = argument(1, "public|secret");
+      if (kind !== "public" && kind !== "secret") {
+        throw new UsageError("the kind is public or secret");
+      }
+      const response = await client.createApiKey({
+        applicationId: argument(0, "applicationId"),
+        kind: kind === "public" ? ApiKeyKind.PUBLIC : ApiKeyKind.SECRET,
+        name: options.name,
+      });
+      print(
+        AdminService.method.createApiKey,
+        response,
+        () => `${kind} key ${response.apiKey?.id}: ${response.key}\nThe key is shown this once.`,
+      );
+    },
+  },
+  {
+    name: "list-keys",
+    usage: "<applicationId>",
+    async run({ client, argument, print }) {
+      const response = await client.listApiKeys({ applicationId: argument(0, "applicationId") });
+      print(AdminService.method.listApiKeys, response, () =>
+        response.apiKeys
+          .map(
+            (k) =>
+              `${k.id}  ${ApiKeyKind[k.kind].toLowerCase()}  ${k.prefix}  ${k.revokedAt ? "revoked" : "active"}`,
+          )
+          .join("\n"),
+      );
+    },
+  },
+  {
+    name: "revoke-key",
+    usage: "<keyId>",
+    async run({ client, argument, print }) {
+      const response = await client.revokeApiKey({ id: argument(0, "keyId") });
+      print(AdminService.method.revokeApiKey, response, () => `revoked ${response.apiKey?.id}`);
+    },
+  },
+  {
+    name: "create-campaign",
+    usage: "<applicationId> --file <campaign.json>",
+    async run({ client, argument, campaignFromFile, print }) {
+      const response = await client.createCampaign({
+        applicationId: argument(0, "applicationId"),
+        campaign: campaignFromFile(),
+      });
+      print(
+        AdminService.method.createCampaign,
+        response,
+        () => `created campaign ${response.campaign?.id}`,
+      );
+    },
+  },
+  {
+    name: "update-campaign",
+    usage: "<campaignId> --file <campaign.json> [--mask name,isLive,...]",
+    async run({ client, options, argument, campaignFromFile, print }) {
+      const response = await client.updateCampaign({
+        id: argument(0, "campaignId"),
+        campaign: campaignFromFile(),
+        updateMask: options.mask ? options.mask.split(",").map((s) => s.trim()) : [],
+      });
+      print(
+        AdminService.method.updateCampaign,
+        response,
+        () => `updated campaign ${response.campaign?.id}`,
+      );
+    },
+  },
+  {
+    name: "delete-campaign",
+    usage: "<campaignId>",
+    async run({ client, argument, print }) {
+      const response = await client.deleteCampaign({ id: argument(0, "campaignId") });
+      print(
+        AdminService.method.deleteCampaign,
+        response,
+        () => `deleted campaign ${response.campaign?.id}`,
+      );
+    },
+  },
+];
 
-Campaign files use the REST JSON of a campaign (see README).`;
+const usage = helpText();
 
 /** Runs one CLI command; returns the process exit code. */
 export async function runAdminCli(argv: string[], out: (text: string) => void): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      url: { type: "string" },
-      token: { type: "string" },
-      json: { type: "boolean", default: false },
-      org: { type: "string" },
-      name: { type: "string" },
-      file: { type: "string" },
-      mask: { type: "string" },
-      help: { type: "boolean", short: "h", default: false },
-    },
-  });
-  const [command, ...args] = positionals;
-  if (values.help || !command) {
+  const {
+    values: options,
+    positionals: [name, ...args],
+  } = parseCommandLine(argv);
+  if (options.help || !name) {
     out(usage);
-    return command || values.help ? 0 : 2;
+    return options.help ? 0 : 2;
   }
-  const token = values.token ?? process.env.ADMIN_TOKEN;
+  const token = options.token ?? process.env.ADMIN_TOKEN;
   if (!token) {
     out("No admin token: pass --token or set ADMIN_TOKEN (the server's ADMIN_TOKEN).");
     return 2;
   }
-  const baseUrl = values.url ?? `http://localhost:${process.env.PORT ?? 8080}`;
-  const client = createClient(
-    AdminService,
-    createConnectTransport({
-      baseUrl,
-      httpVersion: "1.1",
-      interceptors: [
-        (next) => (request) => {
-          request.header.set("authorization", token);
-          return next(request);
-        },
-      ],
-    }),
-  );
-  // --json prints exactly what the REST route answers.
-  const print = (method: DescMethod, message: Message, summary: () => string) => {
-    const route = httpRouteOf(method);
-    const json = route
-      ? restFromResponse(method.output, route, message)
-      : toPlain(method.output, message);
-    out(values.json ? JSON.stringify(json, null, 2) : summary());
-  };
-  const need = (index: number, name: string): string => {
-    const value = args[index];
-    if (!value) throw new UsageError(`${command} needs <${name}>`);
-    return value;
-  };
-  const campaignFile = () => {
-    if (!values.file) throw new UsageError(`${command} needs --file <campaign.json>`);
-    return fromPlain(CampaignSchema, JSON.parse(readFileSync(values.file, "utf8")));
-  };
-
+  const baseUrl = options.url ?? `http://localhost:${process.env.PORT ?? 8080}`;
   try {
-    switch (command) {
-      case "create-app": {
-        const response = await client.createApplication({
-          name: need(0, "name"),
-          organizationId: values.org,
-        });
-        print(AdminService.method.createApplication, response, () =>
-          [
-            `application ${response.application?.id} (organization ${response.application?.organizationId})`,
-            `secret key: ${response.secretKey}`,
-            `public key: ${response.publicKey}`,
-            "The keys are shown this once.",
-          ].join("\n"),
-        );
-        return 0;
-      }
-      case "list-apps": {
-        const response = await client.listApplications({});
-        print(AdminService.method.listApplications, response, () =>
-          response.applications
-            .map((a) => `${a.id}  ${a.name}  (organization ${a.organizationId})`)
-            .join("\n"),
-        );
-        return 0;
-      }
-      case "create-key": {
-        const kind = need(1, "public|secret");
-        if (kind !== "public" && kind !== "secret")
-          throw new UsageError("the kind is public or secret");
-        const response = await client.createApiKey({
-          applicationId: need(0, "applicationId"),
-          kind: kind === "public" ? ApiKeyKind.PUBLIC : ApiKeyKind.SECRET,
-          name: values.name,
-        });
-        print(
-          AdminService.method.createApiKey,
-          response,
-          () => `${kind} key ${response.apiKey?.id}: ${response.key}\nThe key is shown this once.`,
-        );
-        return 0;
-      }
-      case "list-keys": {
-        const response = await client.listApiKeys({ applicationId: need(0, "applicationId") });
-        print(AdminService.method.listApiKeys, response, () =>
-          response.apiKeys
-            .map(
-              (k) =>
-                `${k.id}  ${ApiKeyKind[k.kind].toLowerCase()}  ${k.prefix}  ${k.revokedAt ? "revoked" : "active"}`,
-            )
-            .join("\n"),
-        );
-        return 0;
-      }
-      case "revoke-key": {
-        const response = await client.revokeApiKey({ id: need(0, "keyId") });
-        print(AdminService.method.revokeApiKey, response, () => `revoked ${response.apiKey?.id}`);
-        return 0;
-      }
-      case "create-campaign": {
-        const response = await client.createCampaign({
-          applicationId: need(0, "applicationId"),
-          campaign: campaignFile(),
-        });
-        print(
-          AdminService.method.createCampaign,
-          response,
-          () => `created campaign ${response.campaign?.id}`,
-        );
-        return 0;
-      }
-      case "update-campaign": {
-        const response = await client.updateCampaign({
-          id: need(0, "campaignId"),
-          campaign: campaignFile(),
-          updateMask: values.mask ? values.mask.split(",").map((s) => s.trim()) : [],
-        });
-        print(
-          AdminService.method.updateCampaign,
-          response,
-          () => `updated campaign ${response.campaign?.id}`,
-        );
-        return 0;
-      }
-      case "delete-campaign": {
-        const response = await client.deleteCampaign({ id: need(0, "campaignId") });
-        print(
-          AdminService.method.deleteCampaign,
-          response,
-          () => `deleted campaign ${response.campaign?.id}`,
-        );
-        return 0;
-      }
-      default:
-        throw new UsageError(`unknown command ${command}`);
-    }
+    // A lookup by name, not by key, so `toString` or `__proto__` is an unknown command.
+    const command = adminCommands.find((candidate) => candidate.name === name);
+    if (!command) throw new UsageError(`unknown command ${name}`);
+    const client = createAdminClient(baseUrl, token);
+    await command.run(createCommandContext({ name, args, options, client, out }));
+    return 0;
   } catch (error) {
     if (error instanceof UsageError) {
       out(`${error.message}\n\n${usage}`);
@@ -195,6 +199,98 @@ export async function runAdminCli(argv: string[], out: (text: string) => void): 
   }
 }
 
+/** Every command's options are accepted with any command, so a stray one is ignored, not an error. */
+function parseCommandLine(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      url: { type: "string" },
+      token: { type: "string" },
+      json: { type: "boolean", default: false },
+      org: { type: "string" },
+      name: { type: "string" },
+      file: { type: "string" },
+      mask: { type: "string" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+}
+
+type CommandLineOptions = ReturnType<typeof parseCommandLine>["values"];
+
+function helpText(): string {
+  const lines = adminCommands.map((command) => ({
+    line: command.usage ? `${command.name} ${command.usage}` : command.name,
+    summary: command.summary,
+  }));
+  // Summaries line up three spaces past the longest command line that has one.
+  const summaryColumn = Math.max(...lines.filter((l) => l.summary).map((l) => l.line.length)) + 3;
+  return [
+    "Usage: npm run admin -- <command> [arguments] [options]",
+    "",
+    "Commands:",
+    ...lines.map(({ line, summary }) =>
+      summary ? `  ${line.padEnd(summaryColumn)}${summary}` : `  ${line}`,
+    ),
+    "",
+    "Options:",
+    "  --url <url>      the service (default http://localhost:$PORT, PORT defaulting to 8080)",
+    "  --token <token>  the admin token (default $ADMIN_TOKEN)",
+    "  --json           print the response as JSON",
+    "",
+    "Campaign files use the REST JSON of a campaign (see README).",
+  ].join("\n");
+}
+
+function createAdminClient(baseUrl: string, token: string): Client<typeof AdminService> {
+  return createClient(
+    AdminService,
+    createConnectTransport({
+      baseUrl,
+      httpVersion: "1.1",
+      interceptors: [
+        (next) => (request) => {
+          request.header.set("authorization", token);
+          return next(request);
+        },
+      ],
+    }),
+  );
+}
+
+function createCommandContext(call: {
+  name: string;
+  args: string[];
+  options: CommandLineOptions;
+  client: Client<typeof AdminService>;
+  out: (text: string) => void;
+}): CommandContext {
+  const { name, args, options, client, out } = call;
+  return {
+    client,
+    options,
+    argument(index, argumentName) {
+      const value = args[index];
+      if (!value) throw new UsageError(`${name} needs <${argumentName}>`);
+      return value;
+    },
+    campaignFromFile() {
+      if (!options.file) throw new UsageError(`${name} needs --file <campaign.json>`);
+      return fromPlain(CampaignSchema, JSON.parse(readFileSync(options.file, "utf8")));
+    },
+    // --json prints exactly what the REST route answers.
+    print(method, response, text) {
+      const route = httpRouteOf(method);
+      const json = route
+        ? restFromResponse(method.output, route, response)
+        : toPlain(method.output, response);
+      out(options.json ? JSON.stringify(json, null, 2) : text());
+    },
+  };
+}
+
+/** A command line the CLI cannot run: printed with the help, exit code 2. */
 class UsageError extends Error {}
 
 if (import.meta.url === `file://${process.argv[1]}`) {
