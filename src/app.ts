@@ -1,14 +1,16 @@
 import type { Config } from "./config.js";
 import { startWebhookRuntime, type WebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
+import type { Clock } from "./domain/tenancy.js";
+import { createAuthenticator } from "./services/authentication.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
-import type { Clock } from "./services/records.js";
 import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
 import { openStore, type Store } from "./store/store.js";
-import { createAuthenticator } from "./transport/auth.js";
 import type { ErrorLogger } from "./transport/errors.js";
 import { createGrpcServer } from "./transport/grpc.js";
 import { buildHttpApp } from "./transport/http-app.js";
+import { interceptors } from "./transport/interceptors.js";
+import { createPipeline } from "./transport/pipeline.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
 
@@ -99,19 +101,20 @@ async function buildTransports(
   // the app is built; until then (never in practice) to stderr.
   let sink: ErrorLogger = (error, rpc) => console.error(`unexpected error in ${rpc}`, error);
   const log: ErrorLogger = (error, rpc) => sink(error, rpc);
-  const registrations = createServiceRegistrations(deps, log);
+  const registrations = createServiceRegistrations(deps);
+  const pipeline = createPipeline(interceptors({ authenticator, log }));
   const http = await buildHttpApp({
     registrations,
-    authenticator,
+    pipeline,
     store,
     log,
     logLevel: config.logLevel,
     maxBodyBytes: config.maxBodyBytes,
   });
   sink = (error, rpc) => http.log.error({ err: error, rpc }, "unexpected error");
-  const { server: grpc } = createGrpcServer({
+  const grpc = createGrpcServer({
     registrations,
-    authenticator,
+    pipeline,
     log,
     maxMessageBytes: config.maxBodyBytes,
   });

@@ -2,14 +2,10 @@ import { canonicalEmail, normalizeEmailForLookup } from "../../src/domain/email.
 import { newId } from "../../src/domain/ids.js";
 import { referralCodeAlphabet, referralCodeLength } from "../../src/domain/referral-code.js";
 import type { ReferralStatusName } from "../../src/domain/referral-status.js";
+import type { EnvironmentName } from "../../src/domain/tenancy.js";
 import { provisionDemo } from "../../src/services/provisioning.js";
 import type { StoreCollection } from "../../src/store/collection.js";
-import type {
-  CampaignDoc,
-  CustomerDoc,
-  EnvironmentName,
-  ReferralDoc,
-} from "../../src/store/documents.js";
+import type { CampaignDoc, CustomerDoc, ReferralDoc } from "../../src/store/documents.js";
 import { openStore } from "../../src/store/store.js";
 
 /** The keys every bench store is provisioned with, so load generators know them. */
@@ -67,13 +63,13 @@ export async function seedStore(
       bootstrapPublicKey: benchKeys.public,
     });
     if (!demo) throw new Error(`${dataDir} already holds a store; the bench seeds fresh ones`);
-    const campaign = (await store.campaigns.findOne({
+    const campaign = (await store.system.campaigns.findOne({
       applicationId: demo.applicationId,
       environment: benchEnvironment,
       isDefault: true,
     })) as CampaignDoc | null;
     if (!campaign) throw new Error("provisioning created no default campaign");
-    const keyDoc = await store.apiKeys.findOne({ applicationId: demo.applicationId });
+    const keyDoc = await store.system.apiKeys.findOne({ applicationId: demo.applicationId });
     const tenant = {
       organizationId: demo.organizationId,
       applicationId: demo.applicationId,
@@ -94,7 +90,7 @@ export async function seedStore(
       new Date(now.getTime() - 3_600_000 + Math.floor((i * 3_000_000) / Math.max(n, 1)));
     const baseIds: string[] = [];
     await insertAll(
-      store.customers,
+      store.system.customers,
       base,
       (i) => {
         const doc = customerDoc(tenant, `c-${i}`, i, baseAt(i));
@@ -108,7 +104,7 @@ export async function seedStore(
     const half = Math.floor(base / 2);
     const referrerOf = (i: number) => half + Math.floor((i - half) / 2);
     await insertAll(
-      store.referrals,
+      store.system.referrals,
       Math.max(0, base - half - 1),
       (k) => {
         const i = half + 1 + k;
@@ -122,7 +118,7 @@ export async function seedStore(
     );
     const referees = plan.referees ?? 0;
     await insertAll(
-      store.customers,
+      store.system.customers,
       referees,
       (i) => customerDoc(tenant, `p-${i}`, base + i, recentAt(i, referees)),
       progress,
@@ -130,7 +126,7 @@ export async function seedStore(
     const pendingReferees = plan.pendingReferees ?? 0;
     const pendingIds: string[] = [];
     await insertAll(
-      store.customers,
+      store.system.customers,
       pendingReferees,
       (i) => {
         const doc = customerDoc(
@@ -145,7 +141,7 @@ export async function seedStore(
       progress,
     );
     await insertAll(
-      store.referrals,
+      store.system.referrals,
       pendingReferees,
       (i) =>
         referralDoc(tenant, baseIds[i % base] as string, pendingIds[i] as string, {

@@ -1,8 +1,5 @@
 import type { DescMessage, Message, MessageShape } from "@bufbuild/protobuf";
-import { fromPlain, type PlainObject, toPlain } from "../contract/plain-codec.js";
-
-/** A source of the current time, injectable for tests. */
-export type Clock = () => Date;
+import { fromPlain, type PlainObject, toPlain } from "./plain-codec.js";
 
 /**
  * A message from a stored document: the document's fields are the message's

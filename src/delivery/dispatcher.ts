@@ -1,8 +1,8 @@
 import { Webhook } from "standardwebhooks";
 import type { WebhookConfig } from "../config.js";
 import { newId } from "../domain/ids.js";
+import type { Clock } from "../domain/tenancy.js";
 import { isSuccessStatus, nextAttemptAt, shouldDisable } from "../domain/webhook-delivery.js";
-import type { Clock } from "../services/records.js";
 import {
   type AttemptOutcome,
   claimDueDelivery,
@@ -38,7 +38,8 @@ export interface DispatcherDeps {
  * health. Returns false when nothing was due.
  */
 export function createDispatcher(deps: DispatcherDeps) {
-  const { store, clock, config } = deps;
+  const { clock, config } = deps;
+  const db = deps.store.system;
   const owner = newId("wkr");
   const inFlight = new AbortController();
 
@@ -46,12 +47,12 @@ export function createDispatcher(deps: DispatcherDeps) {
     const now = clock();
     // The lease outlives the attempt's timeout, so a live worker never loses it.
     const leaseUntil = new Date(now.getTime() + config.timeoutMs + 30_000);
-    const delivery = await claimDueDelivery(store, now, owner, leaseUntil);
+    const delivery = await claimDueDelivery(db, now, owner, leaseUntil);
     if (!delivery) return false;
-    const webhook = await findWebhookById(store, delivery.webhookId);
-    const event = await findEvent(store, delivery.eventId);
+    const webhook = await findWebhookById(db, delivery.webhookId);
+    const event = await findEvent(db, delivery.eventId);
     if (!webhook || webhook.deletedAt || !webhook.enabled || !event) {
-      await skipDelivery(store, delivery, owner, clock());
+      await skipDelivery(db, delivery, owner, clock());
       return true;
     }
     const attemptedAt = clock();
@@ -73,20 +74,15 @@ export function createDispatcher(deps: DispatcherDeps) {
       signal: inFlight.signal,
     });
     const succeeded = response.statusCode !== null && isSuccessStatus(response.statusCode);
-    await recordAttempt(
-      store,
-      delivery,
-      owner,
-      outcomeOf(delivery, succeeded, attemptedAt, response),
-    );
+    await recordAttempt(db, delivery, owner, outcomeOf(delivery, succeeded, attemptedAt, response));
     if (succeeded) {
-      await recordWebhookSuccess(store, webhook._id, attemptedAt);
+      await recordWebhookSuccess(db, webhook._id, attemptedAt);
     } else {
-      const after = await recordWebhookFailure(store, webhook._id, attemptedAt);
+      const after = await recordWebhookFailure(db, webhook._id, attemptedAt);
       const failingSince = after?.health.failingSince ?? null;
       if (shouldDisable(failingSince, attemptedAt, config.disableAfterMs)) {
         await disableFailingWebhook(
-          store,
+          db,
           webhook._id,
           attemptedAt,
           `every delivery failed since ${failingSince?.toISOString()}`,

@@ -1,5 +1,5 @@
 import type { WebhookConfig } from "../config.js";
-import type { Clock } from "../services/records.js";
+import type { Clock } from "../domain/tenancy.js";
 import { nextDueAt } from "../store/deliveries.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
@@ -29,6 +29,7 @@ export function startWebhookRuntime(deps: {
   log: (error: unknown, message: string) => void;
 }): WebhookRuntime {
   const { store, clock, log } = deps;
+  const db = store.system;
   const relay = createOutboxRelay({ store, clock });
   const dispatcher = createDispatcher({ ...deps, send: deps.send ?? sendWebhook });
   const relayWake = createWakeup();
@@ -55,7 +56,7 @@ export function startWebhookRuntime(deps: {
   // one query answers them all.
   let dueQuery: Promise<Date | null> | undefined;
   const sharedNextDue = () => {
-    dueQuery ??= nextDueAt(store).finally(() => {
+    dueQuery ??= nextDueAt(db).finally(() => {
       dueQuery = undefined;
     });
     return dueQuery;

@@ -1,5 +1,5 @@
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
-import type { ApiKeyKindName } from "../store/documents.js";
+import type { ApiKeyKindName } from "./tenancy.js";
 
 const prefixes: Record<ApiKeyKindName, string> = { secret: "sk_", public: "pk_" };
 

@@ -1,4 +1,4 @@
-import type { EnvironmentName } from "../store/documents.js";
+import type { EnvironmentName } from "./tenancy.js";
 
 /** Every event type, in catalogue order. */
 export const webhookEventTypes = [

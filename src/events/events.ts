@@ -1,14 +1,109 @@
-import { CheckpointSchema, ReferralSchema } from "../../gen/referral/v1/resources_pb.js";
+/**
+ * Webhook events, in one place: which change raises which event, the
+ * payload each carries, and whether an identify created or updated its
+ * customer. Services call the builders as they write (the entries ride in
+ * the same atomic write, the outbox); the relay calls `eventOf` to turn an
+ * entry into the stored event, and only moves and queues.
+ */
+import {
+  CampaignSchema,
+  CheckpointSchema,
+  CustomerSchema,
+  ReferralSchema,
+  type Reward,
+  RewardParty,
+  RewardSchema,
+} from "../../gen/referral/v1/resources_pb.js";
 import { toPlain } from "../contract/plain-codec.js";
+import { messageFromDoc } from "../contract/records.js";
 import { newId } from "../domain/ids.js";
+import type { EnvironmentName } from "../domain/tenancy.js";
 import { referralStatusEvent, type WebhookEventType } from "../domain/webhook-events.js";
-import type { CheckpointDoc, OutboxEntryDoc, ReferralDoc } from "../store/documents.js";
-import { messageFromDoc } from "./records.js";
+import { findCampaignById } from "../store/campaigns.js";
+import type { Collections } from "../store/collection.js";
+import { customerMessages } from "../store/customer-records.js";
+import type {
+  CheckpointDoc,
+  CustomerDoc,
+  EventDoc,
+  OutboxEntryDoc,
+  ReferralDoc,
+} from "../store/documents.js";
+import type { OutboxHolder } from "../store/events.js";
 
 /**
- * The outbox entries of each change, built from the record as the change
- * leaves it; the repositories write them in the same atomic update.
+ * An identify: `customer.created` or `customer.updated`, decided when relayed
+ * by whether the upsert kept `customerId`, the id this identify proposed.
+ * Its payload is built then too, from the customer as stored.
  */
+export function customerIdentified(customerId: string, at: Date): OutboxEntryDoc {
+  return {
+    id: newId("evt", at),
+    type: "customer.identified",
+    occurredAt: at,
+    newCustomerId: customerId,
+  };
+}
+
+/** A new referral: `referral.created`, and `referral.flagged` when a rule fired. */
+export function referralCreated(after: ReferralDoc): OutboxEntryDoc[] {
+  const types: WebhookEventType[] = ["referral.created"];
+  if (after.status === "flagged") types.push("referral.flagged");
+  return entries(types, after.updatedAt, referralData(after));
+}
+
+/** A re-attribution: `referral.updated`, and `referral.flagged` when it newly flags. */
+export function referralReattributed(before: ReferralDoc, after: ReferralDoc): OutboxEntryDoc[] {
+  const types: WebhookEventType[] = ["referral.updated"];
+  if (after.status === "flagged" && before.status !== "flagged") types.push("referral.flagged");
+  return entries(types, after.updatedAt, referralData(after));
+}
+
+/** A status change by review or conversion: the event of the new status. */
+export function referralStatusChanged(after: ReferralDoc): OutboxEntryDoc[] {
+  return entries([referralStatusEvent(after.status)], after.updatedAt, referralData(after));
+}
+
+/** An ingested checkpoint: `checkpoint.ingested`. */
+export function checkpointIngested(checkpoint: CheckpointDoc): OutboxEntryDoc[] {
+  const data = toPlain(CheckpointSchema, messageFromDoc(CheckpointSchema, checkpoint));
+  return entries(["checkpoint.ingested"], checkpoint.createdAt, data);
+}
+
+/** An entry's event type; an identify created the customer if it kept the proposed id. */
+export function eventTypeOf(holder: OutboxHolder, entry: OutboxEntryDoc): WebhookEventType {
+  if (entry.type !== "customer.identified") return entry.type;
+  return holder._id === entry.newCustomerId ? "customer.created" : "customer.updated";
+}
+
+/**
+ * The stored event of an outbox entry, with its final payload: a customer
+ * as the API shows it, and `referral.accepted` with the campaign's rewards.
+ */
+export async function eventOf(
+  db: Collections,
+  holder: OutboxHolder & { environment: EnvironmentName },
+  entry: OutboxEntryDoc,
+  type: WebhookEventType,
+): Promise<EventDoc> {
+  let data = entry.data;
+  if (entry.type === "customer.identified") {
+    const [customer] = await customerMessages(db, holder, [holder as unknown as CustomerDoc]);
+    data = customer ? toPlain(CustomerSchema, customer) : {};
+  }
+  if (type === "referral.accepted" && data) {
+    data = { ...data, rewards: await rewardsOf(db, String(data.campaignId)) };
+  }
+  return {
+    _id: entry.id,
+    organizationId: holder.organizationId,
+    applicationId: holder.applicationId,
+    environment: holder.environment,
+    type,
+    payload: JSON.stringify({ type, timestamp: entry.occurredAt.toISOString(), data: data ?? {} }),
+    createdAt: entry.occurredAt,
+  };
+}
 
 /** The referral's REST JSON, with its environment, as events carry it. */
 function referralData(referral: ReferralDoc): Record<string, unknown> {
@@ -23,31 +118,20 @@ function entries(
   return types.map((type) => ({ id: newId("evt", at), type, occurredAt: at, data }));
 }
 
-/** A new referral: `referral.created`, and `referral.flagged` when a rule fired. */
-export function referralCreatedEvents(after: ReferralDoc): OutboxEntryDoc[] {
-  const types: WebhookEventType[] = ["referral.created"];
-  if (after.status === "flagged") types.push("referral.flagged");
-  return entries(types, after.updatedAt, referralData(after));
-}
-
-/** A re-attribution: `referral.updated`, and `referral.flagged` when it newly flags. */
-export function referralReattributedEvents(
-  before: ReferralDoc,
-): (after: ReferralDoc) => OutboxEntryDoc[] {
-  return (after) => {
-    const types: WebhookEventType[] = ["referral.updated"];
-    if (after.status === "flagged" && before.status !== "flagged") types.push("referral.flagged");
-    return entries(types, after.updatedAt, referralData(after));
+/** A campaign's enabled rewards for each party, as `referral.accepted` carries them. */
+async function rewardsOf(
+  db: Collections,
+  campaignId: string,
+): Promise<{ referrer: unknown[]; referee: unknown[] }> {
+  const campaign = await findCampaignById(db, campaignId);
+  const rewards: Reward[] = campaign ? messageFromDoc(CampaignSchema, campaign).rewards : [];
+  const enabled = rewards.filter((reward) => !reward.disabled);
+  const forParty = (party: RewardParty) =>
+    enabled
+      .filter((reward) => reward.party === party)
+      .map((reward) => toPlain(RewardSchema, reward));
+  return {
+    referrer: forParty(RewardParty.REFERRER),
+    referee: forParty(RewardParty.REFEREE),
   };
-}
-
-/** A status change by review or conversion: the event of the new status. */
-export function referralStatusEvents(after: ReferralDoc): OutboxEntryDoc[] {
-  return entries([referralStatusEvent(after.status)], after.updatedAt, referralData(after));
-}
-
-/** An ingested checkpoint: `checkpoint.ingested`. */
-export function checkpointEvents(checkpoint: CheckpointDoc): OutboxEntryDoc[] {
-  const data = toPlain(CheckpointSchema, messageFromDoc(CheckpointSchema, checkpoint));
-  return entries(["checkpoint.ingested"], checkpoint.createdAt, data);
 }

@@ -7,13 +7,15 @@ import {
   ApplicationSchema,
 } from "../../gen/referral/v1/admin_pb.js";
 import { type Campaign, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
+import { messageFromDoc } from "../contract/records.js";
+import type { ApiKeyKindName, Clock } from "../domain/tenancy.js";
 import {
   findCampaignById,
   insertCampaign,
   markCampaignDeleted,
   replaceCampaignFields,
 } from "../store/campaigns.js";
-import type { ApiKeyDoc, ApiKeyKindName, ApplicationDoc, CampaignDoc } from "../store/documents.js";
+import type { ApiKeyDoc, ApplicationDoc, CampaignDoc } from "../store/documents.js";
 import type { Store } from "../store/store.js";
 import {
   findApiKeys,
@@ -24,10 +26,10 @@ import {
   insertApplication,
   insertOrganization,
   revokeApiKey,
+  tenantOfApplication,
 } from "../store/tenants.js";
 import { campaignUpdateFields, newCampaignDoc } from "./campaign-records.js";
 import { invalidArgument, notFound } from "./errors.js";
-import { type Clock, messageFromDoc } from "./records.js";
 import { enumWord, optionalText, requiredText } from "./validate.js";
 
 /** Notified when a key is revoked, so caches of authenticated keys can drop it. */
@@ -39,17 +41,19 @@ export function createAdminService(deps: {
   clock: Clock;
   onKeyRevoked?: KeyRevokedListener;
 }): ServiceImpl<typeof AdminService> {
-  const { store, clock } = deps;
+  const { clock } = deps;
+  // Admin works across tenants: the system paths, named as such.
+  const db = deps.store.system;
 
   async function applicationOrNotFound(id: string): Promise<ApplicationDoc> {
-    const application = await findApplication(store, requiredText(id, "applicationId"));
+    const application = await findApplication(db, requiredText(id, "applicationId"));
     if (!application) throw notFound(`application ${id}`);
     return application;
   }
 
   async function campaignOrNotFound(id: string): Promise<CampaignDoc> {
     requiredText(id, "id");
-    const doc = await findCampaignById(store, id);
+    const doc = await findCampaignById(db, id);
     if (!doc) throw notFound(`campaign ${id}`);
     return doc;
   }
@@ -60,14 +64,14 @@ export function createAdminService(deps: {
       const now = clock();
       const organizationId = optionalText(request.organizationId, "organizationId");
       const organization = organizationId
-        ? await findOrganization(store, organizationId)
-        : await insertOrganization(store, name, now);
+        ? await findOrganization(db, organizationId)
+        : await insertOrganization(db, name, now);
       if (!organization) throw notFound(`organization ${organizationId}`);
-      const application = await insertApplication(store, organization._id, name, now);
-      const secret = await insertApiKey(store, application, "secret", now, {
+      const application = await insertApplication(db, organization._id, name, now);
+      const secret = await insertApiKey(db, application, "secret", now, {
         name: "default secret key",
       });
-      const publicKey = await insertApiKey(store, application, "public", now, {
+      const publicKey = await insertApiKey(db, application, "public", now, {
         name: "default public key",
       });
       return {
@@ -78,7 +82,7 @@ export function createAdminService(deps: {
     },
 
     async listApplications() {
-      const docs = await findApplications(store);
+      const docs = await findApplications(db);
       return { applications: docs.map((doc) => messageFromDoc(ApplicationSchema, doc)) };
     },
 
@@ -86,7 +90,7 @@ export function createAdminService(deps: {
       const application = await applicationOrNotFound(request.applicationId);
       const kind = enumWord<ApiKeyKindName>(ApiKeyKindSchema, request.kind, "kind");
       if (!kind) throw invalidArgument("kind", "is required: public or secret");
-      const { doc, key } = await insertApiKey(store, application, kind, clock(), {
+      const { doc, key } = await insertApiKey(db, application, kind, clock(), {
         name: optionalText(request.name, "name"),
       });
       return { apiKey: apiKeyMessage(doc), key };
@@ -94,13 +98,13 @@ export function createAdminService(deps: {
 
     async listApiKeys(request) {
       const application = await applicationOrNotFound(request.applicationId);
-      const docs = await findApiKeys(store, application._id);
+      const docs = await findApiKeys(db, application._id);
       return { apiKeys: docs.map(apiKeyMessage) };
     },
 
     async revokeApiKey(request) {
       const id = requiredText(request.id, "id");
-      const doc = await revokeApiKey(store, id, clock());
+      const doc = await revokeApiKey(db, id, clock());
       if (!doc) throw notFound(`API key ${id}`);
       deps.onKeyRevoked?.(doc.hash);
       return { apiKey: apiKeyMessage(doc) };
@@ -109,9 +113,9 @@ export function createAdminService(deps: {
     async createCampaign(request) {
       const application = await applicationOrNotFound(request.applicationId);
       if (!request.campaign) throw invalidArgument("campaign", "is required");
-      const tenant = { organizationId: application.organizationId, applicationId: application._id };
+      const tenant = tenantOfApplication(application);
       const doc = newCampaignDoc(tenant, request.campaign, clock());
-      await insertCampaign(store, doc);
+      await insertCampaign(db, doc);
       return { campaign: campaignMessage(doc) };
     },
 
@@ -120,14 +124,14 @@ export function createAdminService(deps: {
       if (!request.campaign) throw invalidArgument("campaign", "is required");
       const now = clock();
       const fields = campaignUpdateFields(current, request.campaign, request.updateMask, now);
-      const updated = await replaceCampaignFields(store, current, fields, now);
+      const updated = await replaceCampaignFields(db, current, fields, now);
       if (!updated) throw notFound(`campaign ${request.id}`);
       return { campaign: campaignMessage(updated) };
     },
 
     async deleteCampaign(request) {
       const current = await campaignOrNotFound(request.id);
-      const deleted = await markCampaignDeleted(store, current, clock());
+      const deleted = await markCampaignDeleted(db, current, clock());
       if (!deleted) throw notFound(`campaign ${request.id}`);
       return { campaign: campaignMessage(deleted) };
     },

@@ -3,21 +3,21 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Access } from "../../gen/referral/v1/options_pb.js";
 import { methodAccess } from "../contract/options.js";
 import { hashApiKey, secretsEqual } from "../domain/api-keys.js";
-import type { Tenant } from "../services/context.js";
 import type { Store } from "../store/store.js";
-import { findApiKeyByHash } from "../store/tenants.js";
+import { findApiKeyByHash, tenantOfApplication } from "../store/tenants.js";
+import type { Caller } from "./context.js";
 
 /** Checks a call's credential against its RPC's `(referral.v1.access)`. */
 export interface Authenticator {
   /**
-   * The tenant of the API key in `authorization` (undefined for admin
+   * The caller of the API key in `authorization` (undefined for admin
    * calls), or a ConnectError: UNAUTHENTICATED for a missing, unknown or
    * revoked credential, PERMISSION_DENIED for a key of the wrong kind.
    */
   authenticate(
     method: DescMethod,
     authorization: string | null | undefined,
-  ): Promise<Tenant | undefined>;
+  ): Promise<Caller | undefined>;
   /** Forgets a cached key at once (called when it is revoked). */
   forget(hash: string): void;
 }
@@ -35,27 +35,32 @@ export function createAuthenticator(deps: {
   now?: () => number;
 }): Authenticator {
   const now = deps.now ?? Date.now;
-  const cache = new Map<string, { tenant: Tenant; expires: number }>();
+  const cache = new Map<string, { caller: Caller; expires: number }>();
 
-  async function tenantOfKey(key: string): Promise<Tenant> {
+  async function callerOfKey(key: string): Promise<Caller> {
     const hash = hashApiKey(key);
     const cached = cache.get(hash);
-    if (cached && cached.expires > now()) return cached.tenant;
-    const doc = await findApiKeyByHash(deps.store, hash);
+    if (cached && cached.expires > now()) return cached.caller;
+    // Authentication is a system path: the key is what names the tenant.
+    const doc = await findApiKeyByHash(deps.store.system, hash);
     // The lookup is by hash; comparing again in constant time keeps timing flat.
     if (!doc || !secretsEqual(doc.hash, hash) || doc.revokedAt) {
       cache.delete(hash);
       throw new ConnectError("invalid or revoked API key", Code.Unauthenticated);
     }
-    const tenant: Tenant = {
+    const tenant = tenantOfApplication({
+      _id: doc.applicationId,
       organizationId: doc.organizationId,
-      applicationId: doc.applicationId,
+    });
+    const caller: Caller = {
+      tenant,
       keyId: doc._id,
       keyKind: doc.kind,
+      store: deps.store.forTenant(tenant),
     };
     if (cache.size >= cacheMaxEntries) cache.clear();
-    cache.set(hash, { tenant, expires: now() + cacheTtlMs });
-    return tenant;
+    cache.set(hash, { caller, expires: now() + cacheTtlMs });
+    return caller;
   }
 
   return {
@@ -80,14 +85,14 @@ export function createAuthenticator(deps: {
           Code.Unauthenticated,
         );
       }
-      const tenant = await tenantOfKey(credential);
-      if (access === Access.SECRET && tenant.keyKind !== "secret") {
+      const caller = await callerOfKey(credential);
+      if (access === Access.SECRET && caller.keyKind !== "secret") {
         throw new ConnectError(
           `a public key cannot call ${method.parent.name}.${method.name}: use a secret key`,
           Code.PermissionDenied,
         );
       }
-      return tenant;
+      return caller;
     },
     forget(hash) {
       cache.delete(hash);

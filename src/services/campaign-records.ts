@@ -1,12 +1,12 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type Campaign, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
+import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
+import type { Tenant } from "../domain/tenancy.js";
 import type { CampaignDoc } from "../store/documents.js";
-import type { TenantScope } from "../store/tenant.js";
 import { invalidArgument } from "./errors.js";
-import { docFieldsFromMessage, messageFromDoc } from "./records.js";
 import { requiredEnvironment, requiredText } from "./validate.js";
 
 /** Fields a caller may not set: the service owns them. */
@@ -36,7 +36,7 @@ export const editableCampaignFields: ReadonlyMap<string, string> = new Map(
  * pages and FAQs.
  */
 export function newCampaignDoc(
-  tenant: TenantScope,
+  tenant: Tenant,
   input: MessageInitShape<typeof CampaignSchema>,
   now: Date,
 ): CampaignDoc {

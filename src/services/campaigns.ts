@@ -5,21 +5,16 @@ import {
   SortOrder,
 } from "../../gen/referral/v1/campaigns_pb.js";
 import { CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
-import { findCampaigns } from "../store/campaigns.js";
-import type { Store } from "../store/store.js";
-import { tenantOf } from "./context.js";
+import { messageFromDoc } from "../contract/records.js";
+import { callerOf } from "./context.js";
 import { invalidArgument } from "./errors.js";
-import { messageFromDoc } from "./records.js";
 import { environmentName } from "./validate.js";
 
 /** Creates the CampaignsService implementation. */
-export function createCampaignsService(deps: {
-  store: Store;
-}): ServiceImpl<typeof CampaignsService> {
-  const { store } = deps;
+export function createCampaignsService(): ServiceImpl<typeof CampaignsService> {
   return {
     async listCampaigns(request, context) {
-      const tenant = tenantOf(context);
+      const { store } = callerOf(context);
       if (
         request.sortBy !== CampaignSortBy.UNSPECIFIED &&
         request.sortBy !== CampaignSortBy.CREATED_AT
@@ -28,7 +23,7 @@ export function createCampaignsService(deps: {
       }
       if (!(request.sortOrder in SortOrder))
         throw invalidArgument("sortOrder", "must be one of: asc, desc");
-      const docs = await findCampaigns(store, tenant, {
+      const docs = await store.campaigns.findMany({
         environment: environmentName(request.environment),
         isLive: request.isLive,
         isDefault: request.isDefault,

@@ -1,30 +1,29 @@
 import { Code, ConnectError, createContextKey, type HandlerContext } from "@connectrpc/connect";
-import type { ApiKeyKindName } from "../store/documents.js";
+import type { ApiKeyKindName, Tenant } from "../domain/tenancy.js";
+import type { TenantStore } from "../store/tenant-store.js";
 
-/** Who is calling: the application an API key belongs to. */
-export interface Tenant {
-  /** The key's organization. */
-  readonly organizationId: string;
-  /** The key's application: every read and write is scoped to it. */
-  readonly applicationId: string;
-  /** The key's id. */
+/** Who is calling with an API key, and the data that key may reach. */
+export interface Caller {
+  readonly tenant: Tenant;
+  /** The key's id: the actor recorded on what the call changes. */
   readonly keyId: string;
-  /** The key's kind. */
   readonly keyKind: ApiKeyKindName;
+  /** The tenant's repositories: the only way a tenant RPC reaches data. */
+  readonly store: TenantStore;
 }
 
 /**
- * The authenticated tenant of a call. Each transport authenticates the call
- * and sets it once; handlers never read raw headers.
+ * The caller of a tenant RPC. The pipeline authenticates every call and sets
+ * it once; handlers never read raw headers.
  */
-export const tenantKey = createContextKey<Tenant | undefined>(undefined, {
-  description: "the tenant of the API key that authenticated the call",
+export const callerKey = createContextKey<Caller | undefined>(undefined, {
+  description: "the API key that authenticated the call, and its tenant's repositories",
 });
 
-/** The call's tenant; every tenant RPC starts here. */
-export function tenantOf(context: HandlerContext): Tenant {
-  const tenant = context.values.get(tenantKey);
-  // The transports refuse unauthenticated calls before this point.
-  if (!tenant) throw new ConnectError("missing API key", Code.Unauthenticated);
-  return tenant;
+/** The call's caller; every tenant RPC starts here. */
+export function callerOf(context: HandlerContext): Caller {
+  const caller = context.values.get(callerKey);
+  // The pipeline refuses unauthenticated calls before this point.
+  if (!caller) throw new ConnectError("missing API key", Code.Unauthenticated);
+  return caller;
 }

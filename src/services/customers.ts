@@ -1,13 +1,12 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
-import { findCustomer, findCustomers, upsertCustomer } from "../store/customers.js";
-import type { Store } from "../store/store.js";
-import { tenantOf } from "./context.js";
-import { customerMessages } from "./customer-records.js";
+import type { Clock } from "../domain/tenancy.js";
+import { customerIdentified } from "../events/events.js";
+import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
-import type { Clock } from "./records.js";
 import {
   environmentName,
   environmentOrProduction,
@@ -19,14 +18,13 @@ import {
 
 /** Creates the CustomersService implementation. */
 export function createCustomersService(deps: {
-  store: Store;
   clock: Clock;
   notifyWebhooks: () => void;
 }): ServiceImpl<typeof CustomersService> {
-  const { store, clock } = deps;
+  const { clock } = deps;
   return {
     async identifyCustomer(request, context) {
-      const tenant = tenantOf(context);
+      const { store } = callerOf(context);
       const input = {
         externalUserId: requiredText(request.externalUserId, "externalUserId"),
         name: requiredText(request.name, "name"),
@@ -36,27 +34,31 @@ export function createCustomersService(deps: {
           ? checkedCustomProperties(request.customProperties)
           : undefined,
       };
-      const doc = await upsertCustomer(store, tenant, input, clock());
+      const at = clock();
+      const id = newId("cus", at);
+      const doc = await store.customers.identify(input, {
+        newId: id,
+        at,
+        outbox: [customerIdentified(id, at)],
+      });
       deps.notifyWebhooks();
-      const [customer] = await customerMessages(store, [doc]);
+      const [customer] = await store.customers.messages([doc]);
       return { customer };
     },
 
     async getCustomer(request, context) {
-      const tenant = tenantOf(context);
+      const { store } = callerOf(context);
       const id = requiredText(request.id, "id");
-      const doc = await findCustomer(store, tenant, id);
+      const doc = await store.customers.find(id);
       if (!doc) throw notFound(`customer ${id}`);
-      const [customer] = await customerMessages(store, [doc]);
+      const [customer] = await store.customers.messages([doc]);
       return { customer };
     },
 
     async listCustomers(request, context) {
-      const tenant = tenantOf(context);
+      const { store } = callerOf(context);
       const page = pageOf(request.limit, request.offset);
-      const { total, docs } = await findCustomers(
-        store,
-        tenant,
+      const { total, docs } = await store.customers.findMany(
         {
           environment: environmentName(request.environment),
           externalUserId: optionalText(request.externalUserId, "externalUserId"),
@@ -65,7 +67,7 @@ export function createCustomersService(deps: {
         },
         page,
       );
-      return { total, ...page, data: await customerMessages(store, docs) };
+      return { total, ...page, data: await store.customers.messages(docs) };
     },
   };
 }

@@ -11,12 +11,16 @@ import {
   RewardType,
 } from "../../gen/referral/v1/resources_pb.js";
 import { apiKeyKindOf } from "../domain/api-keys.js";
+import type { Clock, EnvironmentName } from "../domain/tenancy.js";
 import { insertCampaign } from "../store/campaigns.js";
-import type { EnvironmentName } from "../store/documents.js";
 import type { Store } from "../store/store.js";
-import { insertApiKey, insertApplication, insertOrganization } from "../store/tenants.js";
+import {
+  insertApiKey,
+  insertApplication,
+  insertOrganization,
+  tenantOfApplication,
+} from "../store/tenants.js";
 import { newCampaignDoc } from "./campaign-records.js";
-import type { Clock } from "./records.js";
 
 /** What first start-up provisions, and the keys it was given. */
 export interface ProvisionOptions {
@@ -44,7 +48,8 @@ export async function provisionDemo(
   store: Store,
   options: ProvisionOptions,
 ): Promise<ProvisionedDemo | undefined> {
-  if ((await store.applications.countDocuments({})) > 0) return undefined;
+  const db = store.system;
+  if ((await db.applications.countDocuments({})) > 0) return undefined;
   for (const [name, key, kind] of [
     ["BOOTSTRAP_SECRET_KEY", options.bootstrapSecretKey, "secret"],
     ["BOOTSTRAP_PUBLIC_KEY", options.bootstrapPublicKey, "public"],
@@ -54,17 +59,17 @@ export async function provisionDemo(
     }
   }
   const now = options.clock();
-  const organization = await insertOrganization(store, "Demo Organization", now);
-  const application = await insertApplication(store, organization._id, "Demo App", now);
-  const tenant = { organizationId: organization._id, applicationId: application._id };
+  const organization = await insertOrganization(db, "Demo Organization", now);
+  const application = await insertApplication(db, organization._id, "Demo App", now);
+  const tenant = tenantOfApplication(application);
   for (const environment of ["production", "test"] as const) {
-    await insertCampaign(store, newCampaignDoc(tenant, demoCampaign(environment), now));
+    await insertCampaign(db, newCampaignDoc(tenant, demoCampaign(environment), now));
   }
-  const secret = await insertApiKey(store, application, "secret", now, {
+  const secret = await insertApiKey(db, application, "secret", now, {
     name: "demo secret key",
     key: options.bootstrapSecretKey,
   });
-  const publicKey = await insertApiKey(store, application, "public", now, {
+  const publicKey = await insertApiKey(db, application, "public", now, {
     name: "demo public key",
     key: options.bootstrapPublicKey,
   });

@@ -7,7 +7,8 @@ import {
   velocityWindowMs,
 } from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
-import { findCampaignsByIds } from "../store/campaigns.js";
+import type { Clock } from "../domain/tenancy.js";
+import { referralCreated, referralReattributed, referralStatusChanged } from "../events/events.js";
 import type {
   CampaignDoc,
   CheckpointDoc,
@@ -15,29 +16,13 @@ import type {
   ReferralDoc,
   StatusChangeDoc,
 } from "../store/documents.js";
-import {
-  countReferralsAttributedSince,
-  findPendingReferralsOfReferee,
-  findReferral,
-  findReferralOfReferee,
-  insertReferral,
-  isMailboxAlreadyReferred,
-  reattributeReferral,
-  transitionReferral,
-} from "../store/referrals.js";
-import type { Store } from "../store/store.js";
-import type { Tenant } from "./context.js";
+import { newReferral, reattributed, transitioned } from "../store/referrals.js";
+import type { TenantStore } from "../store/tenant-store.js";
+import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
-import {
-  referralCreatedEvents,
-  referralReattributedEvents,
-  referralStatusEvents,
-} from "./events.js";
-import type { Clock } from "./records.js";
 
 /** What the lifecycle needs. */
 export interface LifecycleDeps {
-  readonly store: Store;
   readonly clock: Clock;
   readonly fraudPolicy: FraudPolicy;
   /** Says events were written to an outbox. */
@@ -57,36 +42,30 @@ const writeAttempts = 5;
  */
 export async function attributeReferral(
   deps: LifecycleDeps,
-  tenant: Tenant,
+  caller: Caller,
   campaign: CampaignDoc,
   referrer: CustomerDoc,
   referee: CustomerDoc,
 ): Promise<ReferralDoc> {
-  const { store } = deps;
+  const { store, tenant } = caller;
   const parties = {
     environment: campaign.environment,
     campaignId: campaign._id,
     referrerId: referrer._id,
     refereeId: referee._id,
   };
-  let existing = await findReferralOfReferee(store, tenant, parties);
+  let existing = await store.referrals.findOfReferee(parties);
   for (let attempt = 1; attempt <= writeAttempts; attempt++) {
     const decision = decideAttribution(existing, referrer._id);
     if (decision.kind === "unchanged" && existing) return existing;
     if (decision.kind === "refuse") throw failedPrecondition(decision.reason);
     const now = deps.clock();
-    const frauds = await judge(deps, tenant, referrer, referee, now);
+    const frauds = await judge(deps, store, referrer, referee, now);
     if (decision.kind === "create") {
       const status = statusFromRules(frauds);
-      const change = statusChange(null, status, "created", tenant.keyId, now, rulesReason(frauds));
-      const { doc, created } = await insertReferral(
-        store,
-        tenant,
-        parties,
-        { status, suspectedFrauds: frauds },
-        change,
-        referralCreatedEvents,
-      );
+      const change = statusChange(null, status, "created", caller.keyId, now, rulesReason(frauds));
+      const fresh = newReferral(tenant, parties, { status, suspectedFrauds: frauds }, change);
+      const { doc, created } = await store.referrals.insert(fresh, referralCreated(fresh));
       if (created) return doc;
       existing = doc;
       continue;
@@ -100,20 +79,21 @@ export async function attributeReferral(
       current.status,
       status,
       "reattributed",
-      tenant.keyId,
+      caller.keyId,
       now,
       rulesReason(frauds),
     );
-    const moved = await reattributeReferral(
-      store,
+    const ruled = { status, suspectedFrauds: frauds };
+    const after = reattributed(current, referrer._id, ruled, change);
+    const moved = await store.referrals.reattribute(
       current,
       referrer._id,
-      { status, suspectedFrauds: frauds },
+      ruled,
       change,
-      referralReattributedEvents(current),
+      referralReattributed(current, after),
     );
     if (moved) return moved;
-    existing = await findReferralOfReferee(store, tenant, parties);
+    existing = await store.referrals.findOfReferee(parties);
   }
   throw new Error(`referral of ${referee._id} kept changing during ${writeAttempts} attempts`);
 }
@@ -121,23 +101,20 @@ export async function attributeReferral(
 /** Runs the fraud rules on a proposed attribution, gathering their facts from the store. */
 async function judge(
   deps: LifecycleDeps,
-  tenant: Tenant,
+  store: TenantStore,
   referrer: CustomerDoc,
   referee: CustomerDoc,
   now: Date,
 ): Promise<SuspectedFraud[]> {
-  const { store } = deps;
   const environment = referee.environment;
   const [referrerRecentReferrals, refereeEmailAlreadyReferred] = await Promise.all([
-    countReferralsAttributedSince(
-      store,
-      tenant,
+    store.referrals.countAttributedSince(
       environment,
       referrer._id,
       new Date(now.getTime() - velocityWindowMs),
     ),
     referee.emailCanonical
-      ? isMailboxAlreadyReferred(store, tenant, environment, referee.emailCanonical, referee._id)
+      ? store.referrals.isMailboxAlreadyReferred(environment, referee.emailCanonical, referee._id)
       : false,
   ]);
   return suspectedFrauds(
@@ -158,19 +135,21 @@ async function judge(
  */
 export async function reviewReferral(
   deps: LifecycleDeps,
-  tenant: Tenant,
+  caller: Caller,
   id: string,
   to: ReferralStatusName,
   reason: string | undefined,
 ): Promise<ReferralDoc> {
+  const { store } = caller;
   for (let attempt = 1; attempt <= writeAttempts; attempt++) {
-    const current = await findReferral(deps.store, tenant, id);
+    const current = await store.referrals.find(id);
     if (!current) throw notFound(`referral ${id}`);
     if (!canTransition(current.status, to)) {
       throw failedPrecondition(`a ${current.status} referral cannot become ${to}`);
     }
-    const change = statusChange(current.status, to, "review", tenant.keyId, deps.clock(), reason);
-    const moved = await transitionReferral(deps.store, current, change, referralStatusEvents);
+    const change = statusChange(current.status, to, "review", caller.keyId, deps.clock(), reason);
+    const after = transitioned(current, change);
+    const moved = await store.referrals.transition(current, change, referralStatusChanged(after));
     if (moved) return moved;
   }
   throw new Error(`referral ${id} kept changing during ${writeAttempts} attempts`);
@@ -183,15 +162,14 @@ export async function reviewReferral(
  * pending, so conversion happens once. Returns the accepted referrals.
  */
 export async function convertReferrals(
-  deps: LifecycleDeps,
+  store: TenantStore,
   customer: CustomerDoc,
   checkpoint: CheckpointDoc,
 ): Promise<ReferralDoc[]> {
-  const { store } = deps;
-  const pending = await findPendingReferralsOfReferee(store, customer);
+  const pending = await store.referrals.findPendingOfReferee(customer);
   if (pending.length === 0) return [];
   const campaignIds = [...new Set(pending.map((referral) => referral.campaignId))];
-  const campaigns = await findCampaignsByIds(store, customer, campaignIds);
+  const campaigns = await store.campaigns.findByIds(campaignIds);
   const triggers = new Map(campaigns.map((campaign) => [campaign._id, rewardTriggerOf(campaign)]));
   const accepted: ReferralDoc[] = [];
   for (const found of pending) {
@@ -209,12 +187,17 @@ export async function convertReferrals(
         checkpoint.createdAt,
         `checkpoint "${checkpoint.name}"`,
       );
-      const moved = await transitionReferral(store, referral, change, referralStatusEvents);
+      const after = transitioned(referral, change);
+      const moved = await store.referrals.transition(
+        referral,
+        change,
+        referralStatusChanged(after),
+      );
       if (moved) {
         accepted.push(moved);
         break;
       }
-      referral = await findReferral(store, customer, referral._id);
+      referral = await store.referrals.find(referral._id);
     }
   }
   return accepted;

@@ -1,21 +1,14 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { ReferralSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
+import { messageFromDoc } from "../contract/records.js";
 import { limits } from "../domain/limits.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
-import { findCampaign, findDefaultCampaign } from "../store/campaigns.js";
-import {
-  findCustomer,
-  findCustomerByExternalId,
-  findCustomerByReferralCode,
-} from "../store/customers.js";
-import type { CustomerDoc, EnvironmentName } from "../store/documents.js";
-import { findReferrals } from "../store/referrals.js";
-import type { Store } from "../store/store.js";
-import type { TenantScope } from "../store/tenant.js";
-import { tenantOf } from "./context.js";
+import type { EnvironmentName } from "../domain/tenancy.js";
+import type { CustomerDoc } from "../store/documents.js";
+import type { TenantStore } from "../store/tenant-store.js";
+import { callerOf } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
-import { messageFromDoc } from "./records.js";
 import { attributeReferral, type LifecycleDeps, reviewReferral } from "./referral-lifecycle.js";
 import {
   enumWord,
@@ -28,10 +21,10 @@ import {
 
 /** Creates the ReferralsService implementation. */
 export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof ReferralsService> {
-  const { store } = deps;
   return {
     async createReferral(request, context) {
-      const tenant = tenantOf(context);
+      const caller = callerOf(context);
+      const { store } = caller;
       const referralCode = requiredText(request.referralCode, "referralCode");
       const campaignId = optionalText(request.campaignId, "campaignId");
       const refereeId = optionalText(request.refereeId, "refereeId");
@@ -43,45 +36,37 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
         throw invalidArgument("refereeId", "or refereeExternalUserId is required");
       }
       const campaign = campaignId
-        ? await findCampaign(store, tenant, campaignId)
-        : await findDefaultCampaign(store, tenant, environmentOrProduction(request.environment));
+        ? await store.campaigns.find(campaignId)
+        : await store.campaigns.findDefault(environmentOrProduction(request.environment));
       if (!campaign) {
         throw notFound(campaignId ? `campaign ${campaignId}` : "default campaign");
       }
       const environment = campaign.environment;
-      const referrer = await findCustomerByReferralCode(store, tenant, environment, referralCode);
+      const referrer = await store.customers.findByReferralCode(environment, referralCode);
       if (!referrer) throw notFound(`referral code ${referralCode}`);
-      const referee = await findReferee(
-        store,
-        tenant,
-        environment,
-        refereeId,
-        refereeExternalUserId,
-      );
+      const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
       if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
-      const doc = await attributeReferral(deps, tenant, campaign, referrer, referee);
+      const doc = await attributeReferral(deps, caller, campaign, referrer, referee);
       deps.notifyWebhooks();
       // The specification's create response has no environment field.
       return { referral: messageFromDoc(ReferralSchema, doc, { environment: null }) };
     },
 
     async updateReferralStatus(request, context) {
-      const tenant = tenantOf(context);
+      const caller = callerOf(context);
       const id = requiredText(request.id, "id");
       const status = enumWord<ReferralStatusName>(ReferralStatusSchema, request.status, "status");
       if (!status) throw invalidArgument("status", "is required");
       const reason = optionalText(request.reason, "reason", limits.note);
-      const doc = await reviewReferral(deps, tenant, id, status, reason);
+      const doc = await reviewReferral(deps, caller, id, status, reason);
       deps.notifyWebhooks();
       return { referral: messageFromDoc(ReferralSchema, doc) };
     },
 
     async listReferrals(request, context) {
-      const tenant = tenantOf(context);
+      const { store } = callerOf(context);
       const page = pageOf(request.limit, request.offset);
-      const { total, docs } = await findReferrals(
-        store,
-        tenant,
+      const { total, docs } = await store.referrals.findMany(
         {
           status: enumWord<ReferralStatusName>(ReferralStatusSchema, request.status, "status"),
           campaignId: optionalText(request.campaignId, "campaignId"),
@@ -98,23 +83,17 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
 
 /** The referee by id or external id; both given must name the same customer. */
 async function findReferee(
-  store: Store,
-  tenant: TenantScope,
+  store: TenantStore,
   environment: EnvironmentName,
   refereeId: string | undefined,
   refereeExternalUserId: string | undefined,
 ): Promise<CustomerDoc> {
-  const byId = refereeId === undefined ? undefined : await findCustomer(store, tenant, refereeId);
+  const byId = refereeId === undefined ? undefined : await store.customers.find(refereeId);
   if (byId === null || (byId && byId.environment !== environment)) {
     throw notFound(`referee ${refereeId}`);
   }
   if (refereeExternalUserId === undefined) return byId as CustomerDoc;
-  const byExternalId = await findCustomerByExternalId(
-    store,
-    tenant,
-    environment,
-    refereeExternalUserId,
-  );
+  const byExternalId = await store.customers.findByExternalId(environment, refereeExternalUserId);
   if (!byExternalId) throw notFound(`referee with external user id ${refereeExternalUserId}`);
   if (byId && byId._id !== byExternalId._id) {
     throw invalidArgument("refereeExternalUserId", "names another customer than refereeId");

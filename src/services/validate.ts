@@ -3,7 +3,7 @@ import { type Environment, EnvironmentSchema } from "../../gen/referral/v1/resou
 import { enumWords } from "../contract/options.js";
 import { isValidEmail } from "../domain/email.js";
 import { limits } from "../domain/limits.js";
-import type { EnvironmentName } from "../store/documents.js";
+import type { EnvironmentName } from "../domain/tenancy.js";
 import { invalidArgument } from "./errors.js";
 
 /** A required string: present, not blank, at most `max` characters. */

@@ -7,30 +7,23 @@ import {
   WebhookEndpointSchema,
 } from "../../gen/referral/v1/resources_pb.js";
 import type { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import { messageFromDoc } from "../contract/records.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
+import type { Clock, EnvironmentName } from "../domain/tenancy.js";
 import { hostOf, isPublicAddress, webhookUrlProblem } from "../domain/webhook-delivery.js";
 import { isWebhookEventType, webhookEventTypes } from "../domain/webhook-events.js";
 import { generateWebhookSecret } from "../domain/webhook-secret.js";
-import { findDeliveries, findDelivery, requeueDelivery } from "../store/deliveries.js";
-import type { DeliveryStatusName, EnvironmentName, WebhookDoc } from "../store/documents.js";
+import type { DeliveryStatusName, WebhookDoc } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
-import type { Store } from "../store/store.js";
-import {
-  findWebhook,
-  findWebhooks,
-  healthyWebhook,
-  insertWebhook,
-  updateWebhook,
-} from "../store/webhooks.js";
-import { tenantOf } from "./context.js";
+import type { TenantStore } from "../store/tenant-store.js";
+import { healthyWebhook } from "../store/webhooks.js";
+import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
-import { type Clock, messageFromDoc } from "./records.js";
 import { enumWord, environmentName, optionalText, pageOf, requiredText } from "./validate.js";
 
 /** What WebhooksService needs. */
 export interface WebhooksServiceDeps {
-  readonly store: Store;
   readonly clock: Clock;
   readonly secretBox: SecretBox;
   /** WEBHOOK_ALLOW_PRIVATE: skip the address checks. */
@@ -49,11 +42,11 @@ type EditableField = (typeof editableFields)[number];
 export function createWebhooksService(
   deps: WebhooksServiceDeps,
 ): ServiceImpl<typeof WebhooksService> {
-  const { store, clock, secretBox } = deps;
+  const { clock, secretBox } = deps;
   const endpointMessage = (doc: WebhookDoc) => messageFromDoc(WebhookEndpointSchema, doc);
 
-  async function existing(tenant: ReturnType<typeof tenantOf>, id: string): Promise<WebhookDoc> {
-    const doc = await findWebhook(store, tenant, requiredText(id, "id"));
+  async function existing(store: TenantStore, id: string): Promise<WebhookDoc> {
+    const doc = await store.webhooks.find(requiredText(id, "id"));
     if (!doc) throw notFound(`webhook ${id}`);
     return doc;
   }
@@ -71,12 +64,12 @@ export function createWebhooksService(
 
   return {
     async listWebhooks(_request, context) {
-      const docs = await findWebhooks(store, tenantOf(context));
+      const docs = await callerOf(context).store.webhooks.findMany();
       return { webhooks: docs.map(endpointMessage) };
     },
 
     async createWebhook(request, context) {
-      const tenant = tenantOf(context);
+      const { store, tenant } = callerOf(context);
       const environment = environmentName(request.environment) ?? null;
       const url = await checkedUrl(request.url, environment);
       const now = clock();
@@ -98,12 +91,13 @@ export function createWebhooksService(
         updatedAt: now,
         deletedAt: null,
       };
-      await insertWebhook(store, doc);
+      await store.webhooks.insert(doc);
       return { webhook: endpointMessage(doc), secret };
     },
 
     async updateWebhook(request, context) {
-      const current = await existing(tenantOf(context), request.id);
+      const { store } = callerOf(context);
+      const current = await existing(store, request.id);
       const fields = fieldsToUpdate(request.updateMask, {
         url: request.url !== undefined,
         description: request.description !== undefined,
@@ -131,25 +125,26 @@ export function createWebhooksService(
           changes["health.consecutiveFailures"] = 0;
         }
       }
-      const updated = await updateWebhook(store, current, changes, now);
+      const updated = await store.webhooks.update(current, changes, now);
       if (!updated) throw notFound(`webhook ${request.id}`);
       return { webhook: endpointMessage(updated) };
     },
 
     async deleteWebhook(request, context) {
-      const current = await existing(tenantOf(context), request.id);
+      const { store } = callerOf(context);
+      const current = await existing(store, request.id);
       const now = clock();
-      const deleted = await updateWebhook(store, current, { deletedAt: now, enabled: false }, now);
+      const deleted = await store.webhooks.update(current, { deletedAt: now, enabled: false }, now);
       if (!deleted) throw notFound(`webhook ${request.id}`);
       return { webhook: endpointMessage(current) };
     },
 
     async rotateWebhookSecret(request, context) {
-      const current = await existing(tenantOf(context), request.id);
+      const { store } = callerOf(context);
+      const current = await existing(store, request.id);
       const now = clock();
       const secret = generateWebhookSecret();
-      const rotated = await updateWebhook(
-        store,
+      const rotated = await store.webhooks.update(
         current,
         {
           secretSealed: secretBox.seal(secret),
@@ -163,15 +158,15 @@ export function createWebhooksService(
     },
 
     async listWebhookDeliveries(request, context) {
-      const tenant = tenantOf(context);
-      const webhook = await existing(tenant, request.id);
+      const { store } = callerOf(context);
+      const webhook = await existing(store, request.id);
       const page = pageOf(request.limit, request.offset);
       const status = enumWord<DeliveryStatusName>(
         WebhookDeliveryStatusSchema,
         request.status,
         "status",
       );
-      const { total, docs } = await findDeliveries(store, tenant, webhook._id, status, page);
+      const { total, docs } = await store.deliveries.findMany(webhook._id, status, page);
       return {
         total,
         ...page,
@@ -180,12 +175,12 @@ export function createWebhooksService(
     },
 
     async redeliverWebhookEvent(request, context) {
-      const tenant = tenantOf(context);
-      const webhook = await existing(tenant, request.id);
+      const { store } = callerOf(context);
+      const webhook = await existing(store, request.id);
       const deliveryId = requiredText(request.deliveryId, "deliveryId");
-      const delivery = await findDelivery(store, tenant, webhook._id, deliveryId);
+      const delivery = await store.deliveries.find(webhook._id, deliveryId);
       if (!delivery) throw notFound(`delivery ${deliveryId}`);
-      const queued = await requeueDelivery(store, delivery, clock());
+      const queued = await store.deliveries.requeue(delivery, clock());
       if (!queued) throw notFound(`delivery ${deliveryId}`);
       deps.notifyWebhooks();
       return { delivery: messageFromDoc(WebhookDeliverySchema, queued) };

@@ -1,6 +1,7 @@
-import type { CampaignDoc, EnvironmentName } from "./documents.js";
-import type { Store } from "./store.js";
-import { ownedBy, type TenantScope } from "./tenant.js";
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
+import type { CampaignDoc } from "./documents.js";
+import { ownedBy } from "./tenant.js";
 
 /** Filters and order of ListCampaigns. */
 export interface CampaignQuery {
@@ -24,22 +25,22 @@ interface CachedCampaigns {
 }
 
 // Per store, so tests' stores and a restarted app never share entries.
-const campaignCaches = new WeakMap<Store, Map<string, CachedCampaigns>>();
+const campaignCaches = new WeakMap<Collections, Map<string, CachedCampaigns>>();
 
 /**
  * The application's live (not deleted) campaigns, newest first, from the
  * cache or one query. The documents are frozen: callers share them.
  */
-function campaignsOf(store: Store, applicationId: string): Promise<readonly CampaignDoc[]> {
-  let cache = campaignCaches.get(store);
+function campaignsOf(db: Collections, applicationId: string): Promise<readonly CampaignDoc[]> {
+  let cache = campaignCaches.get(db);
   if (!cache) {
     cache = new Map();
-    campaignCaches.set(store, cache);
+    campaignCaches.set(db, cache);
   }
   const now = Date.now();
   const cached = cache.get(applicationId);
   if (cached && cached.expires > now) return cached.docs;
-  const docs = store.campaigns
+  const docs = db.campaigns
     .find({ applicationId, deletedAt: null }, { sort: { createdAt: -1, _id: -1 } })
     .toArray()
     .then((found) => found.map(deepFreeze));
@@ -50,17 +51,17 @@ function campaignsOf(store: Store, applicationId: string): Promise<readonly Camp
 }
 
 /** Forgets an application's cached campaigns; every campaign write path calls it. */
-function forgetCampaigns(store: Store, applicationId: string): void {
-  campaignCaches.get(store)?.delete(applicationId);
+function forgetCampaigns(db: Collections, applicationId: string): void {
+  campaignCaches.get(db)?.delete(applicationId);
 }
 
 /** The application's campaigns, by creation time. */
 export async function findCampaigns(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   query: CampaignQuery,
 ): Promise<CampaignDoc[]> {
-  const matching = (await campaignsOf(store, ownedBy(tenant).applicationId)).filter(
+  const matching = (await campaignsOf(db, ownedBy(tenant).applicationId)).filter(
     (doc) =>
       (!query.environment || doc.environment === query.environment) &&
       (query.isLive === undefined || doc.isLive === query.isLive) &&
@@ -71,82 +72,82 @@ export async function findCampaigns(
 
 /** One campaign of the application by id. */
 export async function findCampaign(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   id: string,
 ): Promise<CampaignDoc | null> {
-  const docs = await campaignsOf(store, ownedBy(tenant).applicationId);
+  const docs = await campaignsOf(db, ownedBy(tenant).applicationId);
   return docs.find((doc) => doc._id === id) ?? null;
 }
 
 /** Campaigns of the application by id; deleted ones are left out. */
 export async function findCampaignsByIds(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   ids: readonly string[],
 ): Promise<CampaignDoc[]> {
-  const docs = await campaignsOf(store, ownedBy(tenant).applicationId);
+  const docs = await campaignsOf(db, ownedBy(tenant).applicationId);
   return docs.filter((doc) => ids.includes(doc._id));
 }
 
 /** One campaign of any application by id, for the operator's admin API. */
-export function findCampaignById(store: Store, id: string): Promise<CampaignDoc | null> {
-  return store.campaigns.findOne({ _id: id, deletedAt: null });
+export function findCampaignById(db: Collections, id: string): Promise<CampaignDoc | null> {
+  return db.campaigns.findOne({ _id: id, deletedAt: null });
 }
 
 /** The environment's default campaign, if it has one. */
 export async function findDefaultCampaign(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   environment: EnvironmentName,
 ): Promise<CampaignDoc | null> {
-  const docs = await campaignsOf(store, ownedBy(tenant).applicationId);
+  const docs = await campaignsOf(db, ownedBy(tenant).applicationId);
   return docs.find((doc) => doc.environment === environment && doc.isDefault) ?? null;
 }
 
 /** Inserts a campaign; a default one first clears the flag on its environment's others. */
-export async function insertCampaign(store: Store, doc: CampaignDoc): Promise<void> {
+export async function insertCampaign(db: Collections, doc: CampaignDoc): Promise<void> {
   try {
-    if (doc.isDefault) await clearDefault(store, doc, doc.updatedAt);
-    await store.campaigns.insertOne(doc);
+    if (doc.isDefault) await clearDefault(db, doc, doc.updatedAt);
+    await db.campaigns.insertOne(doc);
   } finally {
-    forgetCampaigns(store, doc.applicationId);
+    forgetCampaigns(db, doc.applicationId);
   }
 }
 
 /** Replaces a campaign's fields; making it default clears the flag on the others. */
 export async function replaceCampaignFields(
-  store: Store,
+  db: Collections,
   current: CampaignDoc,
   fields: Partial<CampaignDoc>,
   now: Date,
 ): Promise<CampaignDoc | null> {
   try {
-    if (fields.isDefault) await clearDefault(store, current, now);
-    return await store.campaigns.findOneAndUpdate(
+    if (fields.isDefault) await clearDefault(db, current, now);
+    return await db.campaigns.findOneAndUpdate(
       { _id: current._id, applicationId: current.applicationId, deletedAt: null },
       { $set: { ...fields, updatedAt: now } },
       { returnDocument: "after" },
     );
   } finally {
-    forgetCampaigns(store, current.applicationId);
+    forgetCampaigns(db, current.applicationId);
   }
 }
 
 /** Marks a campaign deleted; it keeps its referrals and leaves every list. */
 export async function markCampaignDeleted(
-  store: Store,
+  db: Collections,
   current: CampaignDoc,
   now: Date,
 ): Promise<CampaignDoc | null> {
   try {
-    return await store.campaigns.findOneAndUpdate(
+    return await db.campaigns.findOneAndUpdate(
       { _id: current._id, applicationId: current.applicationId, deletedAt: null },
       { $set: { deletedAt: now, updatedAt: now, isDefault: false, isLive: false } },
       { returnDocument: "after" },
     );
   } finally {
-    forgetCampaigns(store, current.applicationId);
+    forgetCampaigns(db, current.applicationId);
   }
 }
 
@@ -159,11 +160,11 @@ function deepFreeze<T>(value: T): T {
 }
 
 async function clearDefault(
-  store: Store,
+  db: Collections,
   campaign: Pick<CampaignDoc, "_id" | "applicationId" | "environment">,
   now: Date,
 ): Promise<void> {
-  await store.campaigns.updateMany(
+  await db.campaigns.updateMany(
     {
       applicationId: campaign.applicationId,
       environment: campaign.environment,

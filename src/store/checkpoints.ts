@@ -1,25 +1,35 @@
 import { newId } from "../domain/ids.js";
+import type { Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
 import type { CheckpointDoc, CustomerDoc, OutboxEntryDoc } from "./documents.js";
-import type { Store } from "./store.js";
+import { ownedBy } from "./tenant.js";
 
-/** Stores a checkpoint of a customer. */
-export async function insertCheckpoint(
-  store: Store,
+/** A new checkpoint of a customer, not yet stored. */
+export function newCheckpoint(
+  tenant: Tenant,
   customer: CustomerDoc,
   name: string,
   now: Date,
-  eventsFor: (checkpoint: CheckpointDoc) => OutboxEntryDoc[],
-): Promise<CheckpointDoc> {
-  const doc: CheckpointDoc = {
+): CheckpointDoc {
+  return {
     _id: newId("chk", now),
-    organizationId: customer.organizationId,
-    applicationId: customer.applicationId,
+    organizationId: tenant.organizationId,
+    applicationId: tenant.applicationId,
     environment: customer.environment,
     customerId: customer._id,
     externalUserId: customer.externalUserId,
     name,
     createdAt: now,
   };
-  await store.checkpoints.insertOne({ ...doc, outbox: eventsFor(doc), outboxPending: true });
+}
+
+/** Stores a checkpoint with the events it raises, in one write. */
+export async function insertCheckpoint(
+  db: Collections,
+  tenant: Tenant,
+  doc: CheckpointDoc,
+  outbox: OutboxEntryDoc[],
+): Promise<CheckpointDoc> {
+  await db.checkpoints.insertOne({ ...doc, ...ownedBy(tenant), outbox, outboxPending: true });
   return doc;
 }

@@ -15,6 +15,18 @@ import type {
   UpdateResult,
   WithId,
 } from "mongodb";
+import type {
+  ApiKeyDoc,
+  ApplicationDoc,
+  CampaignDoc,
+  CheckpointDoc,
+  CustomerDoc,
+  DeliveryDoc,
+  EventDoc,
+  OrganizationDoc,
+  ReferralDoc,
+  WebhookDoc,
+} from "./documents.js";
 
 /**
  * The part of the driver's `Collection` the repositories use. Repositories are
@@ -47,3 +59,21 @@ export interface StoreCollection<T extends Document> {
 // The driver's Collection must stay usable as a StoreCollection.
 type Assignable<T extends Document> = Collection<T> extends StoreCollection<T> ? true : never;
 export const driverCollectionFits: Assignable<{ _id: string }> = true;
+
+/**
+ * Every collection, unscoped. Only the store's own modules and the system
+ * paths (`store.system`: authentication, provisioning, admin, the webhook
+ * relay and workers) hold it; services get a tenant's repositories.
+ */
+export interface Collections {
+  readonly organizations: StoreCollection<OrganizationDoc>;
+  readonly applications: StoreCollection<ApplicationDoc>;
+  readonly apiKeys: StoreCollection<ApiKeyDoc>;
+  readonly customers: StoreCollection<CustomerDoc>;
+  readonly referrals: StoreCollection<ReferralDoc>;
+  readonly checkpoints: StoreCollection<CheckpointDoc>;
+  readonly campaigns: StoreCollection<CampaignDoc>;
+  readonly webhooks: StoreCollection<WebhookDoc>;
+  readonly events: StoreCollection<EventDoc>;
+  readonly deliveries: StoreCollection<DeliveryDoc>;
+}

@@ -1,8 +1,10 @@
 import { type Customer, CustomerSchema } from "../../gen/referral/v1/resources_pb.js";
-import type { CustomerDoc } from "../store/documents.js";
-import { referralFactsOf } from "../store/referrals.js";
-import type { Store } from "../store/store.js";
-import { messageFromDoc } from "./records.js";
+import { messageFromDoc } from "../contract/records.js";
+import type { Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
+import { findCustomersByIds } from "./customers.js";
+import type { CustomerDoc } from "./documents.js";
+import { referralFactsOf } from "./referrals.js";
 
 /**
  * Customers as the API shows them: stored fields plus the referral fields
@@ -10,11 +12,13 @@ import { messageFromDoc } from "./records.js";
  * of queries.
  */
 export async function customerMessages(
-  store: Store,
+  db: Collections,
+  tenant: Tenant,
   docs: readonly CustomerDoc[],
 ): Promise<Customer[]> {
   const facts = await referralFactsOf(
-    store,
+    db,
+    tenant,
     docs.map((doc) => doc._id),
   );
   const referrerIds = [
@@ -23,10 +27,7 @@ export async function customerMessages(
   const referrers = new Map(
     referrerIds.length === 0
       ? []
-      : (await store.customers.find({ _id: { $in: referrerIds } }).toArray()).map((c) => [
-          c._id,
-          c,
-        ]),
+      : (await findCustomersByIds(db, tenant, referrerIds)).map((c) => [c._id, c]),
   );
   return docs.map((doc) => {
     const fact = facts.get(doc._id);

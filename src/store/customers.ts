@@ -1,12 +1,12 @@
 import type { Filter } from "mongodb";
 import { canonicalEmail, normalizeEmailForLookup } from "../domain/email.js";
-import { newId } from "../domain/ids.js";
 import { generateReferralCode } from "../domain/referral-code.js";
-import type { CustomerDoc, EnvironmentName, OutboxEntryDoc } from "./documents.js";
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
+import type { CustomerDoc, OutboxEntryDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
-import type { Store } from "./store.js";
-import { ownedBy, type TenantScope } from "./tenant.js";
+import { ownedBy } from "./tenant.js";
 
 /** What identify may change; unset fields are left as they are. */
 export interface IdentifyInput {
@@ -23,18 +23,28 @@ export interface IdentifyInput {
 // collision (the next attempt draws a new code); neither reaches the caller.
 const identifyAttempts = 8;
 
+/** The identity an identify proposes for a new customer, and the events it raises. */
+export interface IdentifyWrite {
+  /** The id the customer gets if this identify creates it. */
+  readonly newId: string;
+  readonly at: Date;
+  /** Written in the same atomic upsert. */
+  readonly outbox: readonly OutboxEntryDoc[];
+}
+
 /**
  * Creates or updates the customer keyed by (application, environment,
  * externalUserId) in one atomic upsert, so concurrent identifies of one user
  * leave exactly one customer.
  */
 export async function upsertCustomer(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   input: IdentifyInput,
-  now: Date,
+  write: IdentifyWrite,
   newReferralCode: () => string = generateReferralCode,
 ): Promise<CustomerDoc> {
+  const now = write.at;
   const set: Record<string, unknown> = { name: input.name, updatedAt: now, outboxPending: true };
   const unset: Record<string, ""> = {};
   const onInsert: Record<string, unknown> = {
@@ -63,28 +73,19 @@ export async function upsertCustomer(
     if (Object.keys(unset).length === 0) onInsert.customProperties = {};
   }
   const filter = {
-    applicationId: tenant.applicationId,
+    ...ownedBy(tenant),
     environment: input.environment,
     externalUserId: input.externalUserId,
   };
   for (let attempt = 1; ; attempt++) {
     try {
-      const customerId = newId("cus", now);
-      // The event rides in the same atomic upsert; the relay tells created
-      // from updated by whether the customer got this attempt's id.
-      const event: OutboxEntryDoc = {
-        id: newId("evt", now),
-        type: "customer.identified",
-        occurredAt: now,
-        newCustomerId: customerId,
-      };
       const update: Record<string, unknown> = {
         $set: set,
-        $setOnInsert: { ...onInsert, _id: customerId, referralCode: newReferralCode() },
-        $push: { outbox: event },
+        $setOnInsert: { ...onInsert, _id: write.newId, referralCode: newReferralCode() },
+        $push: { outbox: { $each: write.outbox } },
       };
       if (Object.keys(unset).length > 0) update.$unset = unset;
-      const doc = await store.customers.findOneAndUpdate(filter, update, {
+      const doc = await db.customers.findOneAndUpdate(filter, update, {
         upsert: true,
         returnDocument: "after",
       });
@@ -99,21 +100,21 @@ export async function upsertCustomer(
 
 /** One customer of the application by id. */
 export function findCustomer(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   id: string,
 ): Promise<CustomerDoc | null> {
-  return store.customers.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
+  return db.customers.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
 }
 
 /** One customer by external user id in an environment. */
 export function findCustomerByExternalId(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   environment: EnvironmentName,
   externalUserId: string,
 ): Promise<CustomerDoc | null> {
-  return store.customers.findOne({
+  return db.customers.findOne({
     ...ownedBy(tenant),
     environment,
     externalUserId,
@@ -123,17 +124,26 @@ export function findCustomerByExternalId(
 
 /** One customer by referral code in an environment. */
 export function findCustomerByReferralCode(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   environment: EnvironmentName,
   referralCode: string,
 ): Promise<CustomerDoc | null> {
-  return store.customers.findOne({
+  return db.customers.findOne({
     ...ownedBy(tenant),
     environment,
     referralCode,
     deletedAt: null,
   });
+}
+
+/** Customers of the application by id (referrers of a page, for example). */
+export function findCustomersByIds(
+  db: Collections,
+  tenant: Tenant,
+  ids: readonly string[],
+): Promise<CustomerDoc[]> {
+  return db.customers.find({ ...ownedBy(tenant), _id: { $in: [...ids] } }).toArray();
 }
 
 /** Filters of ListCustomers. */
@@ -146,8 +156,8 @@ export interface CustomerFilter {
 
 /** A page of customers, newest first, and the number of all matches. */
 export async function findCustomers(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   filter: CustomerFilter,
   page: PageRequest,
 ): Promise<{ total: number; docs: CustomerDoc[] }> {
@@ -156,5 +166,5 @@ export async function findCustomers(
   if (filter.externalUserId !== undefined) query.externalUserId = filter.externalUserId;
   if (filter.email !== undefined) query.emailNormalized = normalizeEmailForLookup(filter.email);
   if (filter.referralCode !== undefined) query.referralCode = filter.referralCode;
-  return findNewestFirst(store.customers, query, page);
+  return findNewestFirst(db.customers, query, page);
 }

@@ -1,5 +1,7 @@
 import type { Filter } from "mongodb";
 import { newId } from "../domain/ids.js";
+import type { Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
 import type {
   AttemptDoc,
   DeliveryDoc,
@@ -9,8 +11,7 @@ import type {
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
-import type { Store } from "./store.js";
-import { ownedBy, type TenantScope } from "./tenant.js";
+import { ownedBy } from "./tenant.js";
 
 /** The lease value of a delivery nobody holds. */
 export const unleased = new Date(0);
@@ -20,13 +21,13 @@ export const unleased = new Date(0);
  * queues nothing: the unique (event, endpoint) index keeps one delivery.
  */
 export async function queueDelivery(
-  store: Store,
+  db: Collections,
   event: EventDoc,
   webhook: WebhookDoc,
   now: Date,
 ): Promise<void> {
   try {
-    await store.deliveries.insertOne({
+    await db.deliveries.insertOne({
       _id: newId("whd", now),
       organizationId: event.organizationId,
       applicationId: event.applicationId,
@@ -54,12 +55,12 @@ export async function queueDelivery(
  * delivery is claimed again.
  */
 export function claimDueDelivery(
-  store: Store,
+  db: Collections,
   now: Date,
   owner: string,
   leaseUntil: Date,
 ): Promise<DeliveryDoc | null> {
-  return store.deliveries.findOneAndUpdate(
+  return db.deliveries.findOneAndUpdate(
     { status: "pending", nextAttemptAt: { $lte: now }, leaseUntil: { $lte: now } },
     { $set: { leaseUntil, leaseOwner: owner } },
     { returnDocument: "after" },
@@ -75,12 +76,12 @@ export interface AttemptOutcome {
 
 /** Records an attempt and releases the lease, if this worker still holds it. */
 export async function recordAttempt(
-  store: Store,
+  db: Collections,
   delivery: DeliveryDoc,
   owner: string,
   outcome: AttemptOutcome,
 ): Promise<void> {
-  await store.deliveries.updateOne(
+  await db.deliveries.updateOne(
     { _id: delivery._id, leaseOwner: owner },
     {
       $set: {
@@ -98,12 +99,12 @@ export async function recordAttempt(
 
 /** Marks a delivery skipped (its endpoint is gone or disabled) and releases it. */
 export async function skipDelivery(
-  store: Store,
+  db: Collections,
   delivery: DeliveryDoc,
   owner: string,
   now: Date,
 ): Promise<void> {
-  await store.deliveries.updateOne(
+  await db.deliveries.updateOne(
     { _id: delivery._id, leaseOwner: owner },
     {
       $set: {
@@ -118,8 +119,8 @@ export async function skipDelivery(
 }
 
 /** When the earliest pending delivery is due, if any; workers sleep until then. */
-export async function nextDueAt(store: Store): Promise<Date | null> {
-  const [first] = await store.deliveries
+export async function nextDueAt(db: Collections): Promise<Date | null> {
+  const [first] = await db.deliveries
     .find({ status: "pending" }, { sort: { nextAttemptAt: 1 }, limit: 1 })
     .toArray();
   return first?.nextAttemptAt ?? null;
@@ -127,35 +128,36 @@ export async function nextDueAt(store: Store): Promise<Date | null> {
 
 /** An endpoint's deliveries, newest first. */
 export function findDeliveries(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   webhookId: string,
   status: DeliveryStatusName | undefined,
   page: PageRequest,
 ): Promise<{ total: number; docs: DeliveryDoc[] }> {
   const query: Filter<DeliveryDoc> = { ...ownedBy(tenant), webhookId };
   if (status) query.status = status;
-  return findNewestFirst(store.deliveries, query, page);
+  return findNewestFirst(db.deliveries, query, page);
 }
 
 /** One delivery of an endpoint. */
 export function findDelivery(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   webhookId: string,
   id: string,
 ): Promise<DeliveryDoc | null> {
-  return store.deliveries.findOne({ ...ownedBy(tenant), webhookId, _id: id });
+  return db.deliveries.findOne({ ...ownedBy(tenant), webhookId, _id: id });
 }
 
 /** Makes a delivery due now with a fresh schedule, keeping its attempts. */
 export function requeueDelivery(
-  store: Store,
+  db: Collections,
+  tenant: Tenant,
   delivery: DeliveryDoc,
   now: Date,
 ): Promise<DeliveryDoc | null> {
-  return store.deliveries.findOneAndUpdate(
-    { _id: delivery._id },
+  return db.deliveries.findOneAndUpdate(
+    { ...ownedBy(tenant), _id: delivery._id },
     { $set: { status: "pending", nextAttemptAt: now, scheduleAttempts: 0, updatedAt: now } },
     { returnDocument: "after" },
   );

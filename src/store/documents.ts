@@ -6,13 +6,8 @@
 
 import type { FraudRuleName } from "../domain/fraud-rules.js";
 import type { ReferralStatusName, StatusChangeCauseName } from "../domain/referral-status.js";
+import type { ApiKeyKindName, EnvironmentName } from "../domain/tenancy.js";
 import type { WebhookEventType } from "../domain/webhook-events.js";
-
-/** `production` or `test`: the REST words of `referral.v1.Environment`. */
-export type EnvironmentName = "production" | "test";
-
-/** The REST words of `referral.v1.ApiKeyKind`. */
-export type ApiKeyKindName = "public" | "secret";
 
 /** An organization: owns applications. */
 export interface OrganizationDoc {

@@ -1,7 +1,6 @@
-import type { StoreCollection } from "./collection.js";
+import type { Collections, StoreCollection } from "./collection.js";
 import type { EventDoc, OutboxEntryDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
-import type { Store } from "./store.js";
 
 /** A document that may hold events in its outbox. */
 export interface OutboxHolder {
@@ -49,17 +48,17 @@ export async function removeFromOutbox<T extends OutboxHolder>(
  * it (a crash after storing and before clearing the outbox): the first
  * payload wins, so every delivery of an event carries the same bytes.
  */
-export async function storeEvent(store: Store, event: EventDoc): Promise<EventDoc> {
+export async function storeEvent(db: Collections, event: EventDoc): Promise<EventDoc> {
   try {
-    await store.events.insertOne(event);
+    await db.events.insertOne(event);
     return event;
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
-    return (await store.events.findOne({ _id: event._id })) ?? event;
+    return (await db.events.findOne({ _id: event._id })) ?? event;
   }
 }
 
 /** One event by id. */
-export function findEvent(store: Store, id: string): Promise<EventDoc | null> {
-  return store.events.findOne({ _id: id });
+export function findEvent(db: Collections, id: string): Promise<EventDoc | null> {
+  return db.events.findOne({ _id: id });
 }

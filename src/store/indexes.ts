@@ -1,5 +1,5 @@
 import type { CreateIndexesOptions, IndexSpecification } from "mongodb";
-import type { Store } from "./store.js";
+import type { Collections } from "./collection.js";
 
 /** One index: its keys, options, and the query it serves. */
 interface IndexDeclaration {
@@ -241,9 +241,9 @@ export type CollectionName =
   | "deliveries";
 
 /** Creates every declared index; safe to run on every start. */
-export async function ensureIndexes(store: Store): Promise<void> {
+export async function ensureIndexes(db: Collections): Promise<void> {
   for (const [name, declarations] of Object.entries(indexDeclarations)) {
-    const collection = store[name as CollectionName];
+    const collection = db[name as CollectionName];
     for (const { key, options } of declarations) {
       await collection.createIndex(key as IndexSpecification, options);
     }

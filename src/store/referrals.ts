@@ -1,9 +1,10 @@
 import type { Filter, UpdateFilter } from "mongodb";
 import { newId } from "../domain/ids.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
 import type {
   CustomerDoc,
-  EnvironmentName,
   OutboxEntryDoc,
   ReferralDoc,
   StatusChangeDoc,
@@ -11,8 +12,7 @@ import type {
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
-import type { Store } from "./store.js";
-import { ownedBy, type TenantScope } from "./tenant.js";
+import { ownedBy } from "./tenant.js";
 
 /** The parties of a referral. */
 export interface ReferralParties {
@@ -30,20 +30,20 @@ export interface RuledStatus {
 
 /** One referral of the application by id. */
 export function findReferral(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   id: string,
 ): Promise<ReferralDoc | null> {
-  return store.referrals.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
+  return db.referrals.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
 }
 
 /** The referral of a referee in a campaign, if any. */
 export function findReferralOfReferee(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   parties: Omit<ReferralParties, "referrerId">,
 ): Promise<ReferralDoc | null> {
-  return store.referrals.findOne({
+  return db.referrals.findOne({
     ...ownedBy(tenant),
     environment: parties.environment,
     campaignId: parties.campaignId,
@@ -51,21 +51,15 @@ export function findReferralOfReferee(
   });
 }
 
-/**
- * Inserts a referral, or returns the one a concurrent call inserted first:
- * the unique index on (application, environment, campaign, referee) lets
- * exactly one insert win.
- */
-export async function insertReferral(
-  store: Store,
-  tenant: TenantScope,
+/** A new referral, not yet stored, as its first status change leaves it. */
+export function newReferral(
+  tenant: Tenant,
   parties: ReferralParties,
   ruled: RuledStatus,
   change: StatusChangeDoc,
-  eventsFor: EventsFor,
-): Promise<{ doc: ReferralDoc; created: boolean }> {
+): ReferralDoc {
   const now = change.changedAt;
-  const doc: ReferralDoc = {
+  return {
     _id: newId("ref", now),
     organizationId: tenant.organizationId,
     applicationId: tenant.applicationId,
@@ -77,83 +71,114 @@ export async function insertReferral(
     updatedAt: now,
     deletedAt: null,
   };
+}
+
+/**
+ * Inserts a referral with the events it raises, or returns the one a
+ * concurrent call inserted first: the unique index on (application,
+ * environment, campaign, referee) lets exactly one insert win.
+ */
+export async function insertReferral(
+  db: Collections,
+  tenant: Tenant,
+  doc: ReferralDoc,
+  outbox: OutboxEntryDoc[],
+): Promise<{ doc: ReferralDoc; created: boolean }> {
   try {
-    await store.referrals.insertOne({ ...doc, outbox: eventsFor(doc), outboxPending: true });
+    await db.referrals.insertOne({ ...doc, ...ownedBy(tenant), outbox, outboxPending: true });
     return { doc, created: true };
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
-    const winner = await findReferralOfReferee(store, tenant, parties);
+    const winner = await findReferralOfReferee(db, tenant, doc);
     if (!winner) throw error;
     return { doc: winner, created: false };
   }
 }
 
-/**
- * Moves a referral to another referrer with the status and frauds the rules
- * gave, appending `change` when the status moves. Applies only if the
- * referral is still as `current` was read (same referrer and status), so a
- * concurrent change is never overwritten; null when it was.
- */
-export function reattributeReferral(
-  store: Store,
+/** A referral as moving it to another referrer leaves it (see {@link reattributeReferral}). */
+export function reattributed(
   current: ReferralDoc,
   referrerId: string,
   ruled: RuledStatus,
   change: StatusChangeDoc,
-  eventsFor: EventsFor,
+): ReferralDoc {
+  const now = change.changedAt;
+  const statusMoves = ruled.status !== current.status;
+  return {
+    ...current,
+    referrerId,
+    ...ruled,
+    attributedAt: now,
+    updatedAt: now,
+    statusHistory: statusMoves ? [...current.statusHistory, change] : current.statusHistory,
+  };
+}
+
+/**
+ * Moves a referral to another referrer with the status and frauds the rules
+ * gave, appending `change` when the status moves, with the events it raises.
+ * Applies only if the referral is still as `current` was read (same
+ * referrer and status), so a concurrent change is never overwritten; null
+ * when it was.
+ */
+export function reattributeReferral(
+  db: Collections,
+  tenant: Tenant,
+  current: ReferralDoc,
+  referrerId: string,
+  ruled: RuledStatus,
+  change: StatusChangeDoc,
+  outbox: OutboxEntryDoc[],
 ): Promise<ReferralDoc | null> {
   const now = change.changedAt;
   const fields = { referrerId, ...ruled, attributedAt: now, updatedAt: now };
-  const statusMoves = ruled.status !== current.status;
-  const statusHistory = statusMoves ? [...current.statusHistory, change] : current.statusHistory;
-  const push: Record<string, unknown> = {
-    outbox: { $each: eventsFor({ ...current, ...fields, statusHistory }) },
-  };
-  if (statusMoves) push.statusHistory = change;
-  return store.referrals.findOneAndUpdate(
-    unchangedSince(current),
+  const push: Record<string, unknown> = { outbox: { $each: outbox } };
+  if (ruled.status !== current.status) push.statusHistory = change;
+  return db.referrals.findOneAndUpdate(
+    unchangedSince(tenant, current),
     { $set: { ...fields, outboxPending: true }, $push: push } as UpdateFilter<ReferralDoc>,
     { returnDocument: "after" },
   );
 }
 
+/** A referral as a status change leaves it (see {@link transitionReferral}). */
+export function transitioned(current: ReferralDoc, change: StatusChangeDoc): ReferralDoc {
+  return {
+    ...current,
+    status: change.toStatus,
+    updatedAt: change.changedAt,
+    statusHistory: [...current.statusHistory, change],
+  };
+}
+
 /**
- * Moves a referral to `change.toStatus` and records the change, only if it
- * is still as `current` was read (status and referrer): of concurrent
- * changes exactly one applies. Null when another came first.
+ * Moves a referral to `change.toStatus` and records the change with the
+ * events it raises, only if it is still as `current` was read (status and
+ * referrer): of concurrent changes exactly one applies. Null when another
+ * came first.
  */
 export function transitionReferral(
-  store: Store,
+  db: Collections,
+  tenant: Tenant,
   current: ReferralDoc,
   change: StatusChangeDoc & { fromStatus: ReferralStatusName },
-  eventsFor: EventsFor,
+  outbox: OutboxEntryDoc[],
 ): Promise<ReferralDoc | null> {
   const fields = { status: change.toStatus, updatedAt: change.changedAt };
-  const events = eventsFor({
-    ...current,
-    ...fields,
-    statusHistory: [...current.statusHistory, change],
-  });
-  return store.referrals.findOneAndUpdate(
-    { ...unchangedSince(current), status: change.fromStatus },
+  return db.referrals.findOneAndUpdate(
+    { ...unchangedSince(tenant, current), status: change.fromStatus },
     {
       $set: { ...fields, outboxPending: true },
-      $push: { statusHistory: change, outbox: { $each: events } },
+      $push: { statusHistory: change, outbox: { $each: outbox } },
     } as UpdateFilter<ReferralDoc>,
     { returnDocument: "after" },
   );
 }
 
-/**
- * The events a referral change raises, given the referral as the change
- * leaves it; they are written in the same atomic update (the outbox).
- */
-export type EventsFor = (after: ReferralDoc) => OutboxEntryDoc[];
-
-function unchangedSince(current: ReferralDoc): Filter<ReferralDoc> {
+function unchangedSince(tenant: Tenant, current: ReferralDoc): Filter<ReferralDoc> {
   return {
+    ...ownedBy(tenant),
     _id: current._id,
-    applicationId: current.applicationId,
     referrerId: current.referrerId,
     status: current.status,
   };
@@ -161,13 +186,13 @@ function unchangedSince(current: ReferralDoc): Filter<ReferralDoc> {
 
 /** How many referrals were attributed to a referrer since a time, for the velocity rule. */
 export function countReferralsAttributedSince(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   environment: EnvironmentName,
   referrerId: string,
   since: Date,
 ): Promise<number> {
-  return store.referrals.countDocuments({
+  return db.referrals.countDocuments({
     ...ownedBy(tenant),
     environment,
     referrerId,
@@ -181,20 +206,20 @@ export function countReferralsAttributedSince(
  * was already referred in the environment (the duplicate_referee_email rule).
  */
 export async function isMailboxAlreadyReferred(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   environment: EnvironmentName,
   emailCanonical: string,
   refereeId: string,
 ): Promise<boolean> {
-  const sameMailbox = await store.customers
+  const sameMailbox = await db.customers
     .find(
       { ...ownedBy(tenant), environment, emailCanonical, _id: { $ne: refereeId } },
       { projection: { _id: 1 } },
     )
     .toArray();
   if (sameMailbox.length === 0) return false;
-  const referred = await store.referrals.countDocuments({
+  const referred = await db.referrals.countDocuments({
     ...ownedBy(tenant),
     environment,
     refereeId: { $in: sameMailbox.map((customer) => customer._id) },
@@ -205,13 +230,14 @@ export async function isMailboxAlreadyReferred(
 
 /** A referee's pending referrals: the ones a reward-trigger checkpoint may accept. */
 export function findPendingReferralsOfReferee(
-  store: Store,
+  db: Collections,
+  tenant: Tenant,
   customer: CustomerDoc,
 ): Promise<ReferralDoc[]> {
-  return store.referrals
+  return db.referrals
     .find({
       refereeId: customer._id,
-      applicationId: customer.applicationId,
+      ...ownedBy(tenant),
       environment: customer.environment,
       status: "pending",
       deletedAt: null,
@@ -230,8 +256,8 @@ export interface ReferralFilter {
 
 /** A page of referrals, newest first, and the number of all matches. */
 export async function findReferrals(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   filter: ReferralFilter,
   page: PageRequest,
 ): Promise<{ total: number; docs: ReferralDoc[] }> {
@@ -241,7 +267,7 @@ export async function findReferrals(
   if (filter.referrerId !== undefined) query.referrerId = filter.referrerId;
   if (filter.refereeId !== undefined) query.refereeId = filter.refereeId;
   if (filter.environment) query.environment = filter.environment;
-  return findNewestFirst(store.referrals, query, page);
+  return findNewestFirst(db.referrals, query, page);
 }
 
 /** What a customer's referral fields are derived from. */
@@ -259,7 +285,8 @@ export interface ReferralFacts {
  * the whole page (not one per customer), so counters are always exact.
  */
 export async function referralFactsOf(
-  store: Store,
+  db: Collections,
+  tenant: Tenant,
   customerIds: readonly string[],
 ): Promise<Map<string, ReferralFacts>> {
   const facts = new Map<string, ReferralFacts>(
@@ -268,14 +295,17 @@ export async function referralFactsOf(
   if (customerIds.length === 0) return facts;
   const ids = [...customerIds];
   const [asReferrer, asReferee] = await Promise.all([
-    store.referrals
+    db.referrals
       .find(
-        { referrerId: { $in: ids }, deletedAt: null },
+        { ...ownedBy(tenant), referrerId: { $in: ids }, deletedAt: null },
         { projection: { referrerId: 1, status: 1 } },
       )
       .toArray(),
-    store.referrals
-      .find({ refereeId: { $in: ids }, deletedAt: null }, { sort: { createdAt: -1, _id: -1 } })
+    db.referrals
+      .find(
+        { ...ownedBy(tenant), refereeId: { $in: ids }, deletedAt: null },
+        { sort: { createdAt: -1, _id: -1 } },
+      )
       .toArray(),
   ]);
   for (const referral of asReferrer) {

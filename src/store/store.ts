@@ -1,19 +1,8 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { type Document, MongoClient } from "mongodb";
-import type { StoreCollection } from "./collection.js";
-import type {
-  ApiKeyDoc,
-  ApplicationDoc,
-  CampaignDoc,
-  CheckpointDoc,
-  CustomerDoc,
-  DeliveryDoc,
-  EventDoc,
-  OrganizationDoc,
-  ReferralDoc,
-  WebhookDoc,
-} from "./documents.js";
+import type { Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
 import {
@@ -22,19 +11,18 @@ import {
   SqliteDatabase,
   type SqliteSynchronous,
 } from "./sqlite.js";
+import { createTenantStore, type TenantStore } from "./tenant-store.js";
 
-/** Every collection, plus the store's lifecycle. */
+/**
+ * The data, two ways in: `forTenant` gives one application's repositories
+ * (what services use), `system` every collection unscoped (authentication,
+ * provisioning, admin, the webhook relay and workers, tests).
+ */
 export interface Store {
-  readonly organizations: StoreCollection<OrganizationDoc>;
-  readonly applications: StoreCollection<ApplicationDoc>;
-  readonly apiKeys: StoreCollection<ApiKeyDoc>;
-  readonly customers: StoreCollection<CustomerDoc>;
-  readonly referrals: StoreCollection<ReferralDoc>;
-  readonly checkpoints: StoreCollection<CheckpointDoc>;
-  readonly campaigns: StoreCollection<CampaignDoc>;
-  readonly webhooks: StoreCollection<WebhookDoc>;
-  readonly events: StoreCollection<EventDoc>;
-  readonly deliveries: StoreCollection<DeliveryDoc>;
+  /** Every collection, unscoped: for the system paths only. */
+  readonly system: Collections;
+  /** The tenant's repositories; the same object for the same tenant object. */
+  forTenant(tenant: Tenant): TenantStore;
   /** `mongodb` or `embedded`, for logs. */
   readonly engine: "mongodb" | "embedded";
   /** Set when this start imported a data directory of the previous embedded engine. */
@@ -80,7 +68,7 @@ export async function openStore(config: StoreConfig): Promise<Store> {
 
 async function withIndexes(store: Store): Promise<Store> {
   try {
-    await ensureIndexes(store);
+    await ensureIndexes(store.system);
   } catch (error) {
     await store.close();
     throw error;
@@ -96,7 +84,7 @@ async function openMongo(config: { mongodbUri: string; mongodbDb: string }): Pro
     collectionNames.map((name) => [name, db.collection<Document>(name)]),
   );
   return {
-    ...(collections as unknown as Pick<Store, CollectionName>),
+    ...tenantAccess(collections as unknown as Collections),
     engine: "mongodb",
     async ping() {
       await db.command({ ping: 1 });
@@ -125,7 +113,7 @@ function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous
     }
     const imported = importNedbDirectory(config.dataDir, db, collections);
     const store: Store = {
-      ...(collections as unknown as Pick<Store, CollectionName>),
+      ...tenantAccess(collections as unknown as Collections),
       engine: "embedded",
       ...(imported ? { imported } : {}),
       queryPlans: () => db.queryPlans(),
@@ -143,6 +131,26 @@ function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous
     releaseLock();
     throw error;
   }
+}
+
+/**
+ * `system` and `forTenant` over the collections. A tenant's repositories are
+ * kept per tenant object (the authenticator hands out one per key while it is
+ * cached), so a call does not rebuild them.
+ */
+function tenantAccess(system: Collections): Pick<Store, "system" | "forTenant"> {
+  const tenantStores = new WeakMap<Tenant, TenantStore>();
+  return {
+    system,
+    forTenant(tenant) {
+      let tenantStore = tenantStores.get(tenant);
+      if (!tenantStore) {
+        tenantStore = createTenantStore(system, tenant);
+        tenantStores.set(tenant, tenantStore);
+      }
+      return tenantStore;
+    },
+  };
 }
 
 /**

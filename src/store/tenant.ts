@@ -1,10 +1,6 @@
-/** The owner of tenant data, as every repository function takes it first. */
-export interface TenantScope {
-  readonly organizationId: string;
-  readonly applicationId: string;
-}
+import type { Tenant } from "../domain/tenancy.js";
 
 /** The filter that confines a query to one application. */
-export function ownedBy(tenant: TenantScope): { applicationId: string } {
+export function ownedBy(tenant: Tenant): { applicationId: string } {
   return { applicationId: tenant.applicationId };
 }

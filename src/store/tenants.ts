@@ -1,27 +1,28 @@
 import { apiKeyPrefix, generateApiKey, hashApiKey } from "../domain/api-keys.js";
 import { newId } from "../domain/ids.js";
-import type { ApiKeyDoc, ApiKeyKindName, ApplicationDoc, OrganizationDoc } from "./documents.js";
-import type { Store } from "./store.js";
+import type { ApiKeyKindName, Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
+import type { ApiKeyDoc, ApplicationDoc, OrganizationDoc } from "./documents.js";
 
 /** Creates an organization. */
 export async function insertOrganization(
-  store: Store,
+  db: Collections,
   name: string,
   now: Date,
 ): Promise<OrganizationDoc> {
   const doc: OrganizationDoc = { _id: newId("org", now), name, createdAt: now, updatedAt: now };
-  await store.organizations.insertOne(doc);
+  await db.organizations.insertOne(doc);
   return doc;
 }
 
 /** One organization by id. */
-export function findOrganization(store: Store, id: string): Promise<OrganizationDoc | null> {
-  return store.organizations.findOne({ _id: id });
+export function findOrganization(db: Collections, id: string): Promise<OrganizationDoc | null> {
+  return db.organizations.findOne({ _id: id });
 }
 
 /** Creates an application in an organization. */
 export async function insertApplication(
-  store: Store,
+  db: Collections,
   organizationId: string,
   name: string,
   now: Date,
@@ -33,18 +34,18 @@ export async function insertApplication(
     createdAt: now,
     updatedAt: now,
   };
-  await store.applications.insertOne(doc);
+  await db.applications.insertOne(doc);
   return doc;
 }
 
 /** One application by id. */
-export function findApplication(store: Store, id: string): Promise<ApplicationDoc | null> {
-  return store.applications.findOne({ _id: id });
+export function findApplication(db: Collections, id: string): Promise<ApplicationDoc | null> {
+  return db.applications.findOne({ _id: id });
 }
 
 /** Every application, oldest first. */
-export function findApplications(store: Store): Promise<ApplicationDoc[]> {
-  return store.applications.find({}, { sort: { createdAt: 1, _id: 1 } }).toArray();
+export function findApplications(db: Collections): Promise<ApplicationDoc[]> {
+  return db.applications.find({}, { sort: { createdAt: 1, _id: 1 } }).toArray();
 }
 
 /**
@@ -52,7 +53,7 @@ export function findApplications(store: Store): Promise<ApplicationDoc[]> {
  * stored. `key` may be given (bootstrap keys from the environment).
  */
 export async function insertApiKey(
-  store: Store,
+  db: Collections,
   application: ApplicationDoc,
   kind: ApiKeyKindName,
   now: Date,
@@ -71,25 +72,36 @@ export async function insertApiKey(
     updatedAt: now,
     revokedAt: null,
   };
-  await store.apiKeys.insertOne(doc);
+  await db.apiKeys.insertOne(doc);
   return { doc, key };
 }
 
 /** The key document whose hash matches, revoked or not. */
-export function findApiKeyByHash(store: Store, hash: string): Promise<ApiKeyDoc | null> {
-  return store.apiKeys.findOne({ hash });
+export function findApiKeyByHash(db: Collections, hash: string): Promise<ApiKeyDoc | null> {
+  return db.apiKeys.findOne({ hash });
 }
 
 /** An application's keys, oldest first. */
-export function findApiKeys(store: Store, applicationId: string): Promise<ApiKeyDoc[]> {
-  return store.apiKeys.find({ applicationId }, { sort: { createdAt: 1, _id: 1 } }).toArray();
+export function findApiKeys(db: Collections, applicationId: string): Promise<ApiKeyDoc[]> {
+  return db.apiKeys.find({ applicationId }, { sort: { createdAt: 1, _id: 1 } }).toArray();
 }
 
 /** Revokes a key (keeping the first revocation time); null when no such key. */
-export async function revokeApiKey(store: Store, id: string, now: Date): Promise<ApiKeyDoc | null> {
-  await store.apiKeys.updateOne(
+export async function revokeApiKey(
+  db: Collections,
+  id: string,
+  now: Date,
+): Promise<ApiKeyDoc | null> {
+  await db.apiKeys.updateOne(
     { _id: id, revokedAt: null },
     { $set: { revokedAt: now, updatedAt: now } },
   );
-  return store.apiKeys.findOne({ _id: id });
+  return db.apiKeys.findOne({ _id: id });
+}
+
+/** The tenant an application is. */
+export function tenantOfApplication(
+  application: Pick<ApplicationDoc, "_id" | "organizationId">,
+): Tenant {
+  return { organizationId: application.organizationId, applicationId: application._id };
 }

@@ -1,47 +1,57 @@
+import type { Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
 import type { WebhookDoc, WebhookHealthDoc } from "./documents.js";
-import type { Store } from "./store.js";
-import { ownedBy, type TenantScope } from "./tenant.js";
+import { ownedBy } from "./tenant.js";
 
 /** The application's webhook endpoints, newest first. */
-export function findWebhooks(store: Store, tenant: TenantScope): Promise<WebhookDoc[]> {
-  return store.webhooks
+export function findWebhooks(db: Collections, tenant: Tenant): Promise<WebhookDoc[]> {
+  return db.webhooks
     .find({ ...ownedBy(tenant), deletedAt: null }, { sort: { createdAt: -1, _id: -1 } })
     .toArray();
 }
 
 /** One endpoint of the application. */
 export function findWebhook(
-  store: Store,
-  tenant: TenantScope,
+  db: Collections,
+  tenant: Tenant,
   id: string,
 ): Promise<WebhookDoc | null> {
-  return store.webhooks.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
+  return db.webhooks.findOne({ ...ownedBy(tenant), _id: id, deletedAt: null });
 }
 
 /** One endpoint by id, for the delivery workers; deleted ones included. */
-export function findWebhookById(store: Store, id: string): Promise<WebhookDoc | null> {
-  return store.webhooks.findOne({ _id: id });
+export function findWebhookById(db: Collections, id: string): Promise<WebhookDoc | null> {
+  return db.webhooks.findOne({ _id: id });
 }
 
 /** The enabled endpoints of an application, which the relay matches events against. */
-export function findEnabledWebhooks(store: Store, applicationId: string): Promise<WebhookDoc[]> {
-  return store.webhooks.find({ applicationId, enabled: true, deletedAt: null }).toArray();
+export function findEnabledWebhooks(db: Collections, applicationId: string): Promise<WebhookDoc[]> {
+  return db.webhooks.find({ applicationId, enabled: true, deletedAt: null }).toArray();
 }
 
 /** Stores a new endpoint. */
-export async function insertWebhook(store: Store, doc: WebhookDoc): Promise<void> {
-  await store.webhooks.insertOne(doc);
+export async function insertWebhook(
+  db: Collections,
+  tenant: Tenant,
+  doc: WebhookDoc,
+): Promise<void> {
+  await db.webhooks.insertOne({
+    ...doc,
+    ...ownedBy(tenant),
+    organizationId: tenant.organizationId,
+  });
 }
 
 /** Sets fields of an endpoint that still exists; null when it does not. */
 export function updateWebhook(
-  store: Store,
+  db: Collections,
+  tenant: Tenant,
   current: WebhookDoc,
   fields: Partial<WebhookDoc>,
   now: Date,
 ): Promise<WebhookDoc | null> {
-  return store.webhooks.findOneAndUpdate(
-    { _id: current._id, applicationId: current.applicationId, deletedAt: null },
+  return db.webhooks.findOneAndUpdate(
+    { ...ownedBy(tenant), _id: current._id, deletedAt: null },
     { $set: { ...fields, updatedAt: now } },
     { returnDocument: "after" },
   );
@@ -60,8 +70,8 @@ export function healthyWebhook(): WebhookHealthDoc {
 }
 
 /** Records a successful attempt: the failure streak ends. */
-export async function recordWebhookSuccess(store: Store, id: string, at: Date): Promise<void> {
-  await store.webhooks.updateOne(
+export async function recordWebhookSuccess(db: Collections, id: string, at: Date): Promise<void> {
+  await db.webhooks.updateOne(
     { _id: id },
     {
       $set: {
@@ -78,15 +88,15 @@ export async function recordWebhookSuccess(store: Store, id: string, at: Date): 
  * grows, and its start is kept (set only when the streak begins).
  */
 export async function recordWebhookFailure(
-  store: Store,
+  db: Collections,
   id: string,
   at: Date,
 ): Promise<WebhookDoc | null> {
-  await store.webhooks.updateOne(
+  await db.webhooks.updateOne(
     { _id: id, "health.failingSince": null },
     { $set: { "health.failingSince": at } },
   );
-  return store.webhooks.findOneAndUpdate(
+  return db.webhooks.findOneAndUpdate(
     { _id: id },
     { $set: { "health.lastFailureAt": at }, $inc: { "health.consecutiveFailures": 1 } },
     { returnDocument: "after" },
@@ -95,12 +105,12 @@ export async function recordWebhookFailure(
 
 /** Disables an endpoint that has been failing too long, saying why. */
 export async function disableFailingWebhook(
-  store: Store,
+  db: Collections,
   id: string,
   at: Date,
   reason: string,
 ): Promise<void> {
-  await store.webhooks.updateOne(
+  await db.webhooks.updateOne(
     { _id: id, enabled: true },
     {
       $set: {

@@ -1,35 +1,12 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  codeFromHttpStatus,
+  codeToHttpStatus,
+  codeToString,
+} from "@connectrpc/connect/protocol-connect";
 import { type BadRequest, BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { FieldError } from "../contract/plain-codec.js";
 import { fromFieldError } from "../services/errors.js";
-
-/**
- * HTTP status per Connect code: the Connect protocol's mapping, kept here
- * because Connect's own helper is not public API.
- */
-export const httpStatusByCode: Readonly<Record<Code, number>> = {
-  [Code.Canceled]: 499,
-  [Code.Unknown]: 500,
-  [Code.InvalidArgument]: 400,
-  [Code.DeadlineExceeded]: 504,
-  [Code.NotFound]: 404,
-  [Code.AlreadyExists]: 409,
-  [Code.PermissionDenied]: 403,
-  [Code.ResourceExhausted]: 429,
-  [Code.FailedPrecondition]: 400,
-  [Code.Aborted]: 409,
-  [Code.OutOfRange]: 400,
-  [Code.Unimplemented]: 501,
-  [Code.Internal]: 500,
-  [Code.Unavailable]: 503,
-  [Code.DataLoss]: 500,
-  [Code.Unauthenticated]: 401,
-};
-
-/** The snake_case name of a code, as Connect writes it: `invalid_argument`. */
-export function codeName(code: Code): string {
-  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
-}
 
 /** A field violation as REST shows it. */
 export interface RestErrorDetail {
@@ -44,26 +21,64 @@ export interface RestErrorBody {
   readonly details: RestErrorDetail[];
 }
 
+/**
+ * The HTTP status of an error: Connect's own table, so REST and Connect
+ * agree; an HTTP server's own 4xx (415 has no code) keeps its status.
+ */
+export function httpStatusOf(error: ConnectError, original?: unknown): number {
+  const status = httpClientErrorStatus(original);
+  return status ?? codeToHttpStatus(error.code);
+}
+
+function httpClientErrorStatus(error: unknown): number | undefined {
+  if (error instanceof ConnectError) return undefined;
+  const status = (error as { statusCode?: unknown } | null)?.statusCode;
+  return typeof status === "number" && status >= 400 && status < 500 ? status : undefined;
+}
+
 /** The REST body of a ConnectError: its code's name, message and field violations. */
 export function restErrorBody(error: ConnectError): RestErrorBody {
   const details = error
     .findDetails(BadRequestSchema)
     .flatMap((detail: BadRequest) => detail.fieldViolations)
     .map(({ field, description }) => ({ field, description }));
-  return { code: codeName(error.code), message: error.rawMessage, details };
+  return { code: codeToString(error.code), message: error.rawMessage, details };
 }
 
 /** Logs what must not reach a caller. */
-export type ErrorLogger = (error: unknown, rpc: string) => void;
+export type ErrorLogger = (error: unknown, where: string) => void;
 
 /**
- * The one place unexpected errors are caught: a ConnectError passes, a codec
- * FieldError becomes INVALID_ARGUMENT, anything else is logged and becomes
- * INTERNAL with a generic message, so no driver text or stack reaches a caller.
+ * The one place any error becomes what a caller sees: a ConnectError
+ * passes; a codec FieldError is INVALID_ARGUMENT naming the field; an HTTP
+ * server's own 4xx (body too large, bad JSON, unsupported media type) keeps
+ * its meaning; anything else is logged and becomes INTERNAL with a generic
+ * message, so no driver text or stack reaches a caller.
  */
-export function toConnectError(error: unknown, rpc: string, log: ErrorLogger): ConnectError {
+export function toConnectError(error: unknown, where: string, log: ErrorLogger): ConnectError {
   if (error instanceof ConnectError) return error;
   if (error instanceof FieldError) return fromFieldError(error);
-  log(error, rpc);
+  const status = httpClientErrorStatus(error);
+  if (status !== undefined) {
+    return new ConnectError(httpErrorMessage(status, error as Error), httpErrorCode(status));
+  }
+  log(error, where);
   return new ConnectError("internal error", Code.Internal);
+}
+
+/** An HTTP-level refusal (a route or a verb that does not exist), as the HTTP server reports its own. */
+export function httpError(status: number, message: string): Error {
+  return Object.assign(new Error(message), { statusCode: status });
+}
+
+function httpErrorCode(status: number): Code {
+  if (status === 404) return Code.NotFound;
+  if (status === 405) return Code.Unimplemented;
+  if (status === 413) return Code.ResourceExhausted;
+  if (status === 401 || status === 403 || status === 429) return codeFromHttpStatus(status);
+  return Code.InvalidArgument;
+}
+
+function httpErrorMessage(status: number, error: Error): string {
+  return status === 415 ? "Content-Type must be application/json" : error.message;
 }

@@ -1,31 +1,27 @@
-import { create, type DescFile, fromBinary, type Message, toBinary } from "@bufbuild/protobuf";
+import { create, type DescFile, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { anyPack, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
-import type { ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
-import type { Authenticator } from "./auth.js";
-import { callContext } from "./call-context.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
-import type { Rpc, ServiceRegistration } from "./routes.js";
-import { rpcsOf } from "./routes.js";
+import { CallContext, type Pipeline, type Rpc, type ServiceRegistration } from "./pipeline.js";
 
 /** The grpc-js server with every service, reflection (v1, v1alpha) and health. */
 export function createGrpcServer(deps: {
   registrations: readonly ServiceRegistration[];
-  authenticator: Authenticator;
+  pipeline: Pipeline;
   log: ErrorLogger;
   maxMessageBytes: number;
-}): { server: grpc.Server; health: HealthImplementation } {
+}): grpc.Server {
   const server = new grpc.Server({
     "grpc.max_receive_message_length": deps.maxMessageBytes,
   });
-  const rpcs = rpcsOf(deps.registrations);
-  for (const { service } of deps.registrations) {
+  for (const { rpcs } of deps.registrations) {
     const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
     const handlers: Record<string, grpc.handleUnaryCall<unknown, unknown>> = {};
-    for (const rpc of rpcs.filter((r) => r.service === service)) {
+    for (const rpc of rpcs) {
       definition[rpc.method.name] = methodDefinition(rpc);
       handlers[rpc.method.name] = unaryHandler(rpc, deps);
     }
@@ -39,24 +35,25 @@ export function createGrpcServer(deps: {
     },
   };
   new ReflectionService(packageDefinition as never).addToServer(server);
-  const health = new HealthImplementation({
+  new HealthImplementation({
     "": "SERVING",
     ...Object.fromEntries(
       deps.registrations.map(({ service }) => [service.typeName, "SERVING" as const]),
     ),
-  });
-  health.addToServer(server);
-  return { server, health };
+  }).addToServer(server);
+  return server;
 }
 
+// Requests stay bytes until the pipeline decodes them, after authentication,
+// so a malformed body is INVALID_ARGUMENT like on every other protocol.
 function methodDefinition(rpc: Rpc): grpc.MethodDefinition<unknown, unknown> {
   const { method } = rpc;
   return {
-    path: `/${rpc.service.typeName}/${method.name}`,
+    path: `/${rpc.name}`,
     requestStream: false,
     responseStream: false,
-    requestSerialize: (value) => Buffer.from(toBinary(method.input, value as never)),
-    requestDeserialize: (bytes) => fromBinary(method.input, bytes),
+    requestSerialize: (value) => value as Buffer,
+    requestDeserialize: (bytes) => bytes,
     responseSerialize: (value) => Buffer.from(toBinary(method.output, value as never)),
     responseDeserialize: (bytes) => fromBinary(method.output, bytes),
   };
@@ -64,34 +61,44 @@ function methodDefinition(rpc: Rpc): grpc.MethodDefinition<unknown, unknown> {
 
 function unaryHandler(
   rpc: Rpc,
-  deps: { authenticator: Authenticator; log: ErrorLogger },
+  deps: { pipeline: Pipeline; log: ErrorLogger },
 ): grpc.handleUnaryCall<unknown, unknown> {
-  const path = `/${rpc.service.typeName}/${rpc.method.name}`;
+  const path = `/${rpc.name}`;
   return (call, callback) => {
-    const controller = new AbortController();
-    call.on("cancelled", () => controller.abort());
-    const authorization = call.metadata.get("authorization")[0];
-    deps.authenticator
-      .authenticate(rpc.method, typeof authorization === "string" ? authorization : undefined)
-      .then((tenant) =>
-        rpc.handler(
-          call.request as Message,
-          callContext({
-            service: rpc.service,
-            method: rpc.method,
-            protocolName: "grpc",
-            requestMethod: "POST",
-            url: path,
-            tenant,
-            signal: controller.signal,
-          }),
-        ),
-      )
+    const header = (name: string) => {
+      const value = call.metadata.get(name)[0];
+      return typeof value === "string" ? value : undefined;
+    };
+    const context = new CallContext(rpc.method, "grpc", "POST", path, () => {
+      const headers = new Headers();
+      for (const [name, value] of Object.entries(call.metadata.getMap())) {
+        if (typeof value === "string") headers.set(name, value);
+      }
+      return headers;
+    });
+    call.on("cancelled", () => context.abort());
+    deps
+      .pipeline({
+        rpc,
+        protocol: "grpc",
+        header,
+        decode: () => decodeBinary(rpc, call.request as Buffer),
+        context,
+      })
       .then(
         (response) => callback(null, response),
-        (error: unknown) => callback(grpcError(toConnectError(error, path, deps.log))),
+        // The pipeline gives ConnectErrors; this only guards the encoding.
+        (error: unknown) => callback(grpcError(toConnectError(error, rpc.name, deps.log))),
       );
   };
+}
+
+function decodeBinary(rpc: Rpc, bytes: Buffer) {
+  try {
+    return fromBinary(rpc.method.input, bytes);
+  } catch {
+    throw new ConnectError("the request is not a valid protobuf message", Code.InvalidArgument);
+  }
 }
 
 /** A gRPC status with the error's details in `grpc-status-details-bin`. */

@@ -1,16 +1,20 @@
-import { Code, ConnectError } from "@connectrpc/connect";
 import Fastify, { type FastifyInstance } from "fastify";
 import type { Store } from "../store/store.js";
-import type { Authenticator } from "./auth.js";
 import { registerConnect } from "./connect.js";
-import { codeName, type ErrorLogger, httpStatusByCode, restErrorBody } from "./errors.js";
+import {
+  type ErrorLogger,
+  httpError,
+  httpStatusOf,
+  restErrorBody,
+  toConnectError,
+} from "./errors.js";
+import type { Pipeline, ServiceRegistration } from "./pipeline.js";
 import { type RegisteredRestRoute, registerRest } from "./rest/plugin.js";
-import type { ServiceRegistration } from "./routes.js";
 
 /** Options of the HTTP/1.1 side. */
 export interface HttpAppOptions {
   readonly registrations: readonly ServiceRegistration[];
-  readonly authenticator: Authenticator;
+  readonly pipeline: Pipeline;
   readonly store: Store;
   readonly log: ErrorLogger;
   readonly logLevel: string;
@@ -19,8 +23,9 @@ export interface HttpAppOptions {
 
 /**
  * The Fastify instance for every HTTP/1.1 connection: REST routes, Connect
- * and gRPC-Web, `/healthz` and `/readyz`, and one error shape for all of it.
- * It does not listen; `createServer` hands it connections.
+ * and gRPC-Web, `/healthz` and `/readyz`, and one error handler that writes
+ * every REST error body. It does not listen; `createServer` hands it
+ * connections.
  */
 export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInstance> {
   const app = Fastify({
@@ -40,49 +45,22 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   });
 
   app.setErrorHandler((error, request, reply) => {
-    if (error instanceof ConnectError) {
-      return reply.code(httpStatusByCode[error.code]).send(restErrorBody(error));
-    }
-    // Fastify's own errors (body too large, bad JSON, unsupported media
-    // type) carry a 4xx status and a safe message; anything else is ours.
-    const status = (error as { statusCode?: number }).statusCode;
-    if (status && status >= 400 && status < 500) {
-      return reply.code(status).send({
-        code:
-          status === 413
-            ? "resource_exhausted"
-            : status === 401
-              ? "unauthenticated"
-              : "invalid_argument",
-        message:
-          status === 415 ? "Content-Type must be application/json" : (error as Error).message,
-        details: [],
-      });
-    }
-    options.log(error, `${request.method} ${request.url}`);
-    return reply.code(500).send({ code: "internal", message: "internal error", details: [] });
+    const connectError = toConnectError(error, `${request.method} ${request.url}`, options.log);
+    return reply.code(httpStatusOf(connectError, error)).send(restErrorBody(connectError));
   });
 
   // Registered after the error handler, so their scopes inherit it.
   const restRoutes = await registerRest(app, options);
   await registerConnect(app, options);
 
-  app.setNotFoundHandler((request, reply) => {
+  app.setNotFoundHandler(async (request, reply) => {
     const path = request.url.split("?")[0] ?? "";
     const allowed = allowedVerbs(restRoutes, path);
     if (allowed.length > 0) {
-      return reply
-        .code(405)
-        .header("allow", allowed.join(", "))
-        .send({
-          code: codeName(Code.Unimplemented),
-          message: `${request.method} is not allowed on ${path}; use ${allowed.join(" or ")}`,
-          details: [],
-        });
+      reply.header("allow", allowed.join(", "));
+      throw httpError(405, `${request.method} is not allowed on ${path}; use ${allowed.join(" or ")}`);
     }
-    return reply
-      .code(404)
-      .send({ code: "not_found", message: `no route for ${request.method} ${path}`, details: [] });
+    throw httpError(404, `no route for ${request.method} ${path}`);
   });
 
   return app;

@@ -17,7 +17,7 @@ import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
-import type { Clock } from "../../src/services/records.js";
+import type { Clock } from "../../src/domain/tenancy.js";
 import { dropDatabase, type EngineName, freshDatabaseName, mongodbUri } from "./engines.js";
 
 /** The bootstrap keys and admin token every test server uses. */

@@ -1,4 +1,5 @@
 import type { ExecutionContext } from "ava";
+import { newId } from "../../src/domain/ids.js";
 import { upsertCustomer } from "../../src/store/customers.js";
 import { claimDueDelivery, unleased } from "../../src/store/deliveries.js";
 import { isDuplicateKeyError } from "../../src/store/errors.js";
@@ -37,47 +38,47 @@ for (const engine of engineNames) {
     declareStoreTest(engine, title, body);
 
   storeTest("insertOne, findOne, dates and nulls round-trip", async (t, store) => {
-    await store.customers.insertOne(customer("c1", "u1", now));
-    const found = await store.customers.findOne({ _id: "c1" });
+    await store.system.customers.insertOne(customer("c1", "u1", now));
+    const found = await store.system.customers.findOne({ _id: "c1" });
     t.truthy(found);
     t.true(found?.createdAt instanceof Date);
     t.is(found?.createdAt.getTime(), now.getTime());
     t.is(found?.email, null);
-    t.is(await store.customers.findOne({ _id: "missing" }), null);
+    t.is(await store.system.customers.findOne({ _id: "missing" }), null);
   });
 
   storeTest("find sorts, skips, limits and projects; countDocuments counts", async (t, store) => {
     for (let i = 0; i < 5; i++) {
-      await store.customers.insertOne(
+      await store.system.customers.insertOne(
         customer(`c${i}`, `u${i}`, new Date(now.getTime() + i * 1000)),
       );
     }
-    const page = await store.customers
+    const page = await store.system.customers
       .find({ applicationId: "app_1" }, { sort: { createdAt: -1, _id: -1 }, skip: 1, limit: 2 })
       .toArray();
     t.deepEqual(
       page.map((c) => c._id),
       ["c3", "c2"],
     );
-    const projected = await store.customers
+    const projected = await store.system.customers
       .find({ _id: { $in: ["c1", "c4"] } }, { projection: { externalUserId: 1 } })
       .toArray();
     t.deepEqual(projected.map((c) => Object.keys(c).sort()).sort(), [
       ["_id", "externalUserId"],
       ["_id", "externalUserId"],
     ]);
-    t.is(await store.customers.countDocuments({ _id: { $ne: "c0" } }), 4);
+    t.is(await store.system.customers.countDocuments({ _id: { $ne: "c0" } }), 4);
   });
 
   storeTest(
     "unique indexes raise a duplicate-key error the repositories recognise",
     async (t, store) => {
-      await store.customers.insertOne(customer("c1", "same", now));
+      await store.system.customers.insertOne(customer("c1", "same", now));
       const error = await t.throwsAsync(() =>
-        store.customers.insertOne(customer("c2", "same", now)),
+        store.system.customers.insertOne(customer("c2", "same", now)),
       );
       t.true(isDuplicateKeyError(error));
-      t.is(await store.customers.countDocuments({}), 1);
+      t.is(await store.system.customers.countDocuments({}), 1);
     },
   );
 
@@ -89,7 +90,7 @@ for (const engine of engineNames) {
         environment: "production" as const,
         externalUserId: "u",
       };
-      const inserted = await store.customers.findOneAndUpdate(
+      const inserted = await store.system.customers.findOneAndUpdate(
         filter,
         {
           $set: { name: "First", updatedAt: now, "customProperties.plan": "pro" },
@@ -99,7 +100,7 @@ for (const engine of engineNames) {
       );
       t.like(inserted, { _id: "c1", name: "First", externalUserId: "u", referralCode: "AAAA2222" });
       t.deepEqual(inserted?.customProperties, { plan: "pro" });
-      const updated = await store.customers.findOneAndUpdate(
+      const updated = await store.system.customers.findOneAndUpdate(
         filter,
         {
           $set: { name: "Second", "customProperties.seats": 3 },
@@ -111,7 +112,7 @@ for (const engine of engineNames) {
       t.like(updated, { _id: "c1", name: "Second", referralCode: "AAAA2222" });
       t.deepEqual(updated?.customProperties, { seats: 3 });
       t.is(
-        await store.customers.findOneAndUpdate(
+        await store.system.customers.findOneAndUpdate(
           { _id: "none" },
           { $set: { name: "x" } },
           { returnDocument: "after" },
@@ -122,18 +123,19 @@ for (const engine of engineNames) {
   );
 
   storeTest("updateOne, updateMany and deleteOne report what they did", async (t, store) => {
-    for (const id of ["c1", "c2", "c3"]) await store.customers.insertOne(customer(id, id, now));
-    const one = await store.customers.updateOne({ _id: "c1" }, { $set: { name: "one" } });
+    for (const id of ["c1", "c2", "c3"])
+      await store.system.customers.insertOne(customer(id, id, now));
+    const one = await store.system.customers.updateOne({ _id: "c1" }, { $set: { name: "one" } });
     t.is(one.matchedCount, 1);
-    const many = await store.customers.updateMany(
+    const many = await store.system.customers.updateMany(
       { _id: { $in: ["c2", "c3"] } },
       { $set: { name: "many" } },
     );
     t.is(many.modifiedCount, 2);
-    t.is(await store.customers.countDocuments({ name: "many" }), 2);
-    const deleted = await store.customers.deleteOne({ _id: "c3" });
+    t.is(await store.system.customers.countDocuments({ name: "many" }), 2);
+    const deleted = await store.system.customers.deleteOne({ _id: "c3" });
     t.is(deleted.deletedCount, 1);
-    t.is(await store.customers.countDocuments({}), 2);
+    t.is(await store.system.customers.countDocuments({}), 2);
   });
 
   storeTest(
@@ -142,44 +144,44 @@ for (const engine of engineNames) {
       const results = await Promise.all(
         Array.from({ length: 100 }, () =>
           upsertCustomer(
-            store,
+            store.system,
             tenant,
             { environment: "production", externalUserId: "racer", name: "R" },
-            now,
+            { newId: newId("cus", now), at: now, outbox: [] },
           ),
         ),
       );
       t.is(new Set(results.map((r) => r._id)).size, 1);
       t.is(new Set(results.map((r) => r.referralCode)).size, 1);
-      t.is(await store.customers.countDocuments({ externalUserId: "racer" }), 1);
+      t.is(await store.system.customers.countDocuments({ externalUserId: "racer" }), 1);
     },
   );
 
   storeTest(
     "a referral code collision is retried with a new code, never surfaced",
     async (t, store) => {
-      await store.customers.insertOne({
+      await store.system.customers.insertOne({
         ...customer("c1", "first", now),
         referralCode: "TAKEN234",
       });
       const drawn = ["TAKEN234", "TAKEN234", "FRESH234"];
       const created = await upsertCustomer(
-        store,
+        store.system,
         tenant,
         { environment: "production", externalUserId: "second", name: "S" },
-        now,
+        { newId: newId("cus", now), at: now, outbox: [] },
         () => drawn.shift() as string,
       );
       t.is(created.referralCode, "FRESH234");
       t.is(drawn.length, 0, "drew until a free code came up");
-      t.is(await store.customers.countDocuments({ externalUserId: "second" }), 1);
+      t.is(await store.system.customers.countDocuments({ externalUserId: "second" }), 1);
     },
   );
 
   storeTest("two workers racing for due deliveries never claim the same one", async (t, store) => {
     const due = new Date(now.getTime() - 1000);
     for (let i = 0; i < 20; i++) {
-      await store.deliveries.insertOne({
+      await store.system.deliveries.insertOne({
         _id: `whd_${i}`,
         ...tenant,
         webhookId: "whk_1",
@@ -198,16 +200,16 @@ for (const engine of engineNames) {
     const leaseUntil = new Date(now.getTime() + 60_000);
     const claims = await Promise.all(
       Array.from({ length: 60 }, (_, i) =>
-        claimDueDelivery(store, now, i % 2 ? "worker_a" : "worker_b", leaseUntil),
+        claimDueDelivery(store.system, now, i % 2 ? "worker_a" : "worker_b", leaseUntil),
       ),
     );
     const claimed = claims.filter((claim) => claim !== null).map((claim) => claim._id);
     t.is(claimed.length, 20);
     t.is(new Set(claimed).size, 20, "each delivery claimed once");
-    t.is(await claimDueDelivery(store, now, "worker_c", leaseUntil), null, "leases hold");
+    t.is(await claimDueDelivery(store.system, now, "worker_c", leaseUntil), null, "leases hold");
     const later = new Date(leaseUntil.getTime() + 1);
     t.not(
-      await claimDueDelivery(store, later, "worker_c", new Date(later.getTime() + 60_000)),
+      await claimDueDelivery(store.system, later, "worker_c", new Date(later.getTime() + 60_000)),
       null,
       "an expired lease is claimed again",
     );
@@ -215,6 +217,6 @@ for (const engine of engineNames) {
 
   storeTest("creating indexes again is harmless", async (t, store) => {
     const { ensureIndexes } = await import("../../src/store/indexes.js");
-    await t.notThrowsAsync(() => ensureIndexes(store));
+    await t.notThrowsAsync(() => ensureIndexes(store.system));
   });
 }

@@ -18,7 +18,7 @@ import { keys } from "../helpers/server.js";
 const root = new URL("../../", import.meta.url).pathname;
 const tenantOfDemo = async (dataDir: string) => {
   const store = await openStore({ dataDir });
-  const [application] = await store.applications.find({}).toArray();
+  const [application] = await store.system.applications.find({}).toArray();
   return { store, tenant: { organizationId: "", applicationId: application?._id ?? "" } };
 };
 
@@ -87,7 +87,12 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
     try {
       const missing: string[] = [];
       for (const externalUserId of acknowledged) {
-        const found = await findCustomerByExternalId(store, tenant, "production", externalUserId);
+        const found = await findCustomerByExternalId(
+          store.system,
+          tenant,
+          "production",
+          externalUserId,
+        );
         if (!found) missing.push(externalUserId);
       }
       t.deepEqual(missing, [], `${acknowledged.length} acknowledged identifies`);
@@ -127,7 +132,7 @@ test("a database whose header was damaged is refused, not read as empty", async 
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-damaged-"));
   try {
     const store = await openStore({ dataDir });
-    await store.customers.insertOne({ _id: "c1" } as never);
+    await store.system.customers.insertOne({ _id: "c1" } as never);
     await store.close();
     const file = join(dataDir, embeddedDatabaseFile);
     const { openSync, writeSync, closeSync } = await import("node:fs");

@@ -39,7 +39,7 @@ function customer(id: string, fields: Document = {}) {
 
 /** Ids of a find, sorted, so engines' natural orders do not matter. */
 async function idsOf(store: Store, filter: Document): Promise<string[]> {
-  const docs = await store.customers.find(filter).toArray();
+  const docs = await store.system.customers.find(filter).toArray();
   return docs.map((doc) => doc._id).sort();
 }
 
@@ -50,10 +50,10 @@ for (const engine of engineNames) {
   storeTest(
     "{ field: null } matches null and missing; $ne and $exists tell them apart",
     async (t, store) => {
-      await store.customers.insertOne(customer("has_null", { email: null }));
+      await store.system.customers.insertOne(customer("has_null", { email: null }));
       const { email: _omitted, ...withoutEmail } = customer("missing");
-      await store.customers.insertOne(withoutEmail as never);
-      await store.customers.insertOne(customer("has_value", { email: "a@example.com" }));
+      await store.system.customers.insertOne(withoutEmail as never);
+      await store.system.customers.insertOne(customer("has_value", { email: "a@example.com" }));
 
       t.deepEqual(await idsOf(store, { email: null }), ["has_null", "missing"]);
       t.deepEqual(await idsOf(store, { email: { $ne: null } }), ["has_value"]);
@@ -72,10 +72,10 @@ for (const engine of engineNames) {
   storeTest(
     "projections keep the named fields, nested ones nested, and _id unless excluded",
     async (t, store) => {
-      await store.customers.insertOne(
+      await store.system.customers.insertOne(
         customer("c1", { customProperties: { tier: "gold", seats: 3 }, name: "Pat" }),
       );
-      const [nested] = await store.customers
+      const [nested] = await store.system.customers
         .find({ _id: "c1" }, { projection: { "customProperties.tier": 1, name: 1 } })
         .toArray();
       t.deepEqual(nested as Document, {
@@ -83,11 +83,14 @@ for (const engine of engineNames) {
         name: "Pat",
         customProperties: { tier: "gold" },
       });
-      const [withoutId] = await store.customers
+      const [withoutId] = await store.system.customers
         .find({ _id: "c1" }, { projection: { _id: 0, name: 1 } })
         .toArray();
       t.deepEqual(withoutId as Document, { name: "Pat" });
-      const found = await store.customers.findOne({ _id: "c1" }, { projection: { missing: 1 } });
+      const found = await store.system.customers.findOne(
+        { _id: "c1" },
+        { projection: { missing: 1 } },
+      );
       t.deepEqual(found as Document, { _id: "c1" });
     },
   );
@@ -96,7 +99,7 @@ for (const engine of engineNames) {
     "dates round-trip anywhere in a document and compare in time order",
     async (t, store) => {
       const later = new Date(t0.getTime() + 60_000);
-      await store.customers.insertOne(
+      await store.system.customers.insertOne(
         customer("c1", {
           customProperties: {
             // Values that look like an engine's own date encoding stay data.
@@ -107,8 +110,8 @@ for (const engine of engineNames) {
           outbox: [{ id: "e1", type: "customer.identified", occurredAt: later }],
         }),
       );
-      await store.customers.insertOne(customer("c2", { createdAt: later }));
-      const c1 = await store.customers.findOne({ _id: "c1" });
+      await store.system.customers.insertOne(customer("c2", { createdAt: later }));
+      const c1 = await store.system.customers.findOne({ _id: "c1" });
       t.true(c1?.createdAt instanceof Date);
       t.true(c1?.outbox?.[0]?.occurredAt instanceof Date);
       t.is(c1?.outbox?.[0]?.occurredAt.getTime(), later.getTime());
@@ -120,15 +123,15 @@ for (const engine of engineNames) {
       if (engine === "embedded") {
         // A key named __proto__ stays data, never a prototype.
         const properties = JSON.parse('{"__proto__":{"polluted":true},"plain":1}');
-        await store.customers.insertOne(customer("c3", { customProperties: properties }));
-        const c3 = await store.customers.findOne({ _id: "c3" });
+        await store.system.customers.insertOne(customer("c3", { customProperties: properties }));
+        const c3 = await store.system.customers.findOne({ _id: "c3" });
         t.deepEqual(Object.keys(c3?.customProperties ?? {}), ["__proto__", "plain"]);
         t.deepEqual(Object.getOwnPropertyDescriptor(c3?.customProperties, "__proto__")?.value, {
           polluted: true,
         });
         t.is(Object.getPrototypeOf(c3?.customProperties), Object.prototype);
         t.is(({} as Document).polluted, undefined);
-        await store.customers.deleteOne({ _id: "c3" });
+        await store.system.customers.deleteOne({ _id: "c3" });
       }
       t.deepEqual(await idsOf(store, { createdAt: { $gte: later } }), ["c2"]);
       t.deepEqual(await idsOf(store, { createdAt: { $lt: later } }), ["c1"]);
@@ -144,7 +147,7 @@ for (const engine of engineNames) {
       $setOnInsert: { createdAt: t0, referralCode: "UPSERTED" },
     };
     // The upsert path: the filter's equalities, the operators, $setOnInsert.
-    const inserted = await store.customers.findOneAndUpdate(
+    const inserted = await store.system.customers.findOneAndUpdate(
       { applicationId: "app_1", environment: "production", externalUserId: "new" },
       { ...update, $setOnInsert: { ...update.$setOnInsert, _id: "c_new" } } as never,
       { upsert: true, returnDocument: "after" },
@@ -161,7 +164,7 @@ for (const engine of engineNames) {
     t.deepEqual(inserted?.outbox, [{ id: "e1" }, { id: "e2" }] as never);
 
     // The update path: $setOnInsert is ignored, the rest applies again.
-    const updated = await store.customers.findOneAndUpdate(
+    const updated = await store.system.customers.findOneAndUpdate(
       { _id: "c_new" },
       {
         ...update,
@@ -176,13 +179,13 @@ for (const engine of engineNames) {
     t.is((updated as Document).health.consecutiveFailures, 4);
     t.is(updated?.outbox?.length, 4);
 
-    await store.customers.updateOne({ _id: "c_new" }, {
+    await store.system.customers.updateOne({ _id: "c_new" }, {
       $pull: { outbox: { id: { $in: ["e1"] } } },
     } as never);
-    const pulled = await store.customers.findOne({ _id: "c_new" });
+    const pulled = await store.system.customers.findOne({ _id: "c_new" });
     t.deepEqual(pulled?.outbox, [{ id: "e2" }, { id: "e2" }] as never);
 
-    const counted = await store.customers.updateOne(
+    const counted = await store.system.customers.updateOne(
       { applicationId: "app_1", environment: "production", externalUserId: "other" },
       { $set: { name: "Other" }, $setOnInsert: { _id: "c_other", referralCode: "OTHER" } },
       { upsert: true },
@@ -193,9 +196,9 @@ for (const engine of engineNames) {
   });
 
   storeTest("$size matches arrays of that length only", async (t, store) => {
-    await store.customers.insertOne(customer("empty", { outbox: [] }));
-    await store.customers.insertOne(customer("one", { outbox: [{ id: "e" }] }));
-    await store.customers.insertOne(customer("none"));
+    await store.system.customers.insertOne(customer("empty", { outbox: [] }));
+    await store.system.customers.insertOne(customer("one", { outbox: [{ id: "e" }] }));
+    await store.system.customers.insertOne(customer("none"));
     t.deepEqual(await idsOf(store, { outbox: { $size: 0 } }), ["empty"]);
     t.deepEqual(await idsOf(store, { outbox: { $size: 1 } }), ["one"]);
   });
@@ -203,25 +206,25 @@ for (const engine of engineNames) {
   storeTest(
     "an upsert or update that hits a unique index is the typed duplicate-key error, and changes nothing",
     async (t, store) => {
-      await store.customers.insertOne(customer("c1", { referralCode: "SAMECODE" }));
-      await store.customers.insertOne(customer("c2"));
+      await store.system.customers.insertOne(customer("c1", { referralCode: "SAMECODE" }));
+      await store.system.customers.insertOne(customer("c2"));
       const racing = await t.throwsAsync(() =>
-        store.customers.findOneAndUpdate(
+        store.system.customers.findOneAndUpdate(
           { applicationId: "app_1", environment: "production", externalUserId: "racer" },
           { $set: { name: "R" }, $setOnInsert: { _id: "c3", referralCode: "SAMECODE" } },
           { upsert: true, returnDocument: "after" },
         ),
       );
       t.true(isDuplicateKeyError(racing));
-      t.is(await store.customers.findOne({ _id: "c3" }), null);
+      t.is(await store.system.customers.findOne({ _id: "c3" }), null);
 
       const moved = await t.throwsAsync(() =>
-        store.customers.updateOne({ _id: "c2" }, { $set: { referralCode: "SAMECODE" } }),
+        store.system.customers.updateOne({ _id: "c2" }, { $set: { referralCode: "SAMECODE" } }),
       );
       t.true(isDuplicateKeyError(moved));
-      t.is((await store.customers.findOne({ _id: "c2" }))?.referralCode, "CODE_c2");
+      t.is((await store.system.customers.findOne({ _id: "c2" }))?.referralCode, "CODE_c2");
 
-      const sameId = await t.throwsAsync(() => store.customers.insertOne(customer("c1")));
+      const sameId = await t.throwsAsync(() => store.system.customers.insertOne(customer("c1")));
       t.true(isDuplicateKeyError(sameId));
     },
   );
@@ -229,13 +232,13 @@ for (const engine of engineNames) {
   storeTest(
     "insertMany is ordered: a duplicate stops it and keeps the documents before it",
     async (t, store) => {
-      await store.customers.insertOne(customer("taken"));
+      await store.system.customers.insertOne(customer("taken"));
       const error = await t.throwsAsync(() =>
-        store.customers.insertMany([customer("m1"), customer("taken"), customer("m3")]),
+        store.system.customers.insertMany([customer("m1"), customer("taken"), customer("m3")]),
       );
       t.true(isDuplicateKeyError(error));
       t.deepEqual(await idsOf(store, {}), ["m1", "taken"]);
-      const inserted = await store.customers.insertMany([customer("m4"), customer("m5")]);
+      const inserted = await store.system.customers.insertMany([customer("m4"), customer("m5")]);
       t.is(inserted.insertedCount, 2);
     },
   );
@@ -243,10 +246,11 @@ for (const engine of engineNames) {
   storeTest(
     "sort ties are broken by the next key, in both directions, across pages",
     async (t, store) => {
-      for (const id of ["a", "d", "b", "e", "c"]) await store.customers.insertOne(customer(id));
+      for (const id of ["a", "d", "b", "e", "c"])
+        await store.system.customers.insertOne(customer(id));
       const page = async (direction: 1 | -1, skip: number) =>
         (
-          await store.customers
+          await store.system.customers
             .find(
               { applicationId: "app_1" },
               { sort: { createdAt: direction, _id: direction }, skip, limit: 2 },
@@ -285,7 +289,7 @@ for (const engine of engineNames) {
         ...fields,
       });
       for (let i = 0; i < 12; i++) {
-        await store.referrals.insertOne(
+        await store.system.referrals.insertOne(
           referral(`r${i}`, {
             environment: i % 3 === 0 ? "test" : "production",
             status: i % 4 === 0 ? "flagged" : "pending",
@@ -293,16 +297,16 @@ for (const engine of engineNames) {
           }) as never,
         );
       }
-      await store.referrals.updateOne({ _id: "r1" }, { $set: { status: "accepted" } });
-      await store.referrals.updateMany(
+      await store.system.referrals.updateOne({ _id: "r1" }, { $set: { status: "accepted" } });
+      await store.system.referrals.updateMany(
         { campaignId: "cmp_2", status: "flagged" },
         {
           $set: { status: "rejected" },
         },
       );
-      await store.referrals.updateOne({ _id: "r5" }, { $set: { deletedAt: t0 } });
-      await store.referrals.updateOne({ _id: "r7" }, { $set: { environment: "test" } });
-      await store.referrals.deleteOne({ _id: "r9" });
+      await store.system.referrals.updateOne({ _id: "r5" }, { $set: { deletedAt: t0 } });
+      await store.system.referrals.updateOne({ _id: "r7" }, { $set: { environment: "test" } });
+      await store.system.referrals.deleteOne({ _id: "r9" });
 
       const filters: Document[] = [
         { applicationId: "app_1", deletedAt: null },
@@ -315,10 +319,13 @@ for (const engine of engineNames) {
         { applicationId: "app_2", deletedAt: null },
       ];
       for (const filter of filters) {
-        const recount = (await store.referrals.find(filter).toArray()).length;
-        t.is(await store.referrals.countDocuments(filter), recount, JSON.stringify(filter));
+        const recount = (await store.system.referrals.find(filter).toArray()).length;
+        t.is(await store.system.referrals.countDocuments(filter), recount, JSON.stringify(filter));
       }
-      t.is(await store.referrals.countDocuments({ applicationId: "app_1", deletedAt: null }), 10);
+      t.is(
+        await store.system.referrals.countDocuments({ applicationId: "app_1", deletedAt: null }),
+        10,
+      );
     },
   );
 }

@@ -66,13 +66,20 @@ test("the previous engine's files are imported once, with dates, and kept rename
     const store = await openStore({ dataDir });
     try {
       t.deepEqual(store.imported?.counts, { applications: 1, customers: 2 });
-      const first = await store.customers.findOne({ _id: "cus_0001" });
+      const first = await store.system.customers.findOne({ _id: "cus_0001" });
       t.is(first?.name, "Second version", "the log's last line for an id wins");
       t.true(first?.createdAt instanceof Date);
       t.is(first?.createdAt.toISOString(), "2026-03-01T10:00:00.000Z");
       t.deepEqual(first?.customProperties, { plan: "pro" });
-      t.is(await store.customers.findOne({ _id: "cus_0002" }), null, "deleted stays deleted");
-      t.is(await store.customers.countDocuments({ applicationId: "app_old", deletedAt: null }), 2);
+      t.is(
+        await store.system.customers.findOne({ _id: "cus_0002" }),
+        null,
+        "deleted stays deleted",
+      );
+      t.is(
+        await store.system.customers.countDocuments({ applicationId: "app_old", deletedAt: null }),
+        2,
+      );
     } finally {
       await store.close();
     }
@@ -87,7 +94,10 @@ test("the previous engine's files are imported once, with dates, and kept rename
     const again = await openStore({ dataDir });
     try {
       t.deepEqual(again.imported?.counts, {}, "nothing imported twice");
-      t.is(await again.customers.countDocuments({ applicationId: "app_old", deletedAt: null }), 2);
+      t.is(
+        await again.system.customers.countDocuments({ applicationId: "app_old", deletedAt: null }),
+        2,
+      );
     } finally {
       await again.close();
     }

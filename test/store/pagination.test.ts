@@ -2,12 +2,12 @@ import { deepStrictEqual } from "node:assert/strict";
 import test from "ava";
 import fc from "fast-check";
 import type { ReferralStatusName } from "../../src/domain/referral-status.js";
+import type { EnvironmentName, Tenant as TenantScope } from "../../src/domain/tenancy.js";
+import type { Collections } from "../../src/store/collection.js";
 import { type CustomerFilter, findCustomers } from "../../src/store/customers.js";
-import type { EnvironmentName } from "../../src/store/documents.js";
 import type { PageRequest } from "../../src/store/paging.js";
 import { findReferrals, type ReferralFilter } from "../../src/store/referrals.js";
 import type { Store } from "../../src/store/store.js";
-import type { TenantScope } from "../../src/store/tenant.js";
 import { engineNames, openTestStore } from "../helpers/engines.js";
 
 /**
@@ -84,7 +84,7 @@ interface PagedList<F> {
   matches(record: GeneratedRecord, filter: F): boolean;
   insert(store: Store, tenant: TenantScope, record: GeneratedRecord, at: Date): Promise<unknown>;
   find(
-    store: Store,
+    db: Collections,
     tenant: TenantScope,
     filter: F,
     page: PageRequest,
@@ -99,7 +99,7 @@ const referralList: PagedList<ReferralFilter> = {
     (filter.campaignId === undefined || record.campaignId === filter.campaignId) &&
     (filter.environment === undefined || record.environment === filter.environment),
   insert: (store, tenant, record, at) =>
-    store.referrals.insertOne({
+    store.system.referrals.insertOne({
       _id: idIn(tenant)(record.id),
       ...tenant,
       environment: record.environment,
@@ -123,7 +123,7 @@ const customerList: PagedList<CustomerFilter> = {
   matches: (record, filter) =>
     filter.environment === undefined || record.environment === filter.environment,
   insert: (store, tenant, record, at) =>
-    store.customers.insertOne({
+    store.system.customers.insertOne({
       _id: idIn(tenant)(record.id),
       ...tenant,
       environment: record.environment,
@@ -170,7 +170,7 @@ for (const engine of engineNames) {
               }
               const matching = records.filter((record) => list.matches(record, filter));
               const { ids, totals } = await walk(limit, (page) =>
-                list.find(store, tenant, filter, page),
+                list.find(store.system, tenant, filter, page),
               );
               // assert throws, so fast-check sees the failure and shrinks it.
               deepStrictEqual(ids, newestFirst(matching).map(idIn(tenant)));

@@ -1,9 +1,7 @@
 import type { FastifyInstance } from "fastify";
 import { restSuccessStatus } from "../../contract/options.js";
-import type { Authenticator } from "../auth.js";
-import { callContext } from "../call-context.js";
-import { type ErrorLogger, httpStatusByCode, restErrorBody, toConnectError } from "../errors.js";
-import { rpcsOf, type ServiceRegistration } from "../routes.js";
+import { CallContext, type Pipeline, type ServiceRegistration } from "../pipeline.js";
+import { rpcsOf } from "../routes.js";
 import { type HttpRoute, httpRouteOf } from "./http-rules.js";
 import { requestReader, restJsonFromResponse } from "./transcode.js";
 
@@ -16,18 +14,14 @@ export interface RegisteredRestRoute {
 }
 
 /**
- * Registers one Fastify route per `google.api.http` annotation. Each route
- * authenticates, transcodes JSON to the RPC request, calls the same
- * implementation as gRPC and Connect, and writes the specification's JSON.
- * Returns the routes so the not-found handler can answer 405.
+ * Registers one Fastify route per `google.api.http` annotation. A route only
+ * transcodes: its request reader turns path, query and body into the RPC
+ * request (inside the pipeline, after authentication), and the response is
+ * written as the specification's JSON. Errors go to the app's error handler.
  */
 export async function registerRest(
   app: FastifyInstance,
-  deps: {
-    registrations: readonly ServiceRegistration[];
-    authenticator: Authenticator;
-    log: ErrorLogger;
-  },
+  deps: { registrations: readonly ServiceRegistration[]; pipeline: Pipeline },
 ): Promise<RegisteredRestRoute[]> {
   const registered: RegisteredRestRoute[] = [];
   await app.register(async (scope) => {
@@ -53,48 +47,46 @@ export async function registerRest(
       if (!route) continue;
       const status = restSuccessStatus(rpc.method);
       const readRequest = requestReader(rpc.method.input, route);
-      const name = `${rpc.service.typeName}/${rpc.method.name}`;
       registered.push({ verb: route.verb, route });
       scope.route({
         method: route.verb as "GET",
         url: route.fastifyPath,
         handler: async (request, reply) => {
-          try {
-            const tenant = await deps.authenticator.authenticate(
-              rpc.method,
-              request.headers.authorization,
-            );
-            const input = readRequest({
-              params: request.params as Record<string, string>,
-              query: request.query as Record<string, string | string[] | undefined>,
-              body: request.body,
-            });
-            const output = await rpc.handler(
-              input,
-              callContext({
-                service: rpc.service,
-                method: rpc.method,
-                protocolName: "rest",
-                requestMethod: request.method,
-                url: request.url,
-                tenant,
+          const output = await deps.pipeline({
+            rpc,
+            protocol: "rest",
+            header: (name) => {
+              const value = request.headers[name];
+              return Array.isArray(value) ? value[0] : value;
+            },
+            decode: () =>
+              readRequest({
+                params: request.params as Record<string, string>,
+                query: request.query as Record<string, string | string[] | undefined>,
+                body: request.body,
               }),
-            );
-            // Stringified here, with the type Fastify would set, so Fastify
-            // sends the string as it is instead of inspecting and serializing.
-            const json = restJsonFromResponse(rpc.method.output, route, output);
-            reply.code(status);
-            if (json === undefined) return reply.send();
-            return reply.type(jsonContentType).send(json);
-          } catch (error) {
-            const connectError = toConnectError(error, name, deps.log);
-            return reply
-              .code(httpStatusByCode[connectError.code])
-              .send(restErrorBody(connectError));
-          }
+            context: new CallContext(rpc.method, "rest", request.method, request.url, () =>
+              headersOf(request.headers),
+            ),
+          });
+          // Stringified here, with the type Fastify would set, so Fastify
+          // sends the string as it is instead of inspecting and serializing.
+          const json = restJsonFromResponse(rpc.method.output, route, output);
+          reply.code(status);
+          if (json === undefined) return reply.send();
+          return reply.type(jsonContentType).send(json);
         },
       });
     }
   });
   return registered;
+}
+
+function headersOf(raw: Record<string, string | string[] | undefined>): Headers {
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(raw)) {
+    if (value === undefined) continue;
+    for (const item of Array.isArray(value) ? value : [value]) headers.append(name, item);
+  }
+  return headers;
 }

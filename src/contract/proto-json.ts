@@ -1,0 +1,87 @@
+import type { DescEnum, DescField, DescMessage } from "@bufbuild/protobuf";
+import { FieldError } from "./plain-codec.js";
+
+/**
+ * Checks a request in protobuf's canonical JSON (the Connect protocol's JSON
+ * codec) before it is decoded: every key must name a field and every enum
+ * value must be one of the enum's, or the call is refused naming the field,
+ * with the words REST uses for the same mistake. (The decoder itself would
+ * refuse them too, but without naming the field of an enum.)
+ */
+export function checkProtoJson(schema: DescMessage, json: unknown): void {
+  checkMessage(schema, json, "");
+}
+
+function checkMessage(schema: DescMessage, json: unknown, path: string): void {
+  if (typeof json !== "object" || json === null || Array.isArray(json)) return;
+  const fields = fieldsByKey(schema);
+  for (const [key, value] of Object.entries(json)) {
+    const field = fields.get(key);
+    if (!field) throw new FieldError(join(path, key), "is not a known field");
+    if (value === null) continue;
+    checkValue(field, value, join(path, field.jsonName));
+  }
+}
+
+function checkValue(field: DescField, value: unknown, path: string): void {
+  switch (field.fieldKind) {
+    case "enum":
+      checkEnum(field.enum, value, path);
+      return;
+    case "message":
+      checkNested(field.message, value, path);
+      return;
+    case "list":
+      if (!Array.isArray(value)) return;
+      value.forEach((item, index) => {
+        if (field.listKind === "enum") checkEnum(field.enum, item, `${path}[${index}]`);
+        if (field.listKind === "message") checkNested(field.message, item, `${path}[${index}]`);
+      });
+      return;
+    case "map":
+      if (typeof value !== "object" || value === null) return;
+      for (const [key, item] of Object.entries(value)) {
+        if (field.mapKind === "enum") checkEnum(field.enum, item, `${path}.${key}`);
+        if (field.mapKind === "message") checkNested(field.message, item, `${path}.${key}`);
+      }
+      return;
+    default:
+      return;
+  }
+}
+
+// Well-known types have JSON forms of their own (a Struct is any object).
+function checkNested(schema: DescMessage, value: unknown, path: string): void {
+  if (!schema.typeName.startsWith("google.protobuf.")) checkMessage(schema, value, path);
+}
+
+function checkEnum(schema: DescEnum, value: unknown, path: string): void {
+  if (schema.typeName === "google.protobuf.NullValue") return;
+  const known =
+    typeof value === "string"
+      ? schema.values.some((entry) => entry.name === value)
+      : typeof value === "number" && schema.values.some((entry) => entry.number === value);
+  if (known) return;
+  const words = schema.values.filter((entry) => entry.number !== 0).map((entry) => entry.name);
+  throw new FieldError(path, `must be one of: ${words.join(", ")}`);
+}
+
+const keysBySchema = new WeakMap<DescMessage, Map<string, DescField>>();
+
+/** A message's fields by JSON name and by proto name, as the decoder accepts them. */
+function fieldsByKey(schema: DescMessage): Map<string, DescField> {
+  let fields = keysBySchema.get(schema);
+  if (!fields) {
+    fields = new Map();
+    for (const field of schema.fields) {
+      fields.set(field.jsonName, field);
+      fields.set(field.name, field);
+    }
+    keysBySchema.set(schema, fields);
+  }
+  return fields;
+}
+
+function join(path: string, key: string): string {
+  return path ? `${path}.${key}` : key;
+}

@@ -1,0 +1,18 @@
+/** `production` or `test`: the REST words of `referral.v1.Environment`. */
+export type EnvironmentName = "production" | "test";
+
+/** The REST words of `referral.v1.ApiKeyKind`. */
+export type ApiKeyKindName = "public" | "secret";
+
+/**
+ * The owner of tenant data: an application of an organization. Every
+ * tenant read and write is confined to `applicationId`; `organizationId`
+ * is stamped on what is created.
+ */
+export interface Tenant {
+  readonly organizationId: string;
+  readonly applicationId: string;
+}
+
+/** A source of the current time, injectable for tests. */
+export type Clock = () => Date;

@@ -1,0 +1,133 @@
+import type { Tenant } from "../domain/tenancy.js";
+import {
+  findCampaign,
+  findCampaigns,
+  findCampaignsByIds,
+  findDefaultCampaign,
+} from "./campaigns.js";
+import { insertCheckpoint } from "./checkpoints.js";
+import type { Collections } from "./collection.js";
+import { customerMessages } from "./customer-records.js";
+import {
+  findCustomer,
+  findCustomerByExternalId,
+  findCustomerByReferralCode,
+  findCustomers,
+  upsertCustomer,
+} from "./customers.js";
+import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
+import {
+  countReferralsAttributedSince,
+  findPendingReferralsOfReferee,
+  findReferral,
+  findReferralOfReferee,
+  findReferrals,
+  insertReferral,
+  isMailboxAlreadyReferred,
+  reattributeReferral,
+  transitionReferral,
+} from "./referrals.js";
+import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
+
+/** A repository function with the collections and the tenant already given. */
+type Bound<F> = F extends (db: Collections, tenant: Tenant, ...rest: infer A) => infer R
+  ? (...rest: A) => R
+  : never;
+
+/**
+ * One application's data: every repository a service may use, bound to the
+ * caller's tenant, so a query that forgets the tenant cannot be written.
+ * Services get it from the call (`callerOf(context).store`); the system
+ * paths use `store.system` instead.
+ */
+export interface TenantStore {
+  readonly tenant: Tenant;
+  readonly customers: {
+    readonly identify: Bound<typeof upsertCustomer>;
+    readonly find: Bound<typeof findCustomer>;
+    readonly findByExternalId: Bound<typeof findCustomerByExternalId>;
+    readonly findByReferralCode: Bound<typeof findCustomerByReferralCode>;
+    readonly findMany: Bound<typeof findCustomers>;
+    /** The API's view of customers: stored fields and referral facts. */
+    readonly messages: Bound<typeof customerMessages>;
+  };
+  readonly referrals: {
+    readonly find: Bound<typeof findReferral>;
+    readonly findOfReferee: Bound<typeof findReferralOfReferee>;
+    readonly findPendingOfReferee: Bound<typeof findPendingReferralsOfReferee>;
+    readonly findMany: Bound<typeof findReferrals>;
+    readonly countAttributedSince: Bound<typeof countReferralsAttributedSince>;
+    readonly isMailboxAlreadyReferred: Bound<typeof isMailboxAlreadyReferred>;
+    readonly insert: Bound<typeof insertReferral>;
+    readonly reattribute: Bound<typeof reattributeReferral>;
+    readonly transition: Bound<typeof transitionReferral>;
+  };
+  readonly checkpoints: {
+    readonly insert: Bound<typeof insertCheckpoint>;
+  };
+  readonly campaigns: {
+    readonly find: Bound<typeof findCampaign>;
+    readonly findDefault: Bound<typeof findDefaultCampaign>;
+    readonly findMany: Bound<typeof findCampaigns>;
+    readonly findByIds: Bound<typeof findCampaignsByIds>;
+  };
+  readonly webhooks: {
+    readonly find: Bound<typeof findWebhook>;
+    readonly findMany: Bound<typeof findWebhooks>;
+    readonly insert: Bound<typeof insertWebhook>;
+    readonly update: Bound<typeof updateWebhook>;
+  };
+  readonly deliveries: {
+    readonly find: Bound<typeof findDelivery>;
+    readonly findMany: Bound<typeof findDeliveries>;
+    readonly requeue: Bound<typeof requeueDelivery>;
+  };
+}
+
+/** The repositories of one tenant over the collections. */
+export function createTenantStore(db: Collections, tenant: Tenant): TenantStore {
+  // biome-ignore lint/suspicious/noExplicitAny: binding is checked by the Bound types above.
+  const bind = <F extends (db: Collections, tenant: Tenant, ...rest: any[]) => unknown>(
+    repository: F,
+  ) => ((...rest: unknown[]) => repository(db, tenant, ...rest)) as Bound<F>;
+  return {
+    tenant,
+    customers: {
+      identify: bind(upsertCustomer),
+      find: bind(findCustomer),
+      findByExternalId: bind(findCustomerByExternalId),
+      findByReferralCode: bind(findCustomerByReferralCode),
+      findMany: bind(findCustomers),
+      messages: bind(customerMessages),
+    },
+    referrals: {
+      find: bind(findReferral),
+      findOfReferee: bind(findReferralOfReferee),
+      findPendingOfReferee: bind(findPendingReferralsOfReferee),
+      findMany: bind(findReferrals),
+      countAttributedSince: bind(countReferralsAttributedSince),
+      isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),
+      insert: bind(insertReferral),
+      reattribute: bind(reattributeReferral),
+      transition: bind(transitionReferral),
+    },
+    checkpoints: { insert: bind(insertCheckpoint) },
+    campaigns: {
+      find: bind(findCampaign),
+      findDefault: bind(findDefaultCampaign),
+      findMany: bind(findCampaigns),
+      findByIds: bind(findCampaignsByIds),
+    },
+    webhooks: {
+      find: bind(findWebhook),
+      findMany: bind(findWebhooks),
+      insert: bind(insertWebhook),
+      update: bind(updateWebhook),
+    },
+    deliveries: {
+      find: bind(findDelivery),
+      findMany: bind(findDeliveries),
+      requeue: bind(requeueDelivery),
+    },
+  };
+}
