@@ -1,7 +1,15 @@
-import type { DescMethod } from "@bufbuild/protobuf";
-import { Code, ConnectError } from "@connectrpc/connect";
+import {
+  type DescMethod,
+  fromJson,
+  type JsonObject,
+  type Message,
+  type MessageInitShape,
+  toJson,
+} from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
+import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { fromPlain, toPlain } from "../../src/contract/plain-codec.js";
-import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
+import { type HttpRoute, httpRouteOf } from "../../src/transport/rest/http-rules.js";
 import { connectClient, grpcCall, type Json, rest, type TestServer } from "./server.js";
 
 /** The protocols a rule is checked on. */
@@ -9,6 +17,18 @@ export type Protocol = "rest" | "grpc" | "connect";
 
 /** Every protocol, for tests that run once per protocol. */
 export const protocols: readonly Protocol[] = ["rest", "grpc", "connect"];
+
+/** Every protocol the port serves: the three above, Connect binary and gRPC-Web. */
+export type WireProtocol = Protocol | "connect-binary" | "grpc-web";
+
+/** Every protocol the port serves, for parity tests. */
+export const wireProtocols: readonly WireProtocol[] = [
+  "rest",
+  "grpc",
+  "connect",
+  "connect-binary",
+  "grpc-web",
+];
 
 /**
  * What a call returned, the same way on every protocol: the REST JSON of the
@@ -20,54 +40,155 @@ export type Outcome = { ok: true; body: Json } | { ok: false; code: string; mess
 /**
  * Calls an RPC over a protocol with a request written as REST JSON. REST
  * takes the path, query and body from the method's `google.api.http` rule;
- * gRPC and Connect send the same request as a message.
+ * the other protocols send the same request as a message. Without `key` the
+ * call carries no credential.
  */
 export async function call(
   server: TestServer,
-  protocol: Protocol,
+  protocol: WireProtocol,
   method: DescMethod,
   request: Record<string, unknown>,
-  key: string,
+  key?: string,
 ): Promise<Outcome> {
-  const route = httpRouteOf(method);
-  if (!route) throw new Error(`${method.name} has no REST route`);
-  const unwrap = (body: Json) => (route.responseBody ? body[route.responseBody.jsonName] : body);
-  if (protocol === "rest") {
-    const remaining = { ...request };
-    const path = route.template.replace(/\{([^}=]+)\}/g, (_match, name: string) => {
-      const field = route.pathFields.find((f) => f.name === name);
-      const value = remaining[field?.jsonName ?? name];
-      delete remaining[field?.jsonName ?? name];
-      return encodeURIComponent(String(value));
-    });
-    const hasBody = route.body !== "";
-    const query = hasBody ? "" : `?${new URLSearchParams(remaining as Record<string, string>)}`;
-    const response = await rest(server, route.verb, `${path}${query === "?" ? "" : query}`, {
-      key,
-      body: hasBody ? remaining : undefined,
-    });
-    if (response.status < 300) return { ok: true, body: response.body };
-    return { ok: false, code: response.body.code, message: response.body.message };
-  }
-  const message = fromPlain(method.input, request);
+  if (protocol === "rest") return callRest(server, routeOf(method), request, key);
+  return callMessage(server, protocol, method, fromPlain(method.input, request), key);
+}
+
+/**
+ * Calls an RPC over a protocol other than REST with a request message, for
+ * values REST JSON cannot write (an enum number the contract lacks).
+ */
+export async function callMessage<M extends DescMethod>(
+  server: TestServer,
+  protocol: Exclude<WireProtocol, "rest">,
+  method: M,
+  request: MessageInitShape<M["input"]>,
+  key?: string,
+): Promise<Outcome> {
+  const unwrap = unwrapperOf(routeOf(method));
   if (protocol === "grpc") {
-    const outcome = await grpcCall(server, method, message, key);
+    const outcome = await grpcCall(server, method, request, key);
     if (!outcome.ok) return { ok: false, code: codeWord(outcome.code), message: outcome.details };
     return { ok: true, body: unwrap(toPlain(method.output, outcome.message)) };
   }
-  const client = connectClient(server, method.parent, { key }) as unknown as Record<
-    string,
-    (input: unknown) => Promise<never>
-  >;
+  const client = (protocol === "grpc-web"
+    ? createClient(method.parent, grpcWebTransport(server, key))
+    : connectClient(server, method.parent, {
+        key,
+        binary: protocol === "connect-binary",
+      })) as unknown as Record<string, (input: unknown) => Promise<Message>>;
   try {
-    const response = await (client[method.localName] as (input: unknown) => Promise<never>)(
-      message,
+    const response = await (client[method.localName] as (input: unknown) => Promise<Message>)(
+      request,
     );
     return { ok: true, body: unwrap(toPlain(method.output, response)) };
   } catch (error) {
     const connectError = ConnectError.from(error);
     return { ok: false, code: codeWord(connectError.code), message: connectError.rawMessage };
   }
+}
+
+/**
+ * Calls an RPC over a JSON protocol with fields no typed client can send:
+ * `extra` (an unknown field, an enum word the contract lacks) is added as
+ * given to the request, REST JSON on REST, the Connect (proto3) JSON of
+ * `request` on Connect, POSTed with fetch as the Connect protocol does.
+ */
+export async function callJson(
+  server: TestServer,
+  protocol: "rest" | "connect",
+  method: DescMethod,
+  request: Record<string, unknown>,
+  extra: Record<string, unknown>,
+  key?: string,
+): Promise<Outcome> {
+  const route = routeOf(method);
+  if (protocol === "rest") return callRest(server, route, { ...request, ...extra }, key);
+  const body = {
+    ...(toJson(method.input, fromPlain(method.input, request)) as JsonObject),
+    ...extra,
+  };
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (key !== undefined) headers.authorization = key;
+  const response = await fetch(`${server.baseUrl}/${method.parent.typeName}/${method.name}`, {
+    method: "POST",
+    headers,
+    body: JSON.stringify(body),
+  });
+  const json = (await response.json()) as Json;
+  if (!response.ok) return { ok: false, code: json.code, message: json.message };
+  return {
+    ok: true,
+    body: unwrapperOf(route)(toPlain(method.output, fromJson(method.output, json))),
+  };
+}
+
+/** The REST call of a request: path variables, then the body or the query, per the route. */
+async function callRest(
+  server: TestServer,
+  route: HttpRoute,
+  request: Record<string, unknown>,
+  key: string | undefined,
+): Promise<Outcome> {
+  const remaining = { ...request };
+  const path = route.template.replace(/\{([^}=]+)\}/g, (_match, name: string) => {
+    const field = route.pathFields.find((f) => f.name === name);
+    const value = remaining[field?.jsonName ?? name];
+    delete remaining[field?.jsonName ?? name];
+    return encodeURIComponent(String(value));
+  });
+  let body: unknown;
+  if (route.body === "*") {
+    body = { ...remaining };
+    for (const name of Object.keys(remaining)) delete remaining[name];
+  } else if (route.body !== "") {
+    // The body is one field (a campaign); the other fields go in the query.
+    const name = Object.keys(remaining).find((k) => snakeCase(k) === snakeCase(route.body));
+    if (name !== undefined) {
+      body = remaining[name];
+      delete remaining[name];
+    }
+  }
+  const query = new URLSearchParams();
+  for (const [name, value] of Object.entries(remaining)) {
+    for (const item of Array.isArray(value) ? value : [value]) query.append(name, String(item));
+  }
+  const search = query.size > 0 ? `?${query}` : "";
+  const response = await rest(server, route.verb, `${path}${search}`, { key, body });
+  if (response.status < 300) return { ok: true, body: response.body };
+  return { ok: false, code: response.body.code, message: response.body.message };
+}
+
+function snakeCase(name: string): string {
+  return name.replace(/[A-Z]/g, (letter) => `_${letter.toLowerCase()}`);
+}
+
+function routeOf(method: DescMethod): HttpRoute {
+  const route = httpRouteOf(method);
+  if (!route) throw new Error(`${method.name} has no REST route`);
+  return route;
+}
+
+/** Takes the REST `response_body` field out of a response, where the route has one. */
+function unwrapperOf(route: HttpRoute): (body: Json) => Json {
+  return (body) => (route.responseBody ? body[route.responseBody.jsonName] : body);
+}
+
+/** A gRPC-Web transport over HTTP/1.1 that sends `key`, when given. */
+function grpcWebTransport(server: TestServer, key: string | undefined): Transport {
+  return createGrpcWebTransport({
+    baseUrl: server.baseUrl,
+    httpVersion: "1.1",
+    interceptors:
+      key === undefined
+        ? []
+        : [
+            (next) => (request) => {
+              request.header.set("authorization", key);
+              return next(request);
+            },
+          ],
+  });
 }
 
 /** `Code.FailedPrecondition` as REST spells it: `failed_precondition`. */
