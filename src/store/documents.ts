@@ -13,11 +13,8 @@ import type { WebhookEventType } from "../domain/webhook-events.js";
 export interface OrganizationDoc {
   /** Public id, prefix `org_`. */
   _id: string;
-  /** Display name. */
   name: string;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
 }
 
@@ -25,13 +22,9 @@ export interface OrganizationDoc {
 export interface ApplicationDoc {
   /** Public id, prefix `app_`. */
   _id: string;
-  /** Display name. */
   name: string;
-  /** The owning organization. */
   organizationId: string;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
 }
 
@@ -39,21 +32,15 @@ export interface ApplicationDoc {
 export interface ApiKeyDoc {
   /** Public id, prefix `key_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The application the key acts for. */
   applicationId: string;
-  /** What the key may do. */
   kind: ApiKeyKindName;
   /** SHA-256 of the key, hex; unique. Keys are 256-bit random, so a fast hash is enough. */
   hash: string;
   /** The first characters of the key, to recognise it. */
   prefix: string;
-  /** A note for humans. */
   name: string | null;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
   /** When revoked; null while valid. */
   revokedAt: Date | null;
@@ -63,33 +50,25 @@ export interface ApiKeyDoc {
 export interface CustomerDoc {
   /** Public id, prefix `cus_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The owning application. */
   applicationId: string;
-  /** The customer's environment. */
   environment: EnvironmentName;
   /** The id in the application's own system; unique per application and environment. */
   externalUserId: string;
-  /** The email as given. */
   email: string | null;
   /** The email lowercased and trimmed, for case-insensitive lookup. */
   emailNormalized: string | null;
   /** The mailbox the email reaches (see `canonicalEmail`), for the fraud rules. */
   emailCanonical: string | null;
-  /** The name. */
   name: string;
   /** The code the customer shares; unique per application and environment. */
   referralCode: string;
-  /** Free-form data. */
   customProperties: Record<string, unknown>;
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
   /** Deletion time; null while the customer exists. */
   deletedAt: Date | null;
@@ -97,9 +76,7 @@ export interface CustomerDoc {
 
 /** One reason a referral was flagged. */
 export interface SuspectedFraudDoc {
-  /** Rule name. */
   type: FraudRuleName;
-  /** Explanation. */
   message: string;
 }
 
@@ -107,7 +84,6 @@ export interface SuspectedFraudDoc {
 export interface StatusChangeDoc {
   /** The status before; null for the entry written at creation. */
   fromStatus: ReferralStatusName | null;
-  /** The status after. */
   toStatus: ReferralStatusName;
   /** What made the change. */
   cause: StatusChangeCauseName;
@@ -115,7 +91,6 @@ export interface StatusChangeDoc {
   actorId: string;
   /** The reviewer's reason or the rules that fired; null for none. */
   reason: string | null;
-  /** When. */
   changedAt: Date;
 }
 
@@ -123,19 +98,13 @@ export interface StatusChangeDoc {
 export interface ReferralDoc {
   /** Public id, prefix `ref_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The owning application. */
   applicationId: string;
-  /** The campaign's environment. */
   environment: EnvironmentName;
-  /** The campaign. */
   campaignId: string;
   /** The customer whose code was used. */
   referrerId: string;
-  /** The referred customer; unique per campaign. */
   refereeId: string;
-  /** Lifecycle status. */
   status: ReferralStatusName;
   /** Why the referral was flagged. */
   suspectedFrauds: SuspectedFraudDoc[];
@@ -147,9 +116,7 @@ export interface ReferralDoc {
   outboxPending?: true;
   /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
   attributedAt: Date;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
   /** Deletion time; null while the referral exists. */
   deletedAt: Date | null;
@@ -159,23 +126,17 @@ export interface ReferralDoc {
 export interface CheckpointDoc {
   /** Public id, prefix `chk_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The owning application. */
   applicationId: string;
-  /** The customer's environment. */
   environment: EnvironmentName;
-  /** The customer. */
   customerId: string;
   /** The customer's external user id, as sent. */
   externalUserId: string;
-  /** The checkpoint's name. */
   name: string;
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
-  /** When it was ingested. */
   createdAt: Date;
 }
 
@@ -187,13 +148,9 @@ export interface CheckpointDoc {
 export interface CampaignDoc {
   /** Public id, prefix `cmp_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The owning application. */
   applicationId: string;
-  /** The campaign's environment. */
   environment: EnvironmentName;
-  /** Accepts referrals. */
   isLive: boolean;
   /** The environment's default campaign. */
   isDefault: boolean;
@@ -201,9 +158,7 @@ export interface CampaignDoc {
   manualRewardTrigger?: string | null;
   /** The proposed reward trigger (a checkpoint name). */
   proposedRewardTrigger?: string | null;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
   /** Deletion time; null while the campaign exists. */
   deletedAt: Date | null;
@@ -215,13 +170,9 @@ export interface CampaignDoc {
 export interface WebhookDoc {
   /** Public id, prefix `whk_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The owning application. */
   applicationId: string;
-  /** Delivery URL. */
   url: string;
-  /** A note for humans. */
   description: string | null;
   /** Event types delivered; empty for all. */
   eventTypes: string[];
@@ -237,9 +188,7 @@ export interface WebhookDoc {
   previousSecretExpiresAt: Date | null;
   /** Delivery health, shown as `health`. */
   health: WebhookHealthDoc;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
   /** Deletion time; null while the endpoint exists. */
   deletedAt: Date | null;
@@ -276,13 +225,10 @@ export interface OutboxEntryDoc {
 export interface EventDoc {
   /** The event id, prefix `evt_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The owning application. */
   applicationId: string;
   /** The environment of the resource. */
   environment: EnvironmentName;
-  /** The event type. */
   type: WebhookEventType;
   /** The JSON body sent: `{ type, timestamp, data }`. */
   payload: string;
@@ -305,9 +251,7 @@ export interface AttemptDoc {
 export interface DeliveryDoc {
   /** Public id, prefix `whd_`. */
   _id: string;
-  /** The owning organization. */
   organizationId: string;
-  /** The owning application. */
   applicationId: string;
   /** The endpoint. */
   webhookId: string;
@@ -327,8 +271,6 @@ export interface DeliveryDoc {
   leaseUntil: Date;
   /** The worker holding the lease. */
   leaseOwner: string | null;
-  /** Creation time. */
   createdAt: Date;
-  /** Last change. */
   updatedAt: Date;
 }
