@@ -9,6 +9,7 @@ import {
   CampaignSchema,
   CheckpointSchema,
   CustomerSchema,
+  type Referral,
   ReferralSchema,
   type Reward,
   RewardParty,
@@ -45,23 +46,36 @@ export function customerIdentified(customerId: string, at: Date): OutboxEntryDoc
   };
 }
 
+/**
+ * A referral as the API shows it, from the document a change leaves. Built
+ * once per change: its events carry it, and the response is the same message.
+ */
+export function referralView(after: ReferralDoc): Referral {
+  return messageFromDoc(ReferralSchema, after);
+}
+
 /** A new referral: `referral.created`, and `referral.flagged` when a rule fired. */
-export function referralCreated(after: ReferralDoc): OutboxEntryDoc[] {
+export function referralCreated(after: ReferralDoc, view: Referral): OutboxEntryDoc[] {
   const types: WebhookEventType[] = ["referral.created"];
   if (after.status === "flagged") types.push("referral.flagged");
-  return entries(types, after.updatedAt, referralData(after));
+  return entries(types, after.updatedAt, toPlain(ReferralSchema, view));
 }
 
 /** A re-attribution: `referral.updated`, and `referral.flagged` when it newly flags. */
-export function referralReattributed(before: ReferralDoc, after: ReferralDoc): OutboxEntryDoc[] {
+export function referralReattributed(
+  before: ReferralDoc,
+  after: ReferralDoc,
+  view: Referral,
+): OutboxEntryDoc[] {
   const types: WebhookEventType[] = ["referral.updated"];
   if (after.status === "flagged" && before.status !== "flagged") types.push("referral.flagged");
-  return entries(types, after.updatedAt, referralData(after));
+  return entries(types, after.updatedAt, toPlain(ReferralSchema, view));
 }
 
 /** A status change by review or conversion: the event of the new status. */
-export function referralStatusChanged(after: ReferralDoc): OutboxEntryDoc[] {
-  return entries([referralStatusEvent(after.status)], after.updatedAt, referralData(after));
+export function referralStatusChanged(after: ReferralDoc, view: Referral): OutboxEntryDoc[] {
+  const type = referralStatusEvent(after.status);
+  return entries([type], after.updatedAt, toPlain(ReferralSchema, view));
 }
 
 /** An ingested checkpoint: `checkpoint.ingested`. */
@@ -103,11 +117,6 @@ export async function eventOf(
     payload: JSON.stringify({ type, timestamp: entry.occurredAt.toISOString(), data: data ?? {} }),
     createdAt: entry.occurredAt,
   };
-}
-
-/** The referral's REST JSON, with its environment, as events carry it. */
-function referralData(referral: ReferralDoc): Record<string, unknown> {
-  return toPlain(ReferralSchema, messageFromDoc(ReferralSchema, referral));
 }
 
 function entries(

@@ -1,3 +1,4 @@
+import type { Referral } from "../../gen/referral/v1/resources_pb.js";
 import { decideAttribution, statusFromRules } from "../domain/attribution.js";
 import { convertsOnTrigger, rewardTriggerOf } from "../domain/conversion.js";
 import {
@@ -8,7 +9,12 @@ import {
 } from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
 import type { Clock } from "../domain/tenancy.js";
-import { referralCreated, referralReattributed, referralStatusChanged } from "../events/events.js";
+import {
+  referralCreated,
+  referralReattributed,
+  referralStatusChanged,
+  referralView,
+} from "../events/events.js";
 import type {
   CampaignDoc,
   CheckpointDoc,
@@ -29,6 +35,12 @@ export interface LifecycleDeps {
   readonly notifyWebhooks: () => void;
 }
 
+/** A referral as a call leaves it, and as the API shows it (built once, see `referralView`). */
+export interface ReferralOutcome {
+  readonly doc: ReferralDoc;
+  readonly view: Referral;
+}
+
 // Each attempt reads the referral, decides, and writes only if nothing
 // changed in between; a lost race re-reads and decides again. Races end
 // quickly (a referral has one winner), so a few attempts always suffice.
@@ -46,7 +58,7 @@ export async function attributeReferral(
   campaign: CampaignDoc,
   referrer: CustomerDoc,
   referee: CustomerDoc,
-): Promise<ReferralDoc> {
+): Promise<ReferralOutcome> {
   const { store, tenant } = caller;
   const parties = {
     environment: campaign.environment,
@@ -57,7 +69,9 @@ export async function attributeReferral(
   let existing = await store.referrals.findOfReferee(parties);
   for (let attempt = 1; attempt <= writeAttempts; attempt++) {
     const decision = decideAttribution(existing, referrer._id);
-    if (decision.kind === "unchanged" && existing) return existing;
+    if (decision.kind === "unchanged" && existing) {
+      return { doc: existing, view: referralView(existing) };
+    }
     if (decision.kind === "refuse") throw failedPrecondition(decision.reason);
     const now = deps.clock();
     const frauds = await judge(deps, store, referrer, referee, now);
@@ -65,8 +79,9 @@ export async function attributeReferral(
       const status = statusFromRules(frauds);
       const change = statusChange(null, status, "created", caller.keyId, now, rulesReason(frauds));
       const fresh = newReferral(tenant, parties, { status, suspectedFrauds: frauds }, change);
-      const { doc, created } = await store.referrals.insert(fresh, referralCreated(fresh));
-      if (created) return doc;
+      const view = referralView(fresh);
+      const { doc, created } = await store.referrals.insert(fresh, referralCreated(fresh, view));
+      if (created) return { doc, view };
       existing = doc;
       continue;
     }
@@ -85,14 +100,15 @@ export async function attributeReferral(
     );
     const ruled = { status, suspectedFrauds: frauds };
     const after = reattributed(current, referrer._id, ruled, change);
+    const view = referralView(after);
     const moved = await store.referrals.reattribute(
       current,
       referrer._id,
       ruled,
       change,
-      referralReattributed(current, after),
+      referralReattributed(current, after, view),
     );
-    if (moved) return moved;
+    if (moved) return { doc: moved, view };
     existing = await store.referrals.findOfReferee(parties);
   }
   throw new Error(`referral of ${referee._id} kept changing during ${writeAttempts} attempts`);
@@ -139,7 +155,7 @@ export async function reviewReferral(
   id: string,
   to: ReferralStatusName,
   reason: string | undefined,
-): Promise<ReferralDoc> {
+): Promise<ReferralOutcome> {
   const { store } = caller;
   for (let attempt = 1; attempt <= writeAttempts; attempt++) {
     const current = await store.referrals.find(id);
@@ -149,8 +165,10 @@ export async function reviewReferral(
     }
     const change = statusChange(current.status, to, "review", caller.keyId, deps.clock(), reason);
     const after = transitioned(current, change);
-    const moved = await store.referrals.transition(current, change, referralStatusChanged(after));
-    if (moved) return moved;
+    const view = referralView(after);
+    const events = referralStatusChanged(after, view);
+    const moved = await store.referrals.transition(current, change, events);
+    if (moved) return { doc: moved, view };
   }
   throw new Error(`referral ${id} kept changing during ${writeAttempts} attempts`);
 }
@@ -191,7 +209,7 @@ export async function convertReferrals(
       const moved = await store.referrals.transition(
         referral,
         change,
-        referralStatusChanged(after),
+        referralStatusChanged(after, referralView(after)),
       );
       if (moved) {
         accepted.push(moved);

@@ -46,10 +46,10 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       if (!referrer) throw notFound(`referral code ${referralCode}`);
       const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
       if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
-      const doc = await attributeReferral(deps, caller, campaign, referrer, referee);
+      const { view } = await attributeReferral(deps, caller, campaign, referrer, referee);
       deps.notifyWebhooks();
       // The specification's create response has no environment field.
-      return { referral: messageFromDoc(ReferralSchema, doc, { environment: null }) };
+      return { referral: { ...view, environment: undefined } };
     },
 
     async updateReferralStatus(request, context) {
@@ -58,9 +58,9 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       const status = enumWord<ReferralStatusName>(ReferralStatusSchema, request.status, "status");
       if (!status) throw invalidArgument("status", "is required");
       const reason = optionalText(request.reason, "reason", limits.note);
-      const doc = await reviewReferral(deps, caller, id, status, reason);
+      const { view } = await reviewReferral(deps, caller, id, status, reason);
       deps.notifyWebhooks();
-      return { referral: messageFromDoc(ReferralSchema, doc) };
+      return { referral: view };
     },
 
     async listReferrals(request, context) {
