@@ -58,7 +58,10 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     const allowed = allowedVerbs(restRoutes, path);
     if (allowed.length > 0) {
       reply.header("allow", allowed.join(", "));
-      throw httpError(405, `${request.method} is not allowed on ${path}; use ${allowed.join(" or ")}`);
+      throw httpError(
+        405,
+        `${request.method} is not allowed on ${path}; use ${allowed.join(" or ")}`,
+      );
     }
     throw httpError(404, `no route for ${request.method} ${path}`);
   });
