@@ -526,8 +526,14 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const params = [...where.params];
     let sql = `SELECT id, json(doc) AS doc, json(side) AS side FROM "${this.name}" WHERE ${where.sql}${compileSort(options.sort)}`;
     if (options.limit || options.skip) {
-      sql += " LIMIT ? OFFSET ?";
-      params.push(options.limit || -1, options.skip ?? 0);
+      // The limit is written into the statement: bound as a parameter, it
+      // doubles the cost of a lookup by id (measured: 9 µs against 4.6).
+      // Lists use a handful of page sizes, so statements stay few.
+      sql += ` LIMIT ${sqlLimit(options.limit)}`;
+      if (options.skip) {
+        sql += " OFFSET ?";
+        params.push(options.skip);
+      }
     }
     return { sql, params };
   }
@@ -691,4 +697,9 @@ function translateConstraintErrors(write: () => void): void {
     }
     throw error;
   }
+}
+
+/** A limit as SQL: a positive integer, or -1 (none). */
+function sqlLimit(limit: number | undefined): number {
+  return limit !== undefined && Number.isSafeInteger(limit) && limit > 0 ? limit : -1;
 }
