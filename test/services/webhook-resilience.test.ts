@@ -5,6 +5,7 @@ import test from "ava";
 import { Webhook } from "standardwebhooks";
 import { sendWebhook } from "../../src/delivery/sender.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
+import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
 
 /**
@@ -108,8 +109,17 @@ test.serial("an endpoint failing continuously is disabled, and its health says w
     t.true(endpoint.health.consecutiveFailures >= 2);
 
     const attemptsWhenDisabled = at("/failing").length;
-    await identify(server, "wh-failing-later");
-    await new Promise((resolve) => setTimeout(resolve, 400));
+    const [firstDelivery, ...others] = await deliveriesOf(server, webhook.id);
+    t.is(others.length, 0, "one event queued while the endpoint was enabled");
+    const later = await identify(server, "wh-failing-later");
+    t.is(later.status, 201);
+    // From here on, every delivery of the later customer.created event is queued.
+    await waitForRelay(server, "customers", later.body.id);
+    t.deepEqual(
+      (await deliveriesOf(server, webhook.id)).map((delivery) => delivery._id),
+      [firstDelivery?._id],
+      "nothing queued for a disabled endpoint",
+    );
     t.is(at("/failing").length, attemptsWhenDisabled, "a disabled endpoint receives nothing");
 
     const enabled = await rest(server, "PATCH", `/webhooks/${webhook.id}`, {

@@ -4,6 +4,7 @@ import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import { webhookEventTypes } from "../../src/domain/webhook-events.js";
 import { call, protocols } from "../helpers/callers.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
+import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
 
 /**
@@ -227,15 +228,20 @@ test.serial("an exhausted schedule fails the delivery; redelivery sends it again
 test.serial(
   "disabled and deleted endpoints receive nothing; filters by type and environment hold",
   async (t) => {
-    await createEndpoint("/live", { eventTypes: ["customer.created"] });
-    await createEndpoint("/paused", { eventTypes: ["customer.created"], enabled: false });
+    const live = await createEndpoint("/live", { eventTypes: ["customer.created"] });
+    const paused = await createEndpoint("/paused", {
+      eventTypes: ["customer.created"],
+      enabled: false,
+    });
     const deleted = await createEndpoint("/deleted", { eventTypes: ["customer.created"] });
     t.is(
       (await rest(server, "DELETE", `/webhooks/${deleted.webhook.id}`, { key: keys.secret }))
         .status,
       200,
     );
-    await createEndpoint("/referrals-only", { eventTypes: ["referral.created"] });
+    const referralsOnly = await createEndpoint("/referrals-only", {
+      eventTypes: ["referral.created"],
+    });
     // Production endpoints need https; its deliveries to this http receiver would fail, but
     // the point is which events are queued for it at all.
     const production = await createEndpoint("/production", {
@@ -245,26 +251,40 @@ test.serial(
     });
 
     const testCustomer = await identify("wh-routing");
-    await post("/customers/identify", { externalUserId: "wh-routing-prod", name: "P" });
-    await receiver.waitFor(() => at("/live").length >= 1);
-    const productionDeliveries = async () =>
-      (
-        await rest(server, "GET", `/webhooks/${production.webhook.id}/deliveries`, {
-          key: keys.secret,
-        })
-      ).body;
-    for (let i = 0; i < 100 && (await productionDeliveries()).total === 0; i++) {
-      await new Promise((r) => setTimeout(r, 20));
-    }
-    await new Promise((r) => setTimeout(r, 300));
+    const productionCustomer = (
+      await post("/customers/identify", { externalUserId: "wh-routing-prod", name: "P" })
+    ).body;
+    // From here on, every delivery of both customer.created events is queued.
+    await waitForRelay(server, "customers", testCustomer.id);
+    await waitForRelay(server, "customers", productionCustomer.id);
 
+    for (const [path, endpoint] of [
+      ["/paused", paused],
+      ["/deleted", deleted],
+      ["/referrals-only", referralsOnly],
+    ] as const) {
+      t.deepEqual(
+        await deliveriesOf(server, endpoint.webhook.id),
+        [],
+        `nothing queued for ${path}`,
+      );
+      t.is(at(path).length, 0, `nothing received at ${path}`);
+    }
+
+    const queued = await deliveriesOf(server, production.webhook.id);
+    t.is(queued.length, 1, "only the production customer's event");
+    const productionEvent = await server.app.store.system.events.findOne({
+      _id: queued[0]?.eventId,
+    });
+    t.like(productionEvent, { environment: "production", type: "customer.created" });
+    t.is(JSON.parse(productionEvent?.payload ?? "{}").data.id, productionCustomer.id);
+
+    const [liveDelivery, ...moreLive] = await deliveriesOf(server, live.webhook.id);
+    t.is(moreLive.length, 0, "one event for the live endpoint");
+    t.like(liveDelivery, { eventType: "customer.created" });
+    await receiver.waitFor(() => at("/live").length >= 1);
     t.is(JSON.parse(at("/live")[0]?.body ?? "{}").data.id, testCustomer.id);
-    t.is(at("/paused").length, 0);
-    t.is(at("/deleted").length, 0);
-    t.is(at("/referrals-only").length, 0);
-    const queued = await productionDeliveries();
-    t.is(queued.total, 1, "only the production customer's event");
-    t.not(queued.data[0].eventId, at("/live")[0]?.headers["webhook-id"]);
+    t.is(at("/live")[0]?.headers["webhook-id"], liveDelivery?.eventId);
   },
 );
 
@@ -338,7 +358,7 @@ for (const protocol of protocols) {
     });
     t.is(webhook.secret, undefined);
 
-    const stored = await server.app.store.webhooks.findOne({ _id: webhook.id });
+    const stored = await server.app.store.system.webhooks.findOne({ _id: webhook.id });
     t.false(JSON.stringify(stored).includes(secret.slice(6)), "the secret is not stored in clear");
 
     const updated = await call(

@@ -470,9 +470,11 @@ for (const method of methods) {
   for (const field of enumFieldsOf(method)) {
     const word = `${method.name} with an unknown ${field.jsonName} word: refused by REST and Connect JSON, each in its words`;
     // A word no enum of the contract has.
-    const protoNames = field.enum.values.filter((v) => v.number !== 0).map((v) => v.name);
+    const values = field.enum?.values ?? [];
+    const protoNames = values.filter((v) => v.number !== 0).map((v) => v.name);
+    const restWords = field.enum ? enumWords(field.enum).words : [];
     refusedAlike(word, method, field.jsonName, json({ [field.jsonName]: "staging" }), {
-      rest: `${field.jsonName} must be one of: ${enumWords(field.enum).words.join(", ")}`,
+      rest: `${field.jsonName} must be one of: ${restWords.join(", ")}`,
       connect: `${field.jsonName} must be one of: ${protoNames.join(", ")}`,
     });
     const binary = (protocol: Exclude<WireProtocol, "rest">) => (request: Request) =>
