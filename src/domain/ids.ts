@@ -1,4 +1,19 @@
-import { randomBytes } from "node:crypto";
+import { randomFillSync } from "node:crypto";
+
+// Random bytes are drawn a page at a time: one call to the system's generator
+// per 512 ids instead of one per id (it was 4% of an identify's CPU).
+const pool = Buffer.alloc(4096);
+let used = pool.length;
+
+function randomHex(bytes: number): string {
+  if (used + bytes > pool.length) {
+    randomFillSync(pool);
+    used = 0;
+  }
+  const hex = pool.toString("hex", used, used + bytes);
+  used += bytes;
+  return hex;
+}
 
 /**
  * A new public id: the prefix, the creation time in base 36 (so ids sort
@@ -6,5 +21,5 @@ import { randomBytes } from "node:crypto";
  */
 export function newId(prefix: string, now: Date = new Date()): string {
   const time = now.getTime().toString(36).padStart(9, "0");
-  return `${prefix}_${time}${randomBytes(8).toString("hex")}`;
+  return `${prefix}_${time}${randomHex(8)}`;
 }

@@ -20,15 +20,23 @@ export function findOutboxHolders<T extends OutboxHolder>(
 }
 
 /**
- * Removes relayed events from their document's outbox, then clears the
- * pending flag only if the outbox is empty: an event pushed meanwhile keeps
- * the flag, so it is never stranded.
+ * Removes relayed events from their document's outbox and clears the
+ * pending flag once it is empty. Entries are only ever appended, so an
+ * outbox still as long as when it was read holds exactly the relayed
+ * entries: then one write empties it. Otherwise (an event was pushed
+ * meanwhile) the relayed ones are pulled and the flag stays, so the new
+ * event is never stranded.
  */
 export async function removeFromOutbox<T extends OutboxHolder>(
   collection: StoreCollection<T>,
   holderId: string,
   eventIds: readonly string[],
 ): Promise<void> {
+  const emptied = await collection.updateOne(
+    { _id: holderId, outbox: { $size: eventIds.length } } as never,
+    { $unset: { outbox: "", outboxPending: "" } } as never,
+  );
+  if (emptied.matchedCount === 1) return;
   await collection.updateOne(
     { _id: holderId } as never,
     {
