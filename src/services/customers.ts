@@ -5,6 +5,7 @@ import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import type { Clock } from "../domain/tenancy.js";
 import { customerIdentified } from "../events/events.js";
+import { newCustomerMessage } from "../store/customer-records.js";
 import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
 import {
@@ -42,7 +43,8 @@ export function createCustomersService(deps: {
         outbox: [customerIdentified(id, at)],
       });
       deps.notifyWebhooks();
-      const [customer] = await store.customers.messages([doc]);
+      const [customer] =
+        doc._id === id ? [newCustomerMessage(doc)] : await store.customers.messages([doc]);
       return { customer };
     },
 

@@ -7,6 +7,23 @@ import type { CustomerDoc } from "./documents.js";
 import { referralFactsOf } from "./referrals.js";
 
 /**
+ * A customer identify has just created, as the API shows it: a new customer
+ * has referred nobody and was referred by nobody yet, so no query is needed.
+ */
+export function newCustomerMessage(doc: CustomerDoc): Customer {
+  return messageFromDoc(CustomerSchema, doc, emptyReferralFields);
+}
+
+const emptyReferralFields = {
+  visitedReferralsCount: 0,
+  convertedReferralsCount: 0,
+  referredBy: null,
+  referredById: null,
+  referredByReferralId: null,
+  referredInCampaignId: null,
+};
+
+/**
  * Customers as the API shows them: stored fields plus the referral fields
  * derived from the referrals collection, for a whole page in a fixed number
  * of queries.
