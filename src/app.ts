@@ -1,27 +1,38 @@
+import { type DestinationStream, type Logger, pino } from "pino";
 import type { Config } from "./config.js";
 import { startWebhookRuntime, type WebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
 import type { Clock } from "./domain/tenancy.js";
-import { createAuthenticator } from "./services/authentication.js";
+import { type Authenticator, createAuthenticator } from "./services/authentication.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
+import { deliveryQueueOf } from "./store/deliveries.js";
+import { type RetentionSweep, startRetentionSweep } from "./store/retention.js";
 import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
 import { openStore, type Store } from "./store/store.js";
 import type { ErrorLogger } from "./transport/errors.js";
 import { createGrpcServer } from "./transport/grpc.js";
 import { buildHttpApp } from "./transport/http-app.js";
+import { idempotencyKeys } from "./transport/idempotency.js";
 import { interceptors } from "./transport/interceptors.js";
-import { createPipeline } from "./transport/pipeline.js";
+import { createMetrics } from "./transport/metrics.js";
+import { createPipeline, type Interceptor } from "./transport/pipeline.js";
+import { createRateLimits } from "./transport/rate-limit.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
 
 /** A built service: listen, then close. */
 export interface App {
   readonly store: Store;
-  /** Set on the first start of an empty store: the demo tenant and its keys. */
+  /** Set by `listen` on the first start of an empty store: the demo tenant and its keys. */
   readonly demo: ProvisionedDemo | undefined;
-  /** Starts listening; resolves with the bound port. */
+  /** Starts listening, then provisions the demo tenant on an empty store; resolves with the bound port. */
   listen(port: number, host: string): Promise<number>;
-  /** Stops serving and closes the store. */
+  /**
+   * Drains, then closes the store: health turns NOT_SERVING and `/readyz`
+   * 503, the port stops accepting, calls in flight and webhook attempts
+   * finish (up to SHUTDOWN_GRACE; attempts still running are released).
+   * Calling it again returns the same promise.
+   */
   close(): Promise<void>;
 }
 
@@ -31,17 +42,29 @@ export interface App {
  */
 export async function buildApp(
   config: Config,
-  options: { clock?: Clock; sendWebhook?: WebhookSender } = {},
+  options: {
+    clock?: Clock;
+    sendWebhook?: WebhookSender;
+    /** Where log lines go; stdout when unset (tests read them). */
+    logTo?: DestinationStream;
+    /**
+     * Test-only: interceptors run after the standard ones, next to the
+     * implementation (the drain tests hold calls in flight with one).
+     */
+    extraInterceptors?: readonly Interceptor[];
+  } = {},
 ): Promise<App> {
   const clock = options.clock ?? (() => new Date());
-  const store = await openStore(config.store);
+  const logger = pino({ level: config.logLevel }, options.logTo);
+  const metrics = createMetrics();
+  const store = await openStore(config.store, {
+    observe: metrics.observeStore,
+    eventRetentionMs: config.eventRetentionMs,
+  });
   let webhooks: WebhookRuntime | undefined;
+  let retention: RetentionSweep | undefined;
   try {
-    const demo = await provisionDemo(store, {
-      clock,
-      bootstrapSecretKey: config.bootstrapSecretKey,
-      bootstrapPublicKey: config.bootstrapPublicKey,
-    });
+    let draining = false;
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
     const secretBox = createSecretBox(webhookSecretKey(config));
     const transports = await buildTransports(
@@ -55,10 +78,11 @@ export async function buildApp(
         notifyWebhooks: () => webhooks?.notify(),
         onKeyRevoked: (hash) => authenticator.forget(hash),
       },
-      authenticator,
+      { authenticator, logger, metrics },
+      { isDraining: () => draining, extraInterceptors: options.extraInterceptors ?? [] },
     );
     if (store.imported) {
-      transports.http.log.info(
+      logger.info(
         { imported: store.imported.counts, files: store.imported.files },
         "imported the previous embedded engine's data; its files are kept, renamed",
       );
@@ -69,22 +93,60 @@ export async function buildApp(
       config: config.webhooks,
       secretBox,
       send: options.sendWebhook,
-      log: (error, message) => transports.http.log.error({ err: error }, message),
+      log: (error, message) => logger.error({ err: error }, message),
+      countDelivery: metrics.countDelivery,
     });
+    metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
     webhooks = runtime;
-    const server = createSharedPortServer(transports.grpc, transports.http);
+    // On MongoDB the TTL indexes remove expired events and deliveries.
+    if (store.engine === "embedded") {
+      retention = startRetentionSweep({
+        db: store.system,
+        clock,
+        retentionMs: config.eventRetentionMs,
+        log: (error, message) => logger.error({ err: error }, message),
+        report: (removed) => logger.info({ removed }, "removed expired events and deliveries"),
+      });
+    }
+    const server = createSharedPortServer({
+      grpc: transports.grpc.server,
+      http: transports.http,
+      limits: config.connections,
+    });
+    let demo: ProvisionedDemo | undefined;
+    let closed: Promise<void> | undefined;
     return {
       store,
-      demo,
-      listen: (port, host) => server.listen(port, host),
-      async close() {
-        await server.close();
-        await runtime.stop();
-        await store.close();
+      get demo() {
+        return demo;
+      },
+      async listen(port, host) {
+        const bound = await server.listen(port, host);
+        // Only once the port is bound: a start that cannot listen must not
+        // create demo keys it never gets to print.
+        demo = await provisionDemo(store, {
+          clock,
+          bootstrapSecretKey: config.bootstrapSecretKey,
+          bootstrapPublicKey: config.bootstrapPublicKey,
+        });
+        return bound;
+      },
+      close() {
+        closed ??= (async () => {
+          draining = true;
+          transports.grpc.markNotServing();
+          const graceMs = config.connections.shutdownGraceMs;
+          logger.info({ graceMs }, "draining");
+          await Promise.all([server.close(graceMs), runtime.stop(graceMs)]);
+          await retention?.stop();
+          await store.close();
+        })();
+        return closed;
       },
     };
   } catch (error) {
     await webhooks?.stop();
+    await retention?.stop();
     await store.close();
     throw error;
   }
@@ -94,29 +156,50 @@ export async function buildApp(
 async function buildTransports(
   config: Config,
   deps: ServiceDeps,
-  authenticator: ReturnType<typeof createAuthenticator>,
+  observability: {
+    authenticator: Authenticator;
+    logger: Logger;
+    metrics: ReturnType<typeof createMetrics>;
+  },
+  serving: { isDraining: () => boolean; extraInterceptors: readonly Interceptor[] },
 ) {
   const { store } = deps;
-  // Unexpected errors go to Fastify's structured log, which exists only once
-  // the app is built; until then (never in practice) to stderr.
-  let sink: ErrorLogger = (error, rpc) => console.error(`unexpected error in ${rpc}`, error);
-  const log: ErrorLogger = (error, rpc) => sink(error, rpc);
+  const { authenticator, logger, metrics } = observability;
+  const log: ErrorLogger = (error, where) =>
+    logger.error({ err: error, where }, "unexpected error");
   const registrations = createServiceRegistrations(deps);
-  const pipeline = createPipeline(interceptors({ authenticator, log }));
+  const rateLimits = await createRateLimits(config.rateLimits, {
+    store,
+    countRateLimited: metrics.countRateLimited,
+  });
+  const pipeline = createPipeline([
+    ...interceptors({
+      authenticator,
+      log,
+      logger,
+      calls: metrics.calls,
+      rateLimits,
+      idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
+    }),
+    ...serving.extraInterceptors,
+  ]);
   const http = await buildHttpApp({
     registrations,
     pipeline,
     store,
     log,
-    logLevel: config.logLevel,
+    logger,
+    metrics: metrics.registry,
+    metricsToken: config.metricsToken,
     maxBodyBytes: config.maxBodyBytes,
+    isDraining: serving.isDraining,
   });
-  sink = (error, rpc) => http.log.error({ err: error, rpc }, "unexpected error");
   const grpc = createGrpcServer({
     registrations,
     pipeline,
     log,
     maxMessageBytes: config.maxBodyBytes,
+    limits: config.connections,
   });
   await http.ready();
   return { http, grpc };

@@ -1,6 +1,7 @@
 import { resolve } from "node:path";
 import { defaultFraudPolicy, type FraudPolicy } from "./domain/fraud-rules.js";
 import { defaultRetrySchedule } from "./domain/webhook-delivery.js";
+import { defaultEventRetentionMs } from "./store/retention.js";
 import { parseSecretKey } from "./store/secret-box.js";
 import type { StoreConfig } from "./store/store.js";
 
@@ -13,11 +14,64 @@ export interface Config {
   readonly bootstrapSecretKey: string | undefined;
   readonly bootstrapPublicKey: string | undefined;
   readonly logLevel: string;
+  /** The bearer token `GET /metrics` requires; unset, the endpoint is off. */
+  readonly metricsToken: string | undefined;
   readonly maxBodyBytes: number;
   /** The fraud rules' thresholds. */
   readonly fraudPolicy: FraudPolicy;
   /** Webhook delivery settings. */
   readonly webhooks: WebhookConfig;
+  /** The shutdown grace and the limits on connections. */
+  readonly connections: ConnectionConfig;
+  /** How long events and finished deliveries are kept (EVENT_RETENTION). */
+  readonly eventRetentionMs: number;
+  /** Calls allowed per window, per API key and per client address. */
+  readonly rateLimits: RateLimitConfig;
+}
+
+/** A rate limit: so many calls per window. */
+export interface RateLimit {
+  readonly calls: number;
+  /** Whole seconds, as the `w` of the `RateLimit-Policy` header counts them. */
+  readonly windowSeconds: number;
+}
+
+/** The rate limits; an undefined one is off. */
+export interface RateLimitConfig {
+  /** Calls per public API key. */
+  readonly public: RateLimit | undefined;
+  /** Calls per secret API key. */
+  readonly secret: RateLimit | undefined;
+  /** Admin calls per client address, counted before the token is checked. */
+  readonly admin: RateLimit | undefined;
+  /** Failed authentications per client address; past it, the address is refused before its credential is checked. */
+  readonly unauthenticated: RateLimit | undefined;
+}
+
+/** How long a shutdown waits, and how long and how many connections may be held. */
+export interface ConnectionConfig {
+  /** How long a shutdown waits for calls in flight before closing their connections. */
+  readonly shutdownGraceMs: number;
+  /** Open connections at most; more are closed as they arrive. */
+  readonly maxConnections: number;
+  /** A new connection must send its first request line, or the HTTP/2 preface and SETTINGS, within this. */
+  readonly prefaceTimeoutMs: number;
+  /** HTTP/1.1: a request's headers must arrive within this. */
+  readonly headersTimeoutMs: number;
+  /** HTTP/1.1: a whole request, headers and body, must arrive within this. */
+  readonly requestTimeoutMs: number;
+  /** HTTP/1.1: a connection waiting for its next request is closed after this. */
+  readonly keepAliveTimeoutMs: number;
+  /** HTTP/1.1: a connection with no bytes moving either way is closed after this. */
+  readonly idleTimeoutMs: number;
+  /** HTTP/2: streams (calls) open at once on one connection. */
+  readonly maxConcurrentStreams: number;
+  /** HTTP/2: a connection with no open stream is closed (GOAWAY) after this. */
+  readonly http2IdleTimeoutMs: number;
+  /** HTTP/2: the server pings a connection this long after its last ping. */
+  readonly keepaliveTimeMs: number;
+  /** HTTP/2: a ping unanswered this long closes the connection. */
+  readonly keepaliveTimeoutMs: number;
 }
 
 /** How webhooks are delivered. */
@@ -54,18 +108,32 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
           synchronous: oneOf(env, "SQLITE_SYNCHRONOUS", ["normal", "full"], "normal"),
         },
     adminToken: nonEmpty(env.ADMIN_TOKEN),
-    bootstrapSecretKey: nonEmpty(env.BOOTSTRAP_SECRET_KEY),
-    bootstrapPublicKey: nonEmpty(env.BOOTSTRAP_PUBLIC_KEY),
-    logLevel: nonEmpty(env.LOG_LEVEL) ?? "info",
+    bootstrapSecretKey: prefixed(env, "BOOTSTRAP_SECRET_KEY", "sk_"),
+    bootstrapPublicKey: prefixed(env, "BOOTSTRAP_PUBLIC_KEY", "pk_"),
+    logLevel: oneOf(
+      env,
+      "LOG_LEVEL",
+      ["fatal", "error", "warn", "info", "debug", "trace", "silent"],
+      "info",
+    ),
+    metricsToken: nonEmpty(env.METRICS_TOKEN),
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
     webhooks: {
       secretKey: secretKey === undefined ? undefined : parseSecretKey(secretKey),
       allowPrivate: boolean(env, "WEBHOOK_ALLOW_PRIVATE", false),
       retrySchedule: durationList(env, "WEBHOOK_RETRY_SCHEDULE", defaultRetrySchedule),
-      timeoutMs: duration(env, "WEBHOOK_TIMEOUT", 10_000),
+      timeoutMs: duration(env, "WEBHOOK_TIMEOUT", defaultWebhookTimeoutMs),
       disableAfterMs: duration(env, "WEBHOOK_DISABLE_AFTER", 5 * 86_400_000),
       concurrency: integer(env, "WEBHOOK_CONCURRENCY", 32, 1, 256),
     },
+    connections: connectionConfig(env),
+    rateLimits: {
+      public: rateLimit(env, "RATE_LIMIT_PUBLIC", "1000/1s"),
+      secret: rateLimit(env, "RATE_LIMIT_SECRET", "1000/1s"),
+      admin: rateLimit(env, "RATE_LIMIT_ADMIN", "60/1m"),
+      unauthenticated: rateLimit(env, "RATE_LIMIT_UNAUTHENTICATED", "30/1m"),
+    },
+    eventRetentionMs: eventRetention(env),
     fraudPolicy: {
       maxRefereeAgeMs: duration(
         env,
@@ -81,6 +149,37 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ),
     },
   };
+}
+
+function connectionConfig(env: NodeJS.ProcessEnv): ConnectionConfig {
+  const headersTimeoutMs = duration(env, "HTTP_HEADERS_TIMEOUT", 10_000);
+  const requestTimeoutMs = duration(env, "HTTP_REQUEST_TIMEOUT", 30_000);
+  if (requestTimeoutMs < headersTimeoutMs) {
+    // Node refuses it too: the headers are part of the request.
+    throw new Error("HTTP_REQUEST_TIMEOUT must be at least HTTP_HEADERS_TIMEOUT");
+  }
+  return {
+    shutdownGraceMs: duration(env, "SHUTDOWN_GRACE", 10_000),
+    maxConnections: integer(env, "MAX_CONNECTIONS", 4096, 1, 1_000_000),
+    prefaceTimeoutMs: duration(env, "PREFACE_TIMEOUT", 10_000),
+    headersTimeoutMs,
+    requestTimeoutMs,
+    keepAliveTimeoutMs: duration(env, "HTTP_KEEP_ALIVE_TIMEOUT", 5_000),
+    idleTimeoutMs: duration(env, "HTTP_IDLE_TIMEOUT", 60_000),
+    maxConcurrentStreams: integer(env, "HTTP2_MAX_CONCURRENT_STREAMS", 100, 1, 1_000_000),
+    http2IdleTimeoutMs: duration(env, "HTTP2_IDLE_TIMEOUT", 300_000),
+    keepaliveTimeMs: duration(env, "HTTP2_KEEPALIVE_TIME", 60_000),
+    keepaliveTimeoutMs: duration(env, "HTTP2_KEEPALIVE_TIMEOUT", 20_000),
+  };
+}
+
+/** A variable that, when set, must start with `prefix` (an API key of one kind). */
+function prefixed(env: NodeJS.ProcessEnv, name: string, prefix: string): string | undefined {
+  const value = nonEmpty(env[name]);
+  if (value !== undefined && !value.startsWith(prefix)) {
+    throw new Error(`${name} must start with ${prefix}`);
+  }
+  return value;
 }
 
 function nonEmpty(value: string | undefined): string | undefined {
@@ -145,6 +244,52 @@ function durationList(
     );
   }
   return values as number[];
+}
+
+/** Calls per window of whole seconds ("100/1s", "60/1m"), or "off". */
+function rateLimit(env: NodeJS.ProcessEnv, name: string, fallback: string): RateLimit | undefined {
+  const raw = nonEmpty(env[name]) ?? fallback;
+  if (raw === "off") return undefined;
+  const match = /^(\d+)\s*\/\s*(\S+)$/.exec(raw);
+  const calls = Number(match?.[1]);
+  const windowMs = match ? parseDuration(match[2] as string) : undefined;
+  if (
+    !Number.isSafeInteger(calls) ||
+    calls < 1 ||
+    windowMs === undefined ||
+    windowMs < 1000 ||
+    windowMs % 1000 !== 0
+  ) {
+    throw new Error(
+      `${name} must be "off" or calls per window of whole seconds, such as 100/1s or 60/1m, got "${raw}"`,
+    );
+  }
+  return { calls, windowSeconds: windowMs / 1000 };
+}
+
+const defaultWebhookTimeoutMs = 10_000;
+
+/**
+ * EVENT_RETENTION, longer than a delivery's retries can take (every delay
+ * at its +10% jitter, every attempt at its timeout): a delivery being
+ * retried needs its event, and the event's clock starts first.
+ */
+function eventRetention(env: NodeJS.ProcessEnv): number {
+  const retentionMs = duration(env, "EVENT_RETENTION", defaultEventRetentionMs);
+  const given = nonEmpty(env.EVENT_RETENTION) ?? "30d, the default";
+  const schedule = durationList(env, "WEBHOOK_RETRY_SCHEDULE", defaultRetrySchedule);
+  const timeoutMs = duration(env, "WEBHOOK_TIMEOUT", defaultWebhookTimeoutMs);
+  const retriesMs = schedule.reduce((total, delay) => total + delay * 1.1 + timeoutMs, 0);
+  if (retentionMs <= retriesMs) {
+    throw new Error(
+      `EVENT_RETENTION must be longer than a delivery's retries can take (${Math.ceil(retriesMs / 60_000)}m with WEBHOOK_RETRY_SCHEDULE and WEBHOOK_TIMEOUT), got "${given}"`,
+    );
+  }
+  // MongoDB's expireAfterSeconds is a 32-bit integer.
+  if (retentionMs / 1000 > 2_147_483_647) {
+    throw new Error(`EVENT_RETENTION must be at most 24855d, got "${given}"`);
+  }
+  return retentionMs;
 }
 
 function oneOf<const W extends string>(

@@ -1,18 +1,31 @@
-/** Builds the service from the environment, listens, and stops on SIGINT/SIGTERM. */
-import { buildApp } from "./app.js";
-import { loadConfig } from "./config.js";
+/**
+ * Builds the service from the environment, listens, and drains on SIGINT or
+ * SIGTERM. A start that fails for a reason the operator can fix (a wrong
+ * variable, the port taken, DATA_DIR not writable, an unreadable database)
+ * says so in one line and exits with 1.
+ */
+import { accessSync, constants, mkdirSync } from "node:fs";
+import { type Config, loadConfig } from "./config.js";
 import { startupBanner } from "./startup-banner.js";
 import { StoreOpenError } from "./store/sqlite.js";
 
-const config = loadConfig();
-const app = await buildApp(config).catch((error: unknown) => {
-  // An unreadable database is an operator's problem to fix, not a bug: say
-  // which file in one line instead of a stack trace.
-  if (!(error instanceof StoreOpenError)) throw error;
-  process.stderr.write(`referral-service: ${error.message}\n`);
-  process.exit(1);
+const config = (() => {
+  try {
+    return loadConfig();
+  } catch (error) {
+    // Every configuration error names its variable.
+    return exitWith((error as Error).message);
+  }
+})();
+checkDataDir(config);
+// Loaded only now, so a wrong variable or directory is reported before the
+// whole service (drivers, transports) is.
+const { buildApp } = await import("./app.js");
+const app = await buildApp(config).catch((error: unknown) => exitOnStartupError(error, config));
+const port = await app.listen(config.port, config.host).catch(async (error: unknown) => {
+  await app.close();
+  return exitOnStartupError(error, config);
 });
-const port = await app.listen(config.port, config.host);
 process.stdout.write(
   startupBanner({
     port,
@@ -26,8 +39,15 @@ process.stdout.write(
 let stopping = false;
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.on(signal, () => {
+    // A terminal's Ctrl-C reaches both npm and this process, and npm
+    // forwards it: the second one is the same request.
     if (stopping) return;
     stopping = true;
+    // The drain is bounded by SHUTDOWN_GRACE; this bounds the rest (closing the store).
+    setTimeout(() => {
+      process.stderr.write("referral-service: the shutdown did not finish in time\n");
+      process.exit(1);
+    }, config.connections.shutdownGraceMs + 10_000).unref();
     app.close().then(
       () => process.exit(0),
       (error: unknown) => {
@@ -36,4 +56,40 @@ for (const signal of ["SIGINT", "SIGTERM"] as const) {
       },
     );
   });
+}
+
+/** The embedded store writes to DATA_DIR: refuse it at once, naming it, when it cannot. */
+function checkDataDir(config: Config): void {
+  if (!("dataDir" in config.store)) return;
+  const { dataDir } = config.store;
+  try {
+    mkdirSync(dataDir, { recursive: true });
+    accessSync(dataDir, constants.W_OK);
+  } catch (error) {
+    exitWith(`DATA_DIR ${dataDir} is not writable (${(error as Error).message})`);
+  }
+}
+
+/**
+ * Exits with one line when the error is the operator's to fix; any other
+ * is a bug, rethrown so its stack trace is printed.
+ */
+function exitOnStartupError(error: unknown, config: Config): never {
+  if (error instanceof StoreOpenError) exitWith(error.message);
+  const { code, syscall } = error as NodeJS.ErrnoException;
+  const { port, host } = config;
+  if (code === "EADDRINUSE") {
+    exitWith(`PORT ${port} is already in use on ${host}: stop the other process or set PORT`);
+  }
+  if (code === "EACCES" && syscall === "listen") {
+    exitWith(`PORT ${port} needs privileges this process lacks (ports below 1024 do): set PORT`);
+  }
+  if (code === "EADDRNOTAVAIL") exitWith(`HOST ${host} is not an address of this machine`);
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN") exitWith(`HOST ${host} does not resolve`);
+  throw error;
+}
+
+function exitWith(message: string): never {
+  process.stderr.write(`referral-service: ${message}\n`);
+  process.exit(1);
 }

@@ -7,6 +7,7 @@ import {
   type AttemptOutcome,
   claimDueDelivery,
   recordAttempt,
+  releaseDelivery,
   skipDelivery,
 } from "../store/deliveries.js";
 import type { DeliveryDoc, WebhookDoc } from "../store/documents.js";
@@ -29,6 +30,8 @@ export interface DispatcherDeps {
   readonly secretBox: SecretBox;
   readonly send: WebhookSender;
   readonly log: (error: unknown, message: string) => void;
+  /** Told each attempt's outcome (metrics). */
+  readonly countDelivery?: (outcome: "succeeded" | "failed" | "skipped") => void;
 }
 
 /**
@@ -53,6 +56,7 @@ export function createDispatcher(deps: DispatcherDeps) {
     const event = await findEvent(db, delivery.eventId);
     if (!webhook || webhook.deletedAt || !webhook.enabled || !event) {
       await skipDelivery(db, delivery, owner, clock());
+      deps.countDelivery?.("skipped");
       return true;
     }
     const attemptedAt = clock();
@@ -73,8 +77,16 @@ export function createDispatcher(deps: DispatcherDeps) {
       allowPrivate: config.allowPrivate,
       signal: inFlight.signal,
     });
+    if (inFlight.signal.aborted && response.statusCode === null) {
+      // Cut short because the service is stopping: the attempt says nothing
+      // about the endpoint. Handing the delivery back makes it due at once,
+      // not when the lease ends.
+      await releaseDelivery(db, delivery, owner, clock());
+      return true;
+    }
     const succeeded = response.statusCode !== null && isSuccessStatus(response.statusCode);
     await recordAttempt(db, delivery, owner, outcomeOf(delivery, succeeded, attemptedAt, response));
+    deps.countDelivery?.(succeeded ? "succeeded" : "failed");
     if (succeeded) {
       await recordWebhookSuccess(db, webhook._id, attemptedAt);
     } else {
@@ -124,7 +136,7 @@ export function createDispatcher(deps: DispatcherDeps) {
 
   return {
     deliverOne,
-    /** Aborts attempts in flight (the service is stopping); their leases expire and they are retried. */
+    /** Aborts attempts in flight (the service is stopping); each is released, not recorded. */
     abort: () => inFlight.abort(),
   };
 }

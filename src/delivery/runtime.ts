@@ -11,8 +11,12 @@ import { sendWebhook, type WebhookSender } from "./sender.js";
 export interface WebhookRuntime {
   /** Says events were written: the relay runs now instead of at its next poll. */
   notify(): void;
-  /** Stops relaying and delivering; attempts in flight are aborted and retried later. */
-  stop(): Promise<void>;
+  /**
+   * Stops relaying and claiming deliveries. Attempts in flight may finish
+   * for `graceMs`; then they are aborted and their leases released, so they
+   * are retried at once (by another instance, or on the next start).
+   */
+  stop(graceMs?: number): Promise<void>;
 }
 
 // Both loops also poll, for work written by other instances sharing the
@@ -27,6 +31,7 @@ export function startWebhookRuntime(deps: {
   secretBox: SecretBox;
   send?: WebhookSender;
   log: (error: unknown, message: string) => void;
+  countDelivery?: (outcome: "succeeded" | "failed" | "skipped") => void;
 }): WebhookRuntime {
   const { store, clock, log } = deps;
   const db = store.system;
@@ -84,12 +89,19 @@ export function startWebhookRuntime(deps: {
 
   return {
     notify: () => relayWake.wakeAll(),
-    async stop() {
+    async stop(graceMs = 0) {
       stopped = true;
-      dispatcher.abort();
       relayWake.wakeAll();
       workerWake.wakeAll();
-      await Promise.all(loops);
+      const finished = Promise.all(loops);
+      let graceTimer: NodeJS.Timeout | undefined;
+      const graceOver = new Promise<void>((resolve) => {
+        graceTimer = setTimeout(resolve, graceMs);
+      });
+      await Promise.race([finished, graceOver]);
+      clearTimeout(graceTimer);
+      dispatcher.abort();
+      await finished;
     },
   };
 }

@@ -14,6 +14,16 @@ export const limits = {
   customPropertyKeys: 50,
   /** Serialized size of customProperties, in bytes. */
   customPropertiesBytes: 16 * 1024,
+  /** Levels of objects and arrays in customProperties, itself the first. */
+  customPropertiesDepth: 16,
+  /**
+   * Levels of objects and arrays in a JSON request body, itself the first.
+   * Deeper is refused before any decoder, hash or serializer recurses into
+   * it (a stack overflow would be a 500); shallow enough that protobuf's
+   * own decoders (a limit of 100 nested messages, a Struct level costing up
+   * to three) never reach theirs, so every protocol gives the same answer.
+   */
+  jsonDepth: 32,
   /** Default page size of list RPCs. */
   defaultPageSize: 20,
   /** Largest page size of list RPCs. */

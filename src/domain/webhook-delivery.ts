@@ -1,4 +1,4 @@
-import { isIP } from "node:net";
+import { BlockList, isIP, isIPv6 } from "node:net";
 import ipaddr from "ipaddr.js";
 
 /**
@@ -48,14 +48,24 @@ export function isSuccessStatus(status: number): boolean {
 }
 
 /**
+ * The deprecated IPv4-compatible IPv6 addresses (`::a.b.c.d`, RFC 4291
+ * 2.5.5.1): no public host uses one, and `::127.0.0.1` is loopback to some
+ * stacks. ipaddr.js calls `::7f00:1` unicast and reads `::1.2.3.4` as
+ * `::ffff:1.2.3.4`; Node's BlockList parses both as the address they are.
+ */
+const ipv4Compatible = new BlockList();
+ipv4Compatible.addSubnet("::", 96, "ipv6");
+
+/**
  * Whether an address may receive webhooks: public unicast only. Private,
  * loopback, link-local, unique-local, carrier-grade NAT, multicast,
- * reserved and unspecified ranges are refused, IPv4-mapped IPv6 included.
+ * reserved and unspecified ranges are refused, IPv4-mapped and
+ * IPv4-compatible IPv6 included.
  */
 export function isPublicAddress(address: string): boolean {
   if (!ipaddr.isValid(address)) return false;
-  const parsed = ipaddr.process(address);
-  return parsed.range() === "unicast";
+  if (isIPv6(address) && ipv4Compatible.check(address, "ipv6")) return false;
+  return ipaddr.process(address).range() === "unicast";
 }
 
 /** Why a webhook URL is refused, or undefined when it is acceptable before DNS. */
@@ -79,7 +89,9 @@ export function webhookUrlProblem(
     if (isIP(host) !== 0 && !isPublicAddress(host)) {
       return "must not point at a private, loopback or link-local address";
     }
-    if (host === "localhost" || host.endsWith(".localhost")) {
+    // A trailing dot names the same host ("localhost." is localhost).
+    const name = host.endsWith(".") ? host.slice(0, -1) : host;
+    if (name === "localhost" || name.endsWith(".localhost")) {
       return "must not point at a private, loopback or link-local address";
     }
   }

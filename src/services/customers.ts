@@ -1,4 +1,4 @@
-import type { JsonObject } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { newId } from "../domain/ids.js";
@@ -75,23 +75,47 @@ export function createCustomersService(deps: {
 }
 
 /**
- * customProperties: at most 50 keys and 16 KiB serialized; keys may not
- * start with `$` or contain `.` (they become stored field paths).
+ * customProperties as both engines store them faithfully: at most 50 keys,
+ * 16 levels of objects and arrays and 16 KiB serialized; at any depth, keys
+ * of 1 to 256 characters that do not start with `$` and contain no `.` or
+ * NUL, and are not `__proto__`; numbers finite. (MongoDB reads `$` and `.`
+ * as operators and paths and ends BSON keys at NUL; `__proto__` is
+ * JavaScript's prototype; binary protobuf can carry NaN, which JSON has no
+ * word for.) The walk is iterative and checks depth as it goes, so nothing
+ * recurses into an unchecked value.
  */
 function checkedCustomProperties(properties: JsonObject): JsonObject {
-  const keys = Object.keys(properties);
-  if (keys.length > limits.customPropertyKeys) {
+  if (Object.keys(properties).length > limits.customPropertyKeys) {
     throw invalidArgument(
       "customProperties",
       `must have at most ${limits.customPropertyKeys} keys`,
     );
   }
-  for (const key of keys) {
-    if (key === "" || key.startsWith("$") || key.includes(".")) {
+  const pending: Array<{ value: JsonValue; path: string; depth: number }> = [
+    { value: properties, path: "customProperties", depth: 1 },
+  ];
+  for (let next = pending.pop(); next !== undefined; next = pending.pop()) {
+    const { value, path, depth } = next;
+    if (typeof value === "number" && !Number.isFinite(value)) {
+      throw invalidArgument(path, "must be a finite number");
+    }
+    if (typeof value !== "object" || value === null) continue;
+    if (depth > limits.customPropertiesDepth) {
       throw invalidArgument(
-        `customProperties.${key}`,
-        "key must be non-empty, not start with '$' and not contain '.'",
+        "customProperties",
+        `must not nest more than ${limits.customPropertiesDepth} levels of objects and arrays`,
       );
+    }
+    if (Array.isArray(value)) {
+      value.forEach((item, index) => {
+        pending.push({ value: item, path: `${path}[${index}]`, depth: depth + 1 });
+      });
+      continue;
+    }
+    for (const key of Object.keys(value)) {
+      const problem = propertyKeyProblem(key);
+      if (problem) throw invalidArgument(path, problem);
+      pending.push({ value: value[key] as JsonValue, path: `${path}.${key}`, depth: depth + 1 });
     }
   }
   if (Buffer.byteLength(JSON.stringify(properties)) > limits.customPropertiesBytes) {
@@ -101,4 +125,18 @@ function checkedCustomProperties(properties: JsonObject): JsonObject {
     );
   }
   return properties;
+}
+
+/** Why a customProperties key cannot be stored as it is, or undefined when it can. */
+function propertyKeyProblem(key: string): string | undefined {
+  if (key === "") return "has an empty key";
+  if (key.length > limits.shortText) {
+    return `has a key longer than ${limits.shortText} characters`;
+  }
+  const quoted = JSON.stringify(key);
+  if (key.startsWith("$")) return `has the key ${quoted}: keys must not start with '$'`;
+  if (key.includes(".")) return `has the key ${quoted}: keys must not contain '.'`;
+  if (key.includes("\u0000")) return `has the key ${quoted}: keys must not contain NUL`;
+  if (key === "__proto__") return `has the key ${quoted}: keys must not be __proto__`;
+  return undefined;
 }

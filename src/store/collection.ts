@@ -23,6 +23,7 @@ import type {
   CustomerDoc,
   DeliveryDoc,
   EventDoc,
+  IdempotencyKeyDoc,
   OrganizationDoc,
   ReferralDoc,
   WebhookDoc,
@@ -53,6 +54,8 @@ export interface StoreCollection<T extends Document> {
     options: FindOneAndUpdateOptions,
   ): Promise<WithId<T> | null>;
   deleteOne(filter: Filter<T>): Promise<DeleteResult>;
+  /** Every match, in one write (retention removes expired documents a bounded batch at a time). */
+  deleteMany(filter: Filter<T>): Promise<DeleteResult>;
   createIndex(spec: IndexSpecification, options?: CreateIndexesOptions): Promise<string>;
 }
 
@@ -76,4 +79,5 @@ export interface Collections {
   readonly webhooks: StoreCollection<WebhookDoc>;
   readonly events: StoreCollection<EventDoc>;
   readonly deliveries: StoreCollection<DeliveryDoc>;
+  readonly idempotencyKeys: StoreCollection<IdempotencyKeyDoc>;
 }

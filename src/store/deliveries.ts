@@ -97,6 +97,22 @@ export async function recordAttempt(
   );
 }
 
+/**
+ * Hands a claimed delivery back unattempted (the service is stopping), if
+ * this worker still holds it: it is due again at once, for any worker.
+ */
+export async function releaseDelivery(
+  db: Collections,
+  delivery: DeliveryDoc,
+  owner: string,
+  now: Date,
+): Promise<void> {
+  await db.deliveries.updateOne(
+    { _id: delivery._id, leaseOwner: owner },
+    { $set: { leaseUntil: unleased, leaseOwner: null, updatedAt: now } },
+  );
+}
+
 /** Marks a delivery skipped (its endpoint is gone or disabled) and releases it. */
 export async function skipDelivery(
   db: Collections,
@@ -124,6 +140,17 @@ export async function nextDueAt(db: Collections): Promise<Date | null> {
     .find({ status: "pending" }, { sort: { nextAttemptAt: 1 }, limit: 1 })
     .toArray();
   return first?.nextAttemptAt ?? null;
+}
+
+/** The queue as metrics show it: pending deliveries, and when the most overdue one was due. */
+export async function deliveryQueueOf(
+  db: Collections,
+): Promise<{ pending: number; oldestDueAt: Date | null }> {
+  const [pending, oldestDueAt] = await Promise.all([
+    db.deliveries.countDocuments({ status: "pending" }),
+    nextDueAt(db),
+  ]);
+  return { pending, oldestDueAt };
 }
 
 /** An endpoint's deliveries, newest first. */

@@ -274,3 +274,51 @@ export interface DeliveryDoc {
   createdAt: Date;
   updatedAt: Date;
 }
+
+/**
+ * A write RPC sent with an idempotency key: while it runs, a lease; once it
+ * has finished, its outcome, replayed to every retry with the same key
+ * until `expiresAt`. Unique per tenant and key.
+ */
+export interface IdempotencyKeyDoc {
+  /** Prefix `idk_`. */
+  _id: string;
+  /** The application whose key this is, or `admin` for the admin API's calls. */
+  tenantId: string;
+  /** The client's `Idempotency-Key`. */
+  key: string;
+  /** The RPC the key was first sent with (`Service/Method`). */
+  rpc: string;
+  /** SHA-256 of the RPC and its request message: a retry must send the same. */
+  requestHash: string;
+  /** The call running under the key; a new one when a call takes over an abandoned key. */
+  leaseOwner: string;
+  /** Until when a running call holds the key: a call that crashed frees it then. */
+  leaseUntil: Date;
+  /** How the call ended; null while it runs. */
+  outcome: IdempotentOutcomeDoc | null;
+  createdAt: Date;
+  updatedAt: Date;
+  /** When the key is forgotten (MongoDB's TTL index removes it, the embedded engine a sweep). */
+  expiresAt: Date;
+}
+
+/**
+ * A finished call as any protocol can replay it: the response message's
+ * binary form, or the error's code, message and details.
+ */
+export type IdempotentOutcomeDoc =
+  | {
+      /**
+       * The response message (`toBinary`, in base64), sealed by the secret
+       * box: a response may hold a new API key or webhook secret.
+       */
+      responseSealed: string;
+    }
+  | {
+      /** Connect's code word (`not_found`). */
+      code: string;
+      message: string;
+      /** The error's details: message type names and their binary form in base64. */
+      details: { type: string; value: string }[];
+    };

@@ -1,11 +1,18 @@
 import type { CreateIndexesOptions, IndexSpecification } from "mongodb";
 import type { Collections } from "./collection.js";
+import { defaultEventRetentionMs } from "./retention.js";
 
 /** One index: its keys, options, and the query it serves. */
 interface IndexDeclaration {
   readonly key: Record<string, 1 | -1>;
   readonly options?: CreateIndexesOptions;
   readonly serves: string;
+  /**
+   * Documents expire EVENT_RETENTION after the (single, date) key: a TTL
+   * index on MongoDB. The embedded engine has no TTL; the index serves its
+   * retention sweep (`src/store/retention.ts`), which removes the same documents.
+   */
+  readonly expires?: true;
 }
 
 /** The documents whose outbox holds events, for the relay; most documents have none. */
@@ -115,7 +122,13 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "ListWebhooks; the relay's endpoints of an application",
     },
   ],
-  events: [],
+  events: [
+    {
+      key: { createdAt: 1 },
+      expires: true,
+      serves: "retention: events older than EVENT_RETENTION go",
+    },
+  ],
   deliveries: [
     {
       key: { eventId: 1, webhookId: 1 },
@@ -130,6 +143,29 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     {
       key: { webhookId: 1, status: 1, createdAt: -1, _id: -1 },
       serves: "ListWebhookDeliveries by status",
+    },
+    {
+      key: { createdAt: 1 },
+      // Finished deliveries only (nextAttemptAt is null unless pending): one
+      // still due or waiting for a retry is never removed. The embedded
+      // engine indexes them all; its sweep filters on nextAttemptAt.
+      options: { partialFilterExpression: { nextAttemptAt: { $type: "null" } } },
+      expires: true,
+      serves: "retention: finished deliveries older than EVENT_RETENTION go",
+    },
+  ],
+  idempotencyKeys: [
+    {
+      key: { tenantId: 1, key: 1 },
+      options: { unique: true },
+      serves:
+        "a write's idempotency key: the first call inserts it, so of concurrent retries one runs",
+    },
+    {
+      key: { expiresAt: 1 },
+      // MongoDB removes a document once its own expiresAt has passed.
+      options: { expireAfterSeconds: 0 },
+      serves: "expired idempotency keys: MongoDB's TTL monitor; the embedded engine's sweep",
     },
   ],
 };
@@ -146,6 +182,8 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
 export const fieldFanout: Readonly<Record<string, number>> = {
   applicationId: 10,
   organizationId: 10,
+  // An idempotency key's owner: an application, or the admin API.
+  tenantId: 10,
   environment: 2,
   deletedAt: 1,
   status: 4,
@@ -238,14 +276,51 @@ export type CollectionName =
   | "campaigns"
   | "webhooks"
   | "events"
-  | "deliveries";
+  | "deliveries"
+  | "idempotencyKeys";
+
+/** How expiring indexes are created: their lifetime, and how an existing one's is changed. */
+export interface ExpiryOptions {
+  /** EVENT_RETENTION in whole seconds (MongoDB's `expireAfterSeconds`). */
+  readonly expireAfterSeconds: number;
+  /**
+   * Gives an existing TTL index a new lifetime (MongoDB's `collMod`); called
+   * when creating it failed because it exists with another one.
+   */
+  readonly changeExpiry?: (
+    collection: CollectionName,
+    key: Record<string, 1 | -1>,
+    expireAfterSeconds: number,
+  ) => Promise<void>;
+}
+
+/** MongoDB's IndexOptionsConflict: the index exists with other options. */
+const indexOptionsConflict = 85;
 
 /** Creates every declared index; safe to run on every start. */
-export async function ensureIndexes(db: Collections): Promise<void> {
+export async function ensureIndexes(
+  db: Collections,
+  expiry: ExpiryOptions = { expireAfterSeconds: defaultEventRetentionMs / 1000 },
+): Promise<void> {
   for (const [name, declarations] of Object.entries(indexDeclarations)) {
     const collection = db[name as CollectionName];
-    for (const { key, options } of declarations) {
-      await collection.createIndex(key as IndexSpecification, options);
+    for (const { key, options, expires } of declarations) {
+      if (!expires) {
+        await collection.createIndex(key as IndexSpecification, options);
+        continue;
+      }
+      const { expireAfterSeconds, changeExpiry } = expiry;
+      try {
+        await collection.createIndex(key as IndexSpecification, {
+          ...options,
+          expireAfterSeconds,
+        });
+      } catch (error) {
+        // EVENT_RETENTION changed since the index was made.
+        const code = (error as { code?: unknown }).code;
+        if (code !== indexOptionsConflict || !changeExpiry) throw error;
+        await changeExpiry(name as CollectionName, key, expireAfterSeconds);
+      }
     }
   }
 }

@@ -395,6 +395,16 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     });
   }
 
+  deleteMany(filter: Filter<T>): Promise<DeleteResult> {
+    return this.database.write(() => {
+      const where = compileFilter(filter);
+      const sql = `DELETE FROM "${this.name}" WHERE ${where.sql}`;
+      this.database.noteQuery(sql, this.name, filter);
+      const result = this.database.statement(sql).run(...where.params);
+      return { acknowledged: true, deletedCount: Number(result.changes) };
+    });
+  }
+
   /**
    * A real SQLite index on the same expressions queries use: unique stays
    * unique, and a sparse index becomes a partial one over documents that

@@ -1,15 +1,17 @@
 import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { type Document, MongoClient } from "mongodb";
+import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
+import { defaultEventRetentionMs } from "./retention.js";
 import {
   type QueryPlan,
   type SqliteCollection,
   SqliteDatabase,
   type SqliteSynchronous,
+  StoreOpenError,
 } from "./sqlite.js";
 import { createTenantStore, type TenantStore } from "./tenant-store.js";
 
@@ -29,6 +31,11 @@ export interface Store {
   readonly imported?: ImportReport;
   /** The embedded engine's plan for every distinct query run so far (diagnostics, tests). */
   readonly queryPlans?: () => QueryPlan[];
+  /**
+   * The MongoDB database, on that engine only: the connection shared with
+   * what keeps its own collection there (the rate limits' counters).
+   */
+  readonly mongoDatabase?: Db;
   /** Resolves when the store answers; rejects otherwise (readiness). */
   ping(): Promise<void>;
   /** Releases connections, files and locks. */
@@ -54,21 +61,52 @@ const collectionNames: readonly CollectionName[] = [
   "webhooks",
   "events",
   "deliveries",
+  "idempotencyKeys",
 ];
 
-/** Opens the configured store and creates its indexes. */
-export async function openStore(config: StoreConfig): Promise<Store> {
-  if ("mongodbUri" in config) return withIndexes(await openMongo(config));
-  const { store, database } = openEmbedded(config);
-  await withIndexes(store);
+/**
+ * Opens the configured store and creates its indexes; on MongoDB, events and
+ * finished deliveries expire `eventRetentionMs` after their creation (TTL
+ * indexes; the embedded engine's sweep is `startRetentionSweep`).
+ */
+export async function openStore(
+  config: StoreConfig,
+  options: { observe?: OperationObserver; eventRetentionMs?: number } = {},
+): Promise<Store> {
+  const retentionMs = options.eventRetentionMs ?? defaultEventRetentionMs;
+  if ("mongodbUri" in config) {
+    return withIndexes(await openMongo(config, options.observe), retentionMs);
+  }
+  const { store, database } = openEmbedded(config, options.observe);
+  await withIndexes(store, retentionMs);
   // The planner's statistics, now that every index exists.
   database.declareStatistics();
   return store;
 }
 
-async function withIndexes(store: Store): Promise<Store> {
+// MongoDB's Unauthorized: readWrite alone may create indexes but not collMod them.
+const unauthorized = 13;
+
+async function withIndexes(store: Store, retentionMs: number): Promise<Store> {
+  const mongo = store.mongoDatabase;
   try {
-    await ensureIndexes(store.system);
+    await ensureIndexes(store.system, {
+      expireAfterSeconds: Math.ceil(retentionMs / 1000),
+      ...(mongo
+        ? {
+            changeExpiry: async (collection, keyPattern, expireAfterSeconds) => {
+              const index = { keyPattern, expireAfterSeconds };
+              await mongo.command({ collMod: collection, index }).catch((error: unknown) => {
+                if ((error as { code?: unknown }).code !== unauthorized) throw error;
+                throw new Error(
+                  `EVENT_RETENTION changed: changing the TTL index of ${collection} needs MongoDB's collMod privilege (dbAdmin); grant it, or drop that index (createdAt_1)`,
+                  { cause: error },
+                );
+              });
+            },
+          }
+        : {}),
+    });
   } catch (error) {
     await store.close();
     throw error;
@@ -76,7 +114,10 @@ async function withIndexes(store: Store): Promise<Store> {
   return store;
 }
 
-async function openMongo(config: { mongodbUri: string; mongodbDb: string }): Promise<Store> {
+async function openMongo(
+  config: { mongodbUri: string; mongodbDb: string },
+  observe: OperationObserver | undefined,
+): Promise<Store> {
   const client = new MongoClient(config.mongodbUri, { serverSelectionTimeoutMS: 10_000 });
   await client.connect();
   const db = client.db(config.mongodbDb);
@@ -84,8 +125,9 @@ async function openMongo(config: { mongodbUri: string; mongodbDb: string }): Pro
     collectionNames.map((name) => [name, db.collection<Document>(name)]),
   );
   return {
-    ...tenantAccess(collections as unknown as Collections),
+    ...tenantAccess(observed(collections as unknown as Collections, observe)),
     engine: "mongodb",
+    mongoDatabase: db,
     async ping() {
       await db.command({ ping: 1 });
     },
@@ -93,7 +135,10 @@ async function openMongo(config: { mongodbUri: string; mongodbDb: string }): Pro
   };
 }
 
-function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous }): {
+function openEmbedded(
+  config: { dataDir: string; synchronous?: SqliteSynchronous },
+  observe: OperationObserver | undefined,
+): {
   store: Store;
   database: SqliteDatabase;
 } {
@@ -113,7 +158,7 @@ function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous
     }
     const imported = importNedbDirectory(config.dataDir, db, collections);
     const store: Store = {
-      ...tenantAccess(collections as unknown as Collections),
+      ...tenantAccess(observed(collections as unknown as Collections, observe)),
       engine: "embedded",
       ...(imported ? { imported } : {}),
       queryPlans: () => db.queryPlans(),
@@ -131,6 +176,52 @@ function openEmbedded(config: { dataDir: string; synchronous?: SqliteSynchronous
     releaseLock();
     throw error;
   }
+}
+
+/** Told how long each store operation took (metrics). */
+export type OperationObserver = (collection: string, operation: string, seconds: number) => void;
+
+const observedOperations = [
+  "insertOne",
+  "insertMany",
+  "findOne",
+  "countDocuments",
+  "updateOne",
+  "updateMany",
+  "findOneAndUpdate",
+  "deleteOne",
+  "deleteMany",
+] as const;
+
+/** The collections, each operation timed for `observe` (a `find` when its cursor is read). */
+function observed(collections: Collections, observe: OperationObserver | undefined): Collections {
+  if (!observe) return collections;
+  const timed = async <R>(name: string, operation: string, run: () => Promise<R>) => {
+    const started = performance.now();
+    try {
+      return await run();
+    } finally {
+      observe(name, operation, (performance.now() - started) / 1000);
+    }
+  };
+  const wrapped: Record<string, unknown> = {};
+  for (const [name, collection] of Object.entries(collections) as [
+    string,
+    Record<string, (...args: unknown[]) => unknown>,
+  ][]) {
+    const methods: Record<string, unknown> = {};
+    for (const operation of observedOperations) {
+      methods[operation] = (...args: unknown[]) =>
+        timed(name, operation, () => collection[operation]?.(...args) as Promise<unknown>);
+    }
+    methods.find = (...args: unknown[]) => {
+      const cursor = collection.find?.(...args) as { toArray(): Promise<unknown[]> };
+      return { toArray: () => timed(name, "find", () => cursor.toArray()) };
+    };
+    methods.createIndex = (...args: unknown[]) => collection.createIndex?.(...args);
+    wrapped[name] = methods;
+  }
+  return wrapped as unknown as Collections;
 }
 
 /**
@@ -177,7 +268,7 @@ function acquireLock(dataDir: string): () => void {
       const owner = Number(readFileSync(path, "utf8"));
       const ownedElsewhere = owner !== process.pid || heldLocks.has(path);
       if (owner && ownedElsewhere && isAlive(owner)) {
-        throw new Error(
+        throw new StoreOpenError(
           `${dataDir} is in use by process ${owner}: the embedded store has a single writer. ` +
             "Use the running service's API (npm run admin) or stop it first.",
         );

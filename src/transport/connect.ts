@@ -1,9 +1,29 @@
-import type { DescMessage, DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { codeToHttpStatus, errorToJson } from "@connectrpc/connect/protocol-connect";
+import { type DescMessage, type DescService, fromBinary } from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  createContextKey,
+  createContextValues,
+  type HandlerContext,
+  type ServiceImpl,
+} from "@connectrpc/connect";
+import type { Compression } from "@connectrpc/connect/protocol";
+import {
+  codeToHttpStatus,
+  errorToJson,
+  parseContentType as parseConnectContentType,
+} from "@connectrpc/connect/protocol-connect";
+import {
+  parseContentType as parseGrpcWebContentType,
+  setTrailerStatus,
+} from "@connectrpc/connect/protocol-grpc-web";
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
+import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyRequest } from "fastify";
+import { checkJsonDepth } from "../contract/json-depth.js";
 import { checkProtoJson } from "../contract/proto-json.js";
+import { checkDecodesFromProtoJson } from "../contract/proto-json-decode.js";
+import { limits } from "../domain/limits.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import type { Pipeline, Rpc, ServiceRegistration } from "./pipeline.js";
 
@@ -26,21 +46,59 @@ export async function registerConnect(
     for (const rpc of rpcs) inputByPath.set(`/${rpc.name}`, rpc.method.input);
   }
   await app.register(async (scope) => {
-    // Only what fails before connect-es answers lands here: the JSON check below.
+    // Only what fails before connect-es answers lands here: the body checks below.
     scope.setErrorHandler((error, request, reply) => {
       const connectError = toConnectError(error, request.url, deps.log);
+      const webType = parseGrpcWebContentType(request.headers["content-type"] ?? null);
+      if (webType) {
+        // gRPC-Web answers HTTP 200 and puts the status in trailers, here
+        // sent as headers (a "trailers-only" response).
+        const trailers = new Headers();
+        setTrailerStatus(trailers, connectError);
+        for (const [name, value] of trailers) reply.header(name, value);
+        return reply
+          .code(200)
+          .type(webType.binary ? grpcWebProto : grpcWebJson)
+          .send();
+      }
       return reply
         .code(codeToHttpStatus(connectError.code))
         .type("application/json")
         .send(errorToJson(connectError, undefined));
     });
+    // connect-es decodes before any handler, and answers a body it cannot
+    // decode with INTERNAL and the parser's words ("parse binary: premature
+    // EOF"). So unary bodies are read and checked here, refused as
+    // INVALID_ARGUMENT, and handed on: connect-fastify gives connect-es a
+    // body set here as it is (parsed JSON, bytes, or for gRPC-Web the
+    // re-framed message).
     scope.addHook("preHandler", async (request) => {
+      if (request.method !== "POST") return;
       const input = inputByPath.get(request.url.split("?")[0] ?? "");
-      if (input && isUncompressedUnaryJson(request)) {
-        const json = await readJson(request, deps.maxBodyBytes);
-        checkProtoJson(input, json);
-        // connect-fastify hands a parsed body to connect-es as it is.
-        request.body = json;
+      if (!input) return;
+      const contentType = request.headers["content-type"] ?? null;
+      const connectType = parseConnectContentType(contentType);
+      if (connectType && !connectType.stream) {
+        const compression = compressionOf(request.headers["content-encoding"]);
+        if (compression === undefined) return; // connect-es names the encodings it takes
+        const bytes = await decompressed(
+          await readBody(request, deps.maxBodyBytes),
+          compression,
+          deps.maxBodyBytes,
+        );
+        request.body = connectType.binary ? checkedBinary(input, bytes) : checkedJson(input, bytes);
+        return;
+      }
+      const webType = parseGrpcWebContentType(contentType);
+      if (webType && !webType.text) {
+        const compression = compressionOf(request.headers["grpc-encoding"]);
+        if (compression === undefined) return;
+        const framed = await readBody(request, deps.maxBodyBytes + envelopeHeaderBytes);
+        const message = await unframed(framed, compression, deps.maxBodyBytes);
+        if (webType.binary) checkedBinary(input, message);
+        else checkedJson(input, message);
+        // The request iterates a stream of envelopes: one, uncompressed.
+        request.body = bytesOnce(framedMessage(message));
       }
     });
     await scope.register(fastifyConnectPlugin, {
@@ -49,6 +107,7 @@ export async function registerConnect(
           router.service(registration.service, connectImplementation(registration, deps.pipeline));
         }
       },
+      contextValues: (request) => createContextValues().set(clientAddressKey, request.ip),
       grpc: false,
       grpcWeb: true,
       connect: true,
@@ -59,30 +118,54 @@ export async function registerConnect(
   });
 }
 
+/** The client's address, which connect-es does not give handlers. */
+const clientAddressKey = createContextKey("", { description: "the client's IP address" });
+
 /** The service as connect-es calls it: each method enters the pipeline. */
 function connectImplementation(registration: ServiceRegistration, pipeline: Pipeline) {
-  const entry = (rpc: Rpc) => (request: never, context: HandlerContext) =>
-    pipeline({
+  const entry = (rpc: Rpc) => async (request: never, context: HandlerContext) => {
+    const responseHeaders = new Map<string, string>();
+    const response = await pipeline({
       rpc,
       protocol: context.protocolName === "grpc-web" ? "grpc-web" : "connect",
+      clientAddress: context.values.get(clientAddressKey),
+      responseHeaders,
       header: (name) => context.requestHeader.get(name) ?? undefined,
       request,
       context,
     });
+    for (const [name, value] of responseHeaders) context.responseHeader.set(name, value);
+    return response;
+  };
   return Object.fromEntries(
     registration.rpcs.map((rpc) => [rpc.method.localName, entry(rpc)]),
   ) as ServiceImpl<DescService>;
 }
 
-function isUncompressedUnaryJson(request: FastifyRequest): boolean {
-  if (request.method !== "POST") return false;
-  const type = request.headers["content-type"]?.split(";")[0]?.trim().toLowerCase();
-  const encoding = request.headers["content-encoding"];
-  return type === "application/json" && (!encoding || encoding === "identity");
+/** gRPC-Web's envelope: a flags byte and a 4-byte big-endian length, then the message. */
+const envelopeHeaderBytes = 5;
+const compressedFlag = 0b1;
+const grpcWebProto = "application/grpc-web+proto";
+const grpcWebJson = "application/grpc-web+json";
+
+/** The request compressions connect-fastify accepts, and identity. */
+const compressions: ReadonlyMap<string, Compression | null> = new Map([
+  ["identity", null],
+  [compressionGzip.name, compressionGzip],
+  [compressionBrotli.name, compressionBrotli],
+]);
+
+/**
+ * The compression an encoding header names: null for none, undefined for
+ * one connect-es does not take either (it answers those itself).
+ */
+function compressionOf(header: string | string[] | undefined): Compression | null | undefined {
+  const name = (Array.isArray(header) ? header[0] : header)?.trim().toLowerCase();
+  return name === undefined || name === "" ? null : compressions.get(name);
 }
 
-/** The body as JSON, refused past the size limit or when it does not parse. */
-async function readJson(request: FastifyRequest, maxBytes: number): Promise<unknown> {
+/** The whole body, refused past `maxBytes`. */
+async function readBody(request: FastifyRequest, maxBytes: number): Promise<Buffer> {
   const chunks: Buffer[] = [];
   let size = 0;
   for await (const chunk of request.raw) {
@@ -95,10 +178,87 @@ async function readJson(request: FastifyRequest, maxBytes: number): Promise<unkn
     }
     chunks.push(chunk as Buffer);
   }
-  const text = Buffer.concat(chunks).toString("utf8");
+  return Buffer.concat(chunks);
+}
+
+/** The bytes as sent, once decompressed; what does not decompress is refused. */
+async function decompressed(
+  bytes: Uint8Array,
+  compression: Compression | null,
+  maxBytes: number,
+): Promise<Uint8Array> {
+  if (compression === null) return bytes;
   try {
-    return JSON.parse(text === "" ? "{}" : text);
+    return await compression.decompress(bytes, maxBytes);
+  } catch (error) {
+    if (error instanceof ConnectError && error.code === Code.ResourceExhausted) throw error;
+    throw new ConnectError(`the body is not valid ${compression.name} data`, Code.InvalidArgument);
+  }
+}
+
+/** A Connect binary body, checked to decode as the request type. */
+function checkedBinary(input: DescMessage, bytes: Uint8Array): Uint8Array {
+  try {
+    fromBinary(input, bytes);
+  } catch {
+    throw new ConnectError("the request is not a valid protobuf message", Code.InvalidArgument);
+  }
+  return bytes;
+}
+
+/**
+ * A Connect JSON body, parsed and checked: no deeper than the JSON limit,
+ * every key and enum word known (see checkProtoJson), and every value of
+ * its field's type. An empty body is the empty message.
+ */
+function checkedJson(input: DescMessage, bytes: Uint8Array): unknown {
+  const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
+  let json: unknown;
+  try {
+    json = JSON.parse(text.trim() === "" ? "{}" : text);
   } catch {
     throw new ConnectError("the body is not valid JSON", Code.InvalidArgument);
   }
+  checkJsonDepth(json, limits.jsonDepth);
+  checkProtoJson(input, json);
+  // connect-es decodes it again, but would refuse in the decoder's words.
+  checkDecodesFromProtoJson(input, json);
+  return json;
+}
+
+/**
+ * The message of a unary gRPC-Web request, decompressed: exactly one data
+ * envelope, whole. A trailer, a second message or a cut-off one is refused.
+ */
+async function unframed(
+  framed: Buffer,
+  compression: Compression | null,
+  maxBytes: number,
+): Promise<Uint8Array> {
+  const refuse = (why: string) =>
+    new ConnectError(`the body is not one gRPC-Web message: ${why}`, Code.InvalidArgument);
+  if (framed.length < envelopeHeaderBytes) throw refuse("it is shorter than an envelope header");
+  const flags = framed[0] as number;
+  const length = framed.readUInt32BE(1);
+  if (framed.length !== envelopeHeaderBytes + length) {
+    throw refuse("it is cut off, or more follows");
+  }
+  if ((flags & ~compressedFlag) !== 0) throw refuse(`the envelope has the flags ${flags}`);
+  const message = framed.subarray(envelopeHeaderBytes);
+  if ((flags & compressedFlag) === 0) return message;
+  if (compression === null) throw refuse("it is compressed without a grpc-encoding");
+  return decompressed(message, compression, maxBytes);
+}
+
+/** An uncompressed gRPC-Web envelope around a message. */
+function framedMessage(message: Uint8Array): Uint8Array {
+  const framed = Buffer.alloc(envelopeHeaderBytes + message.byteLength);
+  framed.writeUInt32BE(message.byteLength, 1);
+  framed.set(message, envelopeHeaderBytes);
+  return framed;
+}
+
+/** A body connect-es reads as a stream: one chunk. */
+async function* bytesOnce(bytes: Uint8Array): AsyncIterable<Uint8Array> {
+  yield bytes;
 }

@@ -45,6 +45,11 @@ export function restErrorBody(error: ConnectError): RestErrorBody {
   return { code: codeToString(error.code), message: error.rawMessage, details };
 }
 
+/** The code word of a call's outcome (`invalid_argument`), for logs and metrics. */
+export function codeOf(error: unknown): string {
+  return error instanceof ConnectError ? codeToString(error.code) : "internal";
+}
+
 /** Logs what must not reach a caller. */
 export type ErrorLogger = (error: unknown, where: string) => void;
 

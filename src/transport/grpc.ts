@@ -5,18 +5,37 @@ import * as grpc from "@grpc/grpc-js";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
+import { file_health_v1_health } from "../../gen/health/v1/health_pb.js";
+import type { ConnectionConfig } from "../config.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import { CallContext, type Pipeline, type Rpc, type ServiceRegistration } from "./pipeline.js";
 
-/** The grpc-js server with every service, reflection (v1, v1alpha) and health. */
+/** The gRPC side: the grpc-js server, and the switch of its health service. */
+export interface GrpcTransport {
+  readonly server: grpc.Server;
+  /** Reports NOT_SERVING for the server (`""`) and for every service: it is draining. */
+  markNotServing(): void;
+}
+
+/**
+ * The grpc-js server with every service, reflection (v1, v1alpha) and
+ * `grpc.health.v1` (the server as `""` and each service by name), under the
+ * HTTP/2 limits of `limits`.
+ */
 export function createGrpcServer(deps: {
   registrations: readonly ServiceRegistration[];
   pipeline: Pipeline;
   log: ErrorLogger;
   maxMessageBytes: number;
-}): grpc.Server {
+  limits: ConnectionConfig;
+}): GrpcTransport {
+  const { limits } = deps;
   const server = new grpc.Server({
     "grpc.max_receive_message_length": deps.maxMessageBytes,
+    "grpc.max_concurrent_streams": limits.maxConcurrentStreams,
+    "grpc.max_connection_idle_ms": limits.http2IdleTimeoutMs,
+    "grpc.keepalive_time_ms": limits.keepaliveTimeMs,
+    "grpc.keepalive_timeout_ms": limits.keepaliveTimeoutMs,
   });
   for (const { rpcs } of deps.registrations) {
     const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
@@ -27,21 +46,28 @@ export function createGrpcServer(deps: {
     }
     server.addService(definition as grpc.ServiceDefinition, handlers);
   }
+  // The health service is described too, so reflection clients (buf curl,
+  // grpcurl) list and call it like the others.
+  const described = [...filesOf(deps.registrations), file_health_v1_health];
   const packageDefinition = {
     "referral.v1": {
-      fileDescriptorProtos: filesOf(deps.registrations).map((file) =>
+      fileDescriptorProtos: described.map((file) =>
         Buffer.from(toBinary(FileDescriptorProtoSchema, file.proto)),
       ),
     },
   };
   new ReflectionService(packageDefinition as never).addToServer(server);
-  new HealthImplementation({
-    "": "SERVING",
-    ...Object.fromEntries(
-      deps.registrations.map(({ service }) => [service.typeName, "SERVING" as const]),
-    ),
-  }).addToServer(server);
-  return server;
+  const served = ["", ...deps.registrations.map(({ service }) => service.typeName)];
+  const health = new HealthImplementation(
+    Object.fromEntries(served.map((name) => [name, "SERVING" as const])),
+  );
+  health.addToServer(server);
+  return {
+    server,
+    markNotServing() {
+      for (const name of served) health.setStatus(name, "NOT_SERVING");
+    },
+  };
 }
 
 // Requests stay bytes until the pipeline decodes them, after authentication,
@@ -77,16 +103,22 @@ function unaryHandler(
       return headers;
     });
     call.on("cancelled", () => context.abort());
+    const responseHeaders = new Map<string, string>();
     deps
       .pipeline({
         rpc,
         protocol: "grpc",
+        clientAddress: addressOfPeer(call.getPeer()),
+        responseHeaders,
         header,
         decode: () => decodeBinary(rpc, call.request as Buffer),
         context,
       })
       .then(
-        (response) => callback(null, response),
+        (response) => {
+          if (responseHeaders.size > 0) call.sendMetadata(metadataOf(responseHeaders));
+          callback(null, response);
+        },
         // The pipeline gives ConnectErrors; this only guards the encoding.
         (error: unknown) => callback(grpcError(toConnectError(error, rpc.name, deps.log))),
       );
@@ -101,9 +133,24 @@ function decodeBinary(rpc: Rpc, bytes: Buffer) {
   }
 }
 
-/** A gRPC status with the error's details in `grpc-status-details-bin`. */
-function grpcError(error: ConnectError): Partial<grpc.StatusObject> {
+/** The IP address of a grpc-js peer (`1.2.3.4:5678`, `[::1]:5678`). */
+function addressOfPeer(peer: string): string {
+  const address = peer.replace(/:\d+$/, "");
+  return address.startsWith("[") ? address.slice(1, -1) : address;
+}
+
+function metadataOf(headers: Iterable<[string, string]>): grpc.Metadata {
   const metadata = new grpc.Metadata();
+  for (const [name, value] of headers) metadata.set(name, value);
+  return metadata;
+}
+
+/**
+ * A gRPC status with the error's metadata (rate limits, the request id) and
+ * its details in `grpc-status-details-bin`.
+ */
+function grpcError(error: ConnectError): Partial<grpc.StatusObject> {
+  const metadata = metadataOf(error.metadata);
   const details = error.details.flatMap((detail) =>
     "desc" in detail ? [anyPack(detail.desc, create(detail.desc, detail.value))] : [],
   );

@@ -1,4 +1,12 @@
-import Fastify, { type FastifyInstance } from "fastify";
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  LogController,
+} from "fastify";
+import type { Logger } from "pino";
+import type { Registry } from "prom-client";
+import { secretsEqual } from "../domain/api-keys.js";
 import type { Store } from "../store/store.js";
 import { registerConnect } from "./connect.js";
 import {
@@ -17,8 +25,13 @@ export interface HttpAppOptions {
   readonly pipeline: Pipeline;
   readonly store: Store;
   readonly log: ErrorLogger;
-  readonly logLevel: string;
+  readonly logger: Logger;
+  /** What `GET /metrics` serves, to callers with `metricsToken`. */
+  readonly metrics: Registry;
+  readonly metricsToken: string | undefined;
   readonly maxBodyBytes: number;
+  /** True once the service is draining: `/readyz` answers 503. */
+  readonly isDraining?: () => boolean;
 }
 
 /**
@@ -29,12 +42,22 @@ export interface HttpAppOptions {
  */
 export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInstance> {
   const app = Fastify({
-    logger: options.logLevel === "silent" ? false : { level: options.logLevel },
+    loggerInstance: options.logger as FastifyBaseLogger,
+    // Every RPC is logged once, by the pipeline, on every protocol.
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: options.maxBodyBytes,
+    // The router's own refusals (a malformed or too long path) come before
+    // any route: they get the error handler's body like every other error.
+    frameworkErrors: (error, request, reply) =>
+      reply.server.errorHandler(routerError(error, reply.server), request, reply),
   });
+  // Only the REST and Connect scopes read bodies, with parsers of their own;
+  // without one here, a JSON body sent to no route is a 404, not a parse error.
+  app.removeContentTypeParser("application/json");
 
   app.get("/healthz", async () => ({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
+    if (options.isDraining?.()) return reply.code(503).send({ status: "draining" });
     try {
       await options.store.ping();
       return { status: "ok" };
@@ -44,8 +67,20 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     }
   });
 
+  app.get("/metrics", async (request, reply) => {
+    if (!options.metricsToken) {
+      throw httpError(404, "metrics are off: set METRICS_TOKEN to serve them");
+    }
+    const credential = request.headers.authorization?.replace(/^bearer\s+/i, "") ?? "";
+    if (!secretsEqual(credential, options.metricsToken)) {
+      throw httpError(401, "metrics need the METRICS_TOKEN as a bearer token");
+    }
+    return reply.type(options.metrics.contentType).send(await options.metrics.metrics());
+  });
+
   app.setErrorHandler((error, request, reply) => {
     const connectError = toConnectError(error, `${request.method} ${request.url}`, options.log);
+    for (const [name, value] of connectError.metadata) reply.header(name, value);
     return reply.code(httpStatusOf(connectError, error)).send(restErrorBody(connectError));
   });
 
@@ -67,6 +102,21 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   });
 
   return app;
+}
+
+/** A router error as an HTTP error with a message of ours (Fastify's repeats the raw path). */
+function routerError(error: FastifyError, app: FastifyInstance): Error {
+  switch (error.code) {
+    case "FST_ERR_MAX_PARAM_LENGTH":
+      return httpError(
+        414,
+        `path has a segment longer than ${app.initialConfig.maxParamLength ?? 100} characters`,
+      );
+    case "FST_ERR_BAD_URL":
+      return httpError(400, "path is not a valid URL path (a malformed %-escape)");
+    default:
+      return error;
+  }
 }
 
 function allowedVerbs(routes: readonly RegisteredRestRoute[], path: string): string[] {

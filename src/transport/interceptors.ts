@@ -1,19 +1,41 @@
+import type { Logger } from "pino";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import type { Authenticator } from "../services/authentication.js";
 import { callerKey } from "../services/context.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
+import { type CallMetrics, measureCalls } from "./metrics.js";
 import type { Interceptor } from "./pipeline.js";
+import type { RateLimits } from "./rate-limit.js";
+import { logCalls } from "./request-log.js";
 
 /**
  * Every step a call takes before its implementation, in order, for every
- * protocol. A cross-cutting concern (limits, metrics, logs) is one more
- * entry here.
+ * protocol. A cross-cutting concern is one more entry here. The log and the
+ * metrics sit outside the error step, so they see every outcome as the
+ * caller will (a ConnectError), and the headers they add reach the caller
+ * on success and failure alike.
  */
 export function interceptors(deps: {
   authenticator: Authenticator;
   log: ErrorLogger;
+  logger: Logger;
+  calls: CallMetrics;
+  rateLimits: RateLimits;
+  /** Idempotency keys (see `idempotency.ts`): last, as it needs the caller and the request. */
+  idempotency: Interceptor;
 }): Interceptor[] {
-  return [normaliseErrors(deps.log), authenticate(deps.authenticator), decodeRequest];
+  return [
+    logCalls(deps.logger),
+    measureCalls(deps.calls),
+    normaliseErrors(deps.log),
+    // Around authentication: an address is throttled before its credential
+    // is checked, a key once it is known.
+    deps.rateLimits.byAddress,
+    authenticate(deps.authenticator),
+    deps.rateLimits.byKey,
+    decodeRequest,
+    deps.idempotency,
+  ];
 }
 
 /** Whatever goes wrong leaves as a ConnectError (see `toConnectError`). */
@@ -22,7 +44,9 @@ function normaliseErrors(log: ErrorLogger): Interceptor {
     try {
       return await next();
     } catch (error) {
-      throw toConnectError(error, call.rpc.name, log);
+      const connectError = toConnectError(error, call.rpc.name, log);
+      for (const [name, value] of call.responseHeaders) connectError.metadata.set(name, value);
+      throw connectError;
     }
   };
 }

@@ -73,6 +73,14 @@ export interface Call {
   readonly decode?: () => Message;
   /** What the implementation receives; interceptors put the caller in its values. */
   readonly context: HandlerContext;
+  /** The client's IP address, for limits and logs. */
+  readonly clientAddress: string;
+  /**
+   * Headers (gRPC: metadata) the interceptors add to the response, whatever
+   * its outcome: transports write them on success, and a failed call carries
+   * them in its ConnectError's metadata.
+   */
+  readonly responseHeaders: Map<string, string>;
 }
 
 /** One step around every call; calls `next` to go on. Listed in `interceptors.ts`. */

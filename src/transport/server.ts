@@ -1,9 +1,15 @@
+import type { Server as HttpServer, IncomingMessage, ServerResponse } from "node:http";
 import { createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import type { FastifyInstance } from "fastify";
+import type { ConnectionConfig } from "../config.js";
 
-/** Every connection an HTTP/2 client opens starts with this preface. */
-const http2Preface = Buffer.from("PRI * HTTP/2.0");
+/** The client connection preface of HTTP/2 (RFC 9113 §3.4); a SETTINGS frame must follow it. */
+const http2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+const frameHeaderLength = 9;
+const settingsFrameType = 0x4;
+/** The largest frame a peer may send before settings raise it (RFC 9113 §4.2). */
+const initialMaxFrameSize = 16_384;
 
 /**
  * One TCP port for everything: a connection that opens with the HTTP/2
@@ -11,27 +17,71 @@ const http2Preface = Buffer.from("PRI * HTTP/2.0");
  * and goes to Fastify (REST, Connect, gRPC-Web).
  */
 export interface SharedPortServer {
-  /** Starts listening; resolves with the bound port. */
+  /** Starts listening; resolves with the bound port (rejects with the listen error, e.g. EADDRINUSE). */
   listen(port: number, host: string): Promise<number>;
-  /** Stops accepting, ends both sides, waits for in-flight calls (up to `graceMs`). */
-  close(graceMs?: number): Promise<void>;
+  /**
+   * Drains: stops accepting, lets calls in flight on both sides finish (HTTP/1.1
+   * responses then carry `Connection: close`, HTTP/2 clients get a GOAWAY),
+   * and after `graceMs` closes whatever is left.
+   */
+  close(graceMs: number): Promise<void>;
 }
 
 /** Creates the shared-port server over a grpc-js server and a ready Fastify app. */
-export function createSharedPortServer(
-  grpcServer: grpc.Server,
-  app: FastifyInstance,
-): SharedPortServer {
-  const injector = grpcServer.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+export function createSharedPortServer(deps: {
+  grpc: grpc.Server;
+  http: FastifyInstance;
+  limits: ConnectionConfig;
+}): SharedPortServer {
+  const { limits } = deps;
+  const httpServer = deps.http.server;
+  const injector = deps.grpc.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  applyHttp1Limits(httpServer, limits);
+
   const sockets = new Set<Socket>();
+  /** Connections whose first bytes have not said which protocol they speak yet. */
+  const undecided = new Set<Socket>();
+  const http1Sockets = new Set<Socket>();
+  const http1InFlight = new Map<ServerResponse, Socket>();
+  let draining = false;
+  let onHttp1Drained: (() => void) | undefined;
+
+  // Sees every HTTP/1.1 request before Fastify does: the drain needs to know
+  // which connections are busy, and to end them once their response is out.
+  httpServer.prependListener("request", (request: IncomingMessage, response: ServerResponse) => {
+    http1InFlight.set(response, request.socket);
+    response.once("close", () => http1InFlight.delete(response));
+    if (draining) closeAfter(response, request.socket);
+  });
+
   const tcp: TcpServer = createTcpServer((socket) => {
     sockets.add(socket);
-    socket.once("close", () => sockets.delete(socket));
-    routeByPreface(socket, (isHttp2) => {
-      if (isHttp2) injector.injectConnection(socket);
-      else app.server.emit("connection", socket);
+    undecided.add(socket);
+    // A fixed deadline, not an idle timer: a client trickling a byte at a
+    // time must not hold the connection either.
+    const prefaceTimer = setTimeout(() => socket.destroy(), limits.prefaceTimeoutMs);
+    socket.once("close", () => {
+      clearTimeout(prefaceTimer);
+      sockets.delete(socket);
+      undecided.delete(socket);
+    });
+    routeByPreface(socket, (protocol) => {
+      clearTimeout(prefaceTimer);
+      undecided.delete(socket);
+      if (protocol === "h2") {
+        injector.injectConnection(socket);
+        return;
+      }
+      http1Sockets.add(socket);
+      socket.once("close", () => {
+        http1Sockets.delete(socket);
+        if (http1Sockets.size === 0) onHttp1Drained?.();
+      });
+      httpServer.emit("connection", socket);
     });
   });
+  // Node refuses connections past this at once (it closes them on accept).
+  tcp.maxConnections = limits.maxConnections;
 
   return {
     listen(port, host) {
@@ -39,54 +89,113 @@ export function createSharedPortServer(
         tcp.once("error", reject);
         tcp.listen(port, host, () => {
           tcp.off("error", reject);
+          // Node's HTTP server enforces headersTimeout and requestTimeout,
+          // and finds idle connections, only through the connection list it
+          // sets up on 'listening'. This one never listens (the router hands
+          // it sockets), so it is told the port is open.
+          httpServer.emit("listening");
           const address = tcp.address();
           resolve(typeof address === "object" && address ? address.port : port);
         });
       });
     },
-    async close(graceMs = 5_000) {
+
+    async close(graceMs) {
+      draining = true;
       const listenerClosed = new Promise<void>((resolve) => tcp.close(() => resolve()));
-      const grpcClosed = new Promise<void>((resolve) => grpcServer.tryShutdown(() => resolve()));
-      injector.drain(graceMs);
-      // Idle keep-alive sockets would otherwise hold the HTTP side open.
-      app.server.closeIdleConnections();
-      let forceTimer: NodeJS.Timeout | undefined;
-      const forced = new Promise<void>((resolve) => {
-        forceTimer = setTimeout(() => {
-          for (const socket of sockets) socket.destroy();
-          grpcServer.forceShutdown();
-          resolve();
-        }, graceMs);
+      for (const socket of undecided) socket.destroy();
+
+      const http1Drained = new Promise<void>((resolve) => {
+        onHttp1Drained = resolve;
+        if (http1Sockets.size === 0) resolve();
       });
-      await Promise.race([Promise.all([app.close(), grpcClosed]), forced]);
-      clearTimeout(forceTimer);
+      for (const [response, socket] of http1InFlight) closeAfter(response, socket);
+      // Connections between requests would otherwise wait for their keep-alive timeout.
+      httpServer.closeIdleConnections();
+      // Sends every HTTP/2 connection a GOAWAY; its open streams go on.
+      const grpcDrained = new Promise<void>((resolve) => deps.grpc.tryShutdown(() => resolve()));
+
+      const drained = await settlesWithin(Promise.all([http1Drained, grpcDrained]), graceMs);
+      if (!drained) deps.grpc.forceShutdown();
       for (const socket of sockets) socket.destroy();
-      grpcServer.forceShutdown();
-      await app.close();
+      // Fastify's own close (its onClose hooks) once nothing uses it any more.
+      await deps.http.close();
       await listenerClosed;
     },
   };
 }
 
+/** Header, request, keep-alive and idle timeouts of the HTTP/1.1 side. */
+function applyHttp1Limits(server: HttpServer, limits: ConnectionConfig): void {
+  server.headersTimeout = limits.headersTimeoutMs;
+  server.requestTimeout = limits.requestTimeoutMs;
+  server.keepAliveTimeout = limits.keepAliveTimeoutMs;
+  server.timeout = limits.idleTimeoutMs;
+  // How often Node looks for requests past those timeouts (30 s by default,
+  // which would let a slow client overstay a 10 s limit threefold).
+  (server as HttpServer & { connectionsCheckingInterval: number }).connectionsCheckingInterval =
+    Math.max(50, Math.min(1000, Math.min(limits.headersTimeoutMs, limits.requestTimeoutMs) / 4));
+}
+
+/**
+ * Ends an HTTP/1.1 connection after this response: by `Connection: close`
+ * while its headers are unsent, else (they said keep-alive) once it is done.
+ */
+function closeAfter(response: ServerResponse, socket: Socket): void {
+  if (!response.headersSent) response.setHeader("connection", "close");
+  else response.once("close", () => socket.end());
+}
+
+/** Whether `promise` settles within `ms`. */
+async function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const timedOut = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([promise.then(() => true), timedOut]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Which protocol the first bytes speak: HTTP/2 once the whole client preface
+ * (the magic string and its SETTINGS frame) is in, HTTP/1.1 as soon as they
+ * differ from the magic; undefined while more bytes are needed.
+ */
+function protocolOf(received: Buffer): "http/1.1" | "h2" | undefined {
+  const compared = Math.min(received.length, http2Preface.length);
+  if (!received.subarray(0, compared).equals(http2Preface.subarray(0, compared))) {
+    return "http/1.1";
+  }
+  const settingsAt = http2Preface.length;
+  if (received.length < settingsAt + frameHeaderLength) return undefined;
+  const length = received.readUIntBE(settingsAt, 3);
+  // Anything else than a SETTINGS frame of a valid size is for the HTTP/2
+  // stack to refuse, with the error the protocol prescribes.
+  if (received[settingsAt + 3] !== settingsFrameType || length > initialMaxFrameSize) return "h2";
+  return received.length >= settingsAt + frameHeaderLength + length ? "h2" : undefined;
+}
+
 /**
  * Reads until the first bytes tell HTTP/2 from HTTP/1.1, puts them back and
- * hands the socket on. A socket that closes before saying anything is dropped.
+ * hands the socket on. A socket that closes before that is dropped.
  */
-function routeByPreface(socket: Socket, handOff: (isHttp2: boolean) => void): void {
+function routeByPreface(socket: Socket, handOff: (protocol: "http/1.1" | "h2") => void): void {
   let received = Buffer.alloc(0);
   const onData = (chunk: Buffer) => {
     received = Buffer.concat([received, chunk]);
-    const compared = Math.min(received.length, http2Preface.length);
-    const isHttp2 = received.subarray(0, compared).equals(http2Preface.subarray(0, compared));
-    if (isHttp2 && received.length < http2Preface.length) return;
+    const protocol = protocolOf(received);
+    if (!protocol) return;
     socket.off("data", onData);
     socket.pause();
     socket.unshift(received);
-    handOff(isHttp2);
+    handOff(protocol);
     // The HTTP/2 session reads what is buffered itself (it takes over the
     // socket's handle); resuming would flush those bytes to no listener.
     // The HTTP/1.1 parser listens for 'data', so that side flows again.
-    if (!isHttp2) socket.resume();
+    if (protocol === "http/1.1") socket.resume();
   };
   socket.on("data", onData);
   socket.once("error", () => socket.destroy());

@@ -47,6 +47,8 @@ export interface ServerOptions {
   readonly env?: Record<string, string>;
   /** The service's clock; the real time when unset. */
   readonly clock?: Clock;
+  /** Receives every log line (set LOG_LEVEL in `env` too: tests default to silent). */
+  readonly logTo?: { write(line: string): void };
 }
 
 /** Starts the service as `npm start` would, on port 0, with the test keys. */
@@ -66,9 +68,16 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     BOOTSTRAP_SECRET_KEY: keys.secret,
     BOOTSTRAP_PUBLIC_KEY: keys.public,
     LOG_LEVEL: "silent",
+    // Suites send thousands of calls from one address, many with one key:
+    // limits that count every call but never refuse one.
+    // test/transport/rate-limit.test.ts sets small ones.
+    RATE_LIMIT_PUBLIC: "1000000/1s",
+    RATE_LIMIT_SECRET: "1000000/1s",
+    RATE_LIMIT_ADMIN: "1000000/1s",
+    RATE_LIMIT_UNAUTHENTICATED: "1000000/1s",
     ...options.env,
   });
-  const app = await buildApp(config, { clock: options.clock });
+  const app = await buildApp(config, { clock: options.clock, logTo: options.logTo });
   const port = await app.listen(0, "127.0.0.1");
   return {
     app,
@@ -130,9 +139,15 @@ export async function rest(
   server: TestServer,
   method: string,
   path: string,
-  options: { key?: string; body?: unknown; rawBody?: string; contentType?: string } = {},
+  options: {
+    key?: string;
+    body?: unknown;
+    rawBody?: string;
+    contentType?: string;
+    headers?: Record<string, string>;
+  } = {},
 ): Promise<{ status: number; body: Json; headers: Headers }> {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = { ...options.headers };
   if (options.key !== undefined) headers.authorization = options.key;
   let body: string | undefined;
   if (options.rawBody !== undefined || options.body !== undefined) {

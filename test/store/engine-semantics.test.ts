@@ -195,6 +195,31 @@ for (const engine of engineNames) {
     t.is(counted.matchedCount, 0);
   });
 
+  storeTest(
+    "deleteMany removes every match in one call, and kept totals follow",
+    async (t, store) => {
+      const day = 86_400_000;
+      for (const [i, id] of ["a", "b", "c", "d", "e"].entries()) {
+        await store.system.customers.insertOne(
+          customer(id, { createdAt: new Date(t0.getTime() + i * day), deletedAt: null }),
+        );
+      }
+      const before = new Date(t0.getTime() + 3 * day);
+      const removed = await store.system.customers.deleteMany({ createdAt: { $lt: before } });
+      t.is(removed.deletedCount, 3);
+      t.deepEqual(await idsOf(store, {}), ["d", "e"]);
+      t.is(
+        (await store.system.customers.deleteMany({ createdAt: { $lt: before } })).deletedCount,
+        0,
+      );
+      const live = { applicationId: "app_1", deletedAt: null };
+      t.is(await store.system.customers.countDocuments(live), 2);
+      t.is((await store.system.customers.deleteMany({})).deletedCount, 2);
+      t.deepEqual(await idsOf(store, {}), []);
+      t.is(await store.system.customers.countDocuments(live), 0);
+    },
+  );
+
   storeTest("$size matches arrays of that length only", async (t, store) => {
     await store.system.customers.insertOne(customer("empty", { outbox: [] }));
     await store.system.customers.insertOne(customer("one", { outbox: [{ id: "e" }] }));

@@ -204,6 +204,15 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
     externalUserId: "user_0",
     name: "Again",
   });
+  // A keyed write and its retry: the idempotency record's claim, completion and replay.
+  for (let attempt = 0; attempt < 2; attempt++) {
+    const keyed = await rest(server, "POST", "/customers/identify", {
+      key: keys.public,
+      headers: { "idempotency-key": "query-plans-1" },
+      body: { externalUserId: "user_keyed", name: "Keyed" },
+    });
+    if (keyed.status !== 201) throw new Error(`keyed identify: ${keyed.status}`);
+  }
   const [referrer, referee, sameMailbox] = customers;
   await call("GET", `/customers/${referrer.id}`, sk);
   for (const query of [

@@ -1,5 +1,7 @@
 import type { FastifyInstance } from "fastify";
+import { checkJsonDepth } from "../../contract/json-depth.js";
 import { restSuccessStatus } from "../../contract/options.js";
+import { limits } from "../../domain/limits.js";
 import { CallContext, type Pipeline, type ServiceRegistration } from "../pipeline.js";
 import { rpcsOf } from "../routes.js";
 import { type HttpRoute, httpRouteOf } from "./http-rules.js";
@@ -26,7 +28,8 @@ export async function registerRest(
   const registered: RegisteredRestRoute[] = [];
   await app.register(async (scope) => {
     // REST takes JSON only (other media types are 415); a POST whose JSON
-    // body is empty reads as {}; anything else must parse.
+    // body is empty reads as {}; anything else must parse, and nest no
+    // deeper than `limits.jsonDepth` (see checkJsonDepth).
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser(
       "application/json",
@@ -34,12 +37,19 @@ export async function registerRest(
       (_request, body, done) => {
         const text = (body as string).trim();
         if (text === "") return done(null, {});
+        let json: unknown;
         try {
-          done(null, JSON.parse(text));
+          json = JSON.parse(text);
         } catch {
           const error = Object.assign(new Error("the body is not valid JSON"), { statusCode: 400 });
-          done(error, undefined);
+          return done(error, undefined);
         }
+        try {
+          checkJsonDepth(json, limits.jsonDepth);
+        } catch (error) {
+          return done(error as Error, undefined);
+        }
+        done(null, json);
       },
     );
     for (const rpc of rpcsOf(deps.registrations)) {
@@ -52,9 +62,12 @@ export async function registerRest(
         method: route.verb as "GET",
         url: route.fastifyPath,
         handler: async (request, reply) => {
+          const responseHeaders = new Map<string, string>();
           const output = await deps.pipeline({
             rpc,
             protocol: "rest",
+            clientAddress: request.ip,
+            responseHeaders,
             header: (name) => {
               const value = request.headers[name];
               return Array.isArray(value) ? value[0] : value;
@@ -72,6 +85,7 @@ export async function registerRest(
           // Stringified here, with the type Fastify would set, so Fastify
           // sends the string as it is instead of inspecting and serializing.
           const json = restJsonFromResponse(rpc.method.output, route, output);
+          for (const [name, value] of responseHeaders) reply.header(name, value);
           reply.code(status);
           if (json === undefined) return reply.send();
           return reply.type(jsonContentType).send(json);

@@ -48,6 +48,11 @@ export function requestReader(schema: DescMessage, route: HttpRoute): RestReques
         if (typeof parts.body !== "object" || parts.body === null || Array.isArray(parts.body)) {
           throw new FieldError("body", "must be a JSON object");
         }
+        // Object.assign would make a "__proto__" key the prototype, dropping
+        // it; like any key that names no field, it is refused.
+        if (Object.hasOwn(parts.body, "__proto__")) {
+          throw new FieldError("__proto__", "is not a known field");
+        }
         Object.assign(plain, parts.body);
       }
     } else {

@@ -1,0 +1,128 @@
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
+import { codeOf } from "./errors.js";
+import type { Interceptor } from "./pipeline.js";
+
+/** Everything `GET /metrics` shows, in one registry per app (tests run several). */
+export interface Metrics {
+  readonly registry: Registry;
+  /** Store operations, by collection and operation (the store calls it). */
+  observeStore(collection: string, operation: string, seconds: number): void;
+  /** A webhook delivery attempt, by outcome (the delivery workers call it). */
+  countDelivery(outcome: "succeeded" | "failed" | "skipped"): void;
+  /** A call refused by a rate limit, by the kind of limit. */
+  countRateLimited(limit: string): void;
+  /** Reports the delivery queue at each scrape: pending deliveries and the oldest one's due time. */
+  watchDeliveryQueue(read: () => Promise<{ pending: number; oldestDueAt: Date | null }>): void;
+}
+
+// Buckets from 0.5 ms: most calls on the embedded store take a few milliseconds.
+const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
+
+/** Creates the registry with the process metrics and the service's own. */
+export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry });
+  const calls: CallMetrics = {
+    total: new Counter({
+      name: "rpc_calls_total",
+      help: "Calls finished, by RPC, protocol and code.",
+      labelNames: ["rpc", "protocol", "code"],
+      registers: [registry],
+    }),
+    duration: new Histogram({
+      name: "rpc_duration_seconds",
+      help: "Time from the call entering the pipeline to its outcome, by RPC, protocol and code.",
+      labelNames: ["rpc", "protocol", "code"],
+      buckets: latencyBuckets,
+      registers: [registry],
+    }),
+    inFlight: new Gauge({
+      name: "rpc_in_flight",
+      help: "Calls in the pipeline now.",
+      registers: [registry],
+    }),
+  };
+  const rateLimited = new Counter({
+    name: "rpc_rate_limited_total",
+    help: "Calls refused with RESOURCE_EXHAUSTED by a rate limit, by limit.",
+    labelNames: ["limit"],
+    registers: [registry],
+  });
+  const store = new Histogram({
+    name: "store_operation_duration_seconds",
+    help: "Store operations, by collection and operation.",
+    labelNames: ["collection", "operation"],
+    buckets: latencyBuckets,
+    registers: [registry],
+  });
+  const deliveries = new Counter({
+    name: "webhook_deliveries_total",
+    help: "Webhook delivery attempts, by outcome.",
+    labelNames: ["outcome"],
+    registers: [registry],
+  });
+  let readQueue: (() => Promise<{ pending: number; oldestDueAt: Date | null }>) | undefined;
+  let queue: Promise<{ pending: number; oldestDueAt: Date | null }> | undefined;
+  // One read of the store serves both gauges of a scrape.
+  const queueNow = () => {
+    queue ??= (readQueue?.() ?? Promise.resolve({ pending: 0, oldestDueAt: null })).finally(() => {
+      queue = undefined;
+    });
+    return queue;
+  };
+  new Gauge({
+    name: "webhook_queue_depth",
+    help: "Deliveries waiting for an attempt.",
+    registers: [registry],
+    async collect() {
+      this.set((await queueNow()).pending);
+    },
+  });
+  new Gauge({
+    name: "webhook_oldest_pending_age_seconds",
+    help: "How long the most overdue pending delivery has been due (0 when none is).",
+    registers: [registry],
+    async collect() {
+      const { oldestDueAt } = await queueNow();
+      this.set(oldestDueAt ? Math.max(0, (Date.now() - oldestDueAt.getTime()) / 1000) : 0);
+    },
+  });
+  return {
+    registry,
+    calls,
+    observeStore: (collection, operation, seconds) =>
+      store.observe({ collection, operation }, seconds),
+    countDelivery: (outcome) => deliveries.inc({ outcome }),
+    countRateLimited: (limit) => rateLimited.inc({ limit }),
+    watchDeliveryQueue(read) {
+      readQueue = read;
+    },
+  };
+}
+
+/** The per-call instruments. */
+export interface CallMetrics {
+  readonly total: Counter<"rpc" | "protocol" | "code">;
+  readonly duration: Histogram<"rpc" | "protocol" | "code">;
+  readonly inFlight: Gauge;
+}
+
+/** Counts and times every call, whatever its outcome. */
+export function measureCalls(calls: CallMetrics): Interceptor {
+  return async (call, next) => {
+    const started = performance.now();
+    calls.inFlight.inc();
+    let code = "ok";
+    try {
+      return await next();
+    } catch (error) {
+      code = codeOf(error);
+      throw error;
+    } finally {
+      calls.inFlight.dec();
+      const labels = { rpc: call.rpc.name, protocol: call.protocol, code };
+      calls.total.inc(labels);
+      calls.duration.observe(labels, (performance.now() - started) / 1000);
+    }
+  };
+}

@@ -1,0 +1,275 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import ipaddr from "ipaddr.js";
+import {
+  type RateLimiterAbstract,
+  RateLimiterMemory,
+  RateLimiterMongo,
+  RateLimiterRes,
+} from "rate-limiter-flexible";
+import { Access } from "../../gen/referral/v1/options_pb.js";
+import type { RateLimit, RateLimitConfig } from "../config.js";
+import { methodAccess } from "../contract/options.js";
+import { callerKey } from "../services/context.js";
+import type { Store } from "../store/store.js";
+import type { Call, Interceptor } from "./pipeline.js";
+
+/** The rate limits as two steps of the pipeline, on either side of authentication. */
+export interface RateLimits {
+  /**
+   * Before authentication, by client address: refuses an address that is
+   * over its failed-authentication limit before its credential is checked,
+   * counts admin calls, and counts the calls that fail authentication.
+   */
+  readonly byAddress: Interceptor;
+  /** After authentication: counts the call against its API key, by the key's kind. */
+  readonly byKey: Interceptor;
+}
+
+/**
+ * The MongoDB collection of the counters (rate-limiter-flexible's schema:
+ * one document per limit and key, `key` unique, removed by a TTL index on
+ * `expire` once its window is over).
+ */
+const rateLimitCollection = "rateLimits";
+
+/** The names of the limits, as the headers and the `rpc_rate_limited_total` metric show them. */
+export type LimitName = keyof RateLimitConfig;
+
+/**
+ * Builds the limits. With MongoDB the counters live in the service's
+ * database, so every instance on it enforces one limit; on the embedded
+ * store they live in this process, which is the only one that can open the
+ * data directory.
+ */
+export async function createRateLimits(
+  config: RateLimitConfig,
+  deps: { store: Store; countRateLimited(limit: LimitName): void },
+): Promise<RateLimits> {
+  const database = deps.store.mongoDatabase;
+  const counterOf = (name: LimitName) => {
+    const limit = config[name];
+    return limit ? createCounter(name, limit, database) : undefined;
+  };
+  const counters = {
+    public: counterOf("public"),
+    secret: counterOf("secret"),
+    admin: counterOf("admin"),
+    unauthenticated: counterOf("unauthenticated"),
+  };
+  const mongoLimiter = Object.values(counters)
+    .map((counter) => counter?.limiter)
+    .find((limiter) => limiter instanceof RateLimiterMongo);
+  // The counters share one collection; its indexes are made here, not by the
+  // library in the background, so a failure stops the start.
+  if (mongoLimiter) await mongoLimiter.createIndexes();
+
+  const refuse = (call: Call, counter: Counter, verdict: Verdict): never => {
+    deps.countRateLimited(counter.name);
+    const retryAfter = secondsUntil(verdict.resetMs);
+    call.responseHeaders.set("retry-after", String(retryAfter));
+    throw new ConnectError(`${counter.refusal}: retry in ${retryAfter} s`, Code.ResourceExhausted);
+  };
+  const blocked = blockedAddresses();
+  return {
+    byAddress: addressStep(counters.admin, counters.unauthenticated, blocked, refuse),
+    byKey: keyStep(counters.public, counters.secret, refuse),
+  };
+}
+
+function addressStep(
+  admin: Counter | undefined,
+  failures: Counter | undefined,
+  blocked: BlockedAddresses,
+  refuse: (call: Call, counter: Counter, verdict: Verdict) => never,
+): Interceptor {
+  if (!admin && !failures) return (_call, next) => next();
+  return async (call, next) => {
+    if (failures) {
+      const blockedMs = blocked.remainingMs(call.clientAddress);
+      if (blockedMs > 0) {
+        const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
+        announce(call, failures, verdict);
+        refuse(call, failures, verdict);
+      }
+    }
+    if (admin && methodAccess(call.rpc.method) === Access.ADMIN) {
+      const verdict = await admin.consume(addressKey(call.clientAddress));
+      announce(call, admin, verdict);
+      if (!verdict.allowed) refuse(call, admin, verdict);
+    }
+    if (!failures) return next();
+    try {
+      return await next();
+    } catch (error) {
+      const authenticationFailed =
+        error instanceof ConnectError &&
+        error.code === Code.Unauthenticated &&
+        !call.context.values.get(callerKey);
+      if (!authenticationFailed) throw error;
+      const verdict = await failures.consume(addressKey(call.clientAddress));
+      announce(call, failures, verdict);
+      if (verdict.remaining === 0) blocked.add(call.clientAddress, verdict.resetMs);
+      // Counted elsewhere first (another instance): over the limit, whatever this credential was.
+      if (!verdict.allowed) refuse(call, failures, verdict);
+      throw error;
+    }
+  };
+}
+
+function keyStep(
+  publicKeys: Counter | undefined,
+  secretKeys: Counter | undefined,
+  refuse: (call: Call, counter: Counter, verdict: Verdict) => never,
+): Interceptor {
+  if (!publicKeys && !secretKeys) return (_call, next) => next();
+  return async (call, next) => {
+    const caller = call.context.values.get(callerKey);
+    // Admin calls have no key: they are limited by address.
+    const counter = caller && (caller.keyKind === "secret" ? secretKeys : publicKeys);
+    if (!counter) return next();
+    const verdict = await counter.consume(caller.keyId);
+    announce(call, counter, verdict);
+    if (!verdict.allowed) refuse(call, counter, verdict);
+    return next();
+  };
+}
+
+/** What a counter said of one call. */
+interface Verdict {
+  readonly allowed: boolean;
+  /** Calls left in the window. */
+  readonly remaining: number;
+  /** Milliseconds until the window ends. */
+  readonly resetMs: number;
+}
+
+/** One limit, its counter and how the headers and the error name it. */
+interface Counter {
+  readonly name: LimitName;
+  readonly limiter: RateLimiterAbstract;
+  /** The `RateLimit-Policy` item: `"public";q=200;w=1`. */
+  readonly policy: string;
+  /** The error message, before "retry in". */
+  readonly refusal: string;
+  consume(key: string): Promise<Verdict>;
+}
+
+const refusals: Record<LimitName, string> = {
+  public: "this public key is over its rate limit",
+  secret: "this secret key is over its rate limit",
+  admin: "too many admin calls from this address",
+  unauthenticated: "too many failed authentications from this address",
+};
+
+function createCounter(
+  name: LimitName,
+  limit: RateLimit,
+  database: Store["mongoDatabase"],
+): Counter {
+  const options = { keyPrefix: name, points: limit.calls, duration: limit.windowSeconds };
+  const limiter = database
+    ? new RateLimiterMongo({
+        ...options,
+        storeClient: database,
+        tableName: rateLimitCollection,
+        disableIndexesCreation: true,
+        // A key that has used its window up is refused from memory, without
+        // a round trip, until the window ends.
+        inMemoryBlockOnConsumed: limit.calls,
+        // While MongoDB is unreachable each instance counts on its own.
+        insuranceLimiter: new RateLimiterMemory(options),
+      })
+    : new RateLimiterMemory(options);
+  return {
+    name,
+    limiter,
+    policy: `"${name}";q=${limit.calls};w=${limit.windowSeconds}`,
+    refusal: `${refusals[name]} (${limit.calls} calls per ${limit.windowSeconds} s)`,
+    async consume(key) {
+      try {
+        const result = await limiter.consume(key);
+        return { allowed: true, remaining: result.remainingPoints, resetMs: result.msBeforeNext };
+      } catch (error) {
+        // The library rejects with its result when over the limit, with an Error when the store fails.
+        if (!(error instanceof RateLimiterRes)) throw error;
+        return { allowed: false, remaining: 0, resetMs: error.msBeforeNext };
+      }
+    },
+  };
+}
+
+/**
+ * Adds the limit's state to the IETF headers
+ * (draft-ietf-httpapi-ratelimit-headers): `RateLimit-Policy` for the quota
+ * and window, `RateLimit` for the calls left and the seconds until the
+ * window ends. A call that two limits count lists both.
+ */
+function announce(call: Call, counter: Counter, verdict: Verdict): void {
+  appendHeader(call, "ratelimit-policy", counter.policy);
+  appendHeader(
+    call,
+    "ratelimit",
+    `"${counter.name}";r=${verdict.remaining};t=${secondsUntil(verdict.resetMs)}`,
+  );
+}
+
+function appendHeader(call: Call, name: string, item: string): void {
+  const existing = call.responseHeaders.get(name);
+  call.responseHeaders.set(name, existing === undefined ? item : `${existing}, ${item}`);
+}
+
+/** Whole seconds, rounded up: a client waiting this long finds the window over. */
+function secondsUntil(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000));
+}
+
+/**
+ * The key an address is counted under. An IPv6 client usually holds a whole
+ * /64, so it is counted by that prefix; an IPv4-mapped IPv6 address is its
+ * IPv4 address.
+ */
+export function addressKey(address: string): string {
+  if (!address.includes(":") || !ipaddr.isValid(address)) return address;
+  const parsed = ipaddr.process(address);
+  if (parsed.kind() === "ipv4") return parsed.toString();
+  const prefix = (parsed as ipaddr.IPv6).parts.slice(0, 4);
+  return `${prefix.map((part) => part.toString(16)).join(":")}::/64`;
+}
+
+/** Addresses over the failed-authentication limit, checked on every call before authentication. */
+interface BlockedAddresses {
+  remainingMs(address: string): number;
+  add(address: string, ms: number): void;
+}
+
+// Beyond this many blocked addresses, the expired ones are swept out.
+const blockedSweepSize = 10_000;
+
+/**
+ * The addresses this process saw use their failure limit up, until when.
+ * Every call reads it, so it is a Map in memory: empty (one size check)
+ * unless an address is blocked, and no store round trip. On several
+ * instances each learns of a block from the shared counter at its own next
+ * failure from that address.
+ */
+function blockedAddresses(): BlockedAddresses {
+  const until = new Map<string, number>();
+  return {
+    remainingMs(address) {
+      if (until.size === 0) return 0;
+      const key = addressKey(address);
+      const end = until.get(key);
+      if (end === undefined) return 0;
+      const remaining = end - Date.now();
+      if (remaining <= 0) until.delete(key);
+      return Math.max(0, remaining);
+    },
+    add(address, ms) {
+      if (until.size >= blockedSweepSize) {
+        const now = Date.now();
+        for (const [key, end] of until) if (end <= now) until.delete(key);
+      }
+      until.set(addressKey(address), Date.now() + ms);
+    },
+  };
+}

@@ -1,0 +1,45 @@
+import { randomUUID } from "node:crypto";
+import type { Logger } from "pino";
+import { callerKey } from "../services/context.js";
+import { codeOf } from "./errors.js";
+import type { Interceptor } from "./pipeline.js";
+
+// A request id a client sends is kept if it is short and plain, so it can
+// be logged and echoed safely; anything else is replaced by a fresh one.
+const acceptableRequestId = /^[\w.:-]{1,128}$/;
+
+/**
+ * One structured line per call on every protocol: the request id (the
+ * client's `x-request-id`, or a new one, returned in the response), the
+ * protocol, the RPC, the API key's id (never the key), the code and the
+ * duration.
+ */
+export function logCalls(logger: Logger): Interceptor {
+  return async (call, next) => {
+    const offered = call.header("x-request-id");
+    const requestId = offered && acceptableRequestId.test(offered) ? offered : randomUUID();
+    call.responseHeaders.set("x-request-id", requestId);
+    const started = performance.now();
+    let code = "ok";
+    try {
+      return await next();
+    } catch (error) {
+      code = codeOf(error);
+      throw error;
+    } finally {
+      if (logger.isLevelEnabled("info")) {
+        logger.info(
+          {
+            requestId,
+            protocol: call.protocol,
+            rpc: call.rpc.name,
+            keyId: call.context.values.get(callerKey)?.keyId,
+            code,
+            durationMs: Math.round((performance.now() - started) * 100) / 100,
+          },
+          "call",
+        );
+      }
+    }
+  };
+}

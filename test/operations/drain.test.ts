@@ -1,0 +1,207 @@
+import { Agent, request as httpRequest } from "node:http";
+import type { Socket } from "node:net";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { type Interceptor as ClientInterceptor, createClient } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
+import test from "ava";
+import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
+import type { Interceptor } from "../../src/transport/pipeline.js";
+import { keys } from "../helpers/server.js";
+import { isRefused, openSocket, startService, waitUntil, watchHealth } from "./service.js";
+
+/**
+ * A deploy drops nothing: on close (what SIGTERM runs) health turns
+ * NOT_SERVING, `/readyz` 503, the port refuses new connections, and calls
+ * already in flight on every protocol finish, within SHUTDOWN_GRACE.
+ */
+
+const listCampaigns = CampaignsService.method.listCampaigns;
+
+/**
+ * Test-only: an interceptor (passed to buildApp as `extraInterceptors`)
+ * that holds every call carrying `x-test-hold` until released, so a call is
+ * in flight when the drain begins.
+ */
+function createHold() {
+  const held: string[] = [];
+  let release = () => {};
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const interceptor: Interceptor = async (call, next) => {
+    if (call.header("x-test-hold")) {
+      held.push(call.protocol);
+      await released;
+    }
+    return next();
+  };
+  return {
+    interceptor,
+    held,
+    release: () => release(),
+    until: (count: number) => waitUntil(() => held.length >= count, `${count} held calls`),
+  };
+}
+
+const holdHeaders = { authorization: keys.public, "x-test-hold": "1" };
+
+/** GET /campaigns on a keep-alive connection: status, `Connection` header, campaigns. */
+function restCall(port: number) {
+  return new Promise<{ status: number; connection: string | undefined; campaigns: number }>(
+    (resolve, reject) => {
+      const request = httpRequest(
+        {
+          host: "127.0.0.1",
+          port,
+          path: "/campaigns",
+          headers: holdHeaders,
+          agent: new Agent({ keepAlive: true }),
+        },
+        (response) => {
+          let body = "";
+          response.setEncoding("utf8");
+          response.on("data", (chunk: string) => {
+            body += chunk;
+          });
+          response.on("end", () =>
+            resolve({
+              status: response.statusCode ?? 0,
+              connection: response.headers.connection,
+              campaigns: (JSON.parse(body) as unknown[]).length,
+            }),
+          );
+        },
+      );
+      request.on("error", reject);
+      request.end();
+    },
+  );
+}
+
+const withHoldHeaders: ClientInterceptor = (next) => (request) => {
+  for (const [name, value] of Object.entries(holdHeaders)) request.header.set(name, value);
+  return next(request);
+};
+
+async function connectCall(baseUrl: string): Promise<number> {
+  const transport = createConnectTransport({
+    baseUrl,
+    httpVersion: "1.1",
+    interceptors: [withHoldHeaders],
+  });
+  return (await createClient(CampaignsService, transport).listCampaigns({})).campaigns.length;
+}
+
+async function grpcWebCall(baseUrl: string): Promise<number> {
+  const transport = createGrpcWebTransport({
+    baseUrl,
+    httpVersion: "1.1",
+    interceptors: [withHoldHeaders],
+  });
+  return (await createClient(CampaignsService, transport).listCampaigns({})).campaigns.length;
+}
+
+function grpcCall(port: number): Promise<number> {
+  const client = new grpc.Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure());
+  const metadata = new grpc.Metadata();
+  for (const [name, value] of Object.entries(holdHeaders)) metadata.set(name, value);
+  return new Promise((resolve, reject) => {
+    client.makeUnaryRequest(
+      `/${CampaignsService.typeName}/${listCampaigns.name}`,
+      (value: Buffer) => value,
+      (bytes: Buffer) => fromBinary(listCampaigns.output, bytes),
+      Buffer.from(toBinary(listCampaigns.input, create(listCampaigns.input))),
+      metadata,
+      (error, response) => {
+        client.close();
+        if (error) reject(error);
+        else resolve(response?.campaigns.length ?? -1);
+      },
+    );
+  });
+}
+
+/** Everything a raw socket receives until it closes. */
+function received(socket: Socket): Promise<string> {
+  let text = "";
+  socket.setEncoding("utf8");
+  socket.on("data", (chunk: string) => {
+    text += chunk;
+  });
+  return new Promise((resolve) => socket.once("close", () => resolve(text)));
+}
+
+test("calls in flight on every protocol finish during the drain; health, /readyz and the port say it is closing", async (t) => {
+  const hold = createHold();
+  const server = await startService({ extraInterceptors: [hold.interceptor] });
+  try {
+    const overall = watchHealth(server.port, "");
+    const customers = watchHealth(server.port, "referral.v1.CustomersService");
+    await Promise.all([overall.until("SERVING"), customers.until("SERVING")]);
+    // A request begun before the drain (its headers not finished yet).
+    const readiness = await openSocket(server.port);
+    const readinessResponse = received(readiness);
+    readiness.write("GET /readyz HTTP/1.1\r\nHost: localhost\r\n");
+
+    const calls = Promise.all([
+      restCall(server.port),
+      connectCall(server.baseUrl),
+      grpcWebCall(server.baseUrl),
+      grpcCall(server.port),
+    ]);
+    await hold.until(4);
+    t.deepEqual([...hold.held].sort(), ["connect", "grpc", "grpc-web", "rest"]);
+
+    const closing = server.app.close();
+    await Promise.all([overall.until("NOT_SERVING"), customers.until("NOT_SERVING")]);
+    overall.end();
+    customers.end();
+    t.true(await isRefused(server.port), "a new connection is refused");
+    readiness.write("\r\n");
+    const readyz = await readinessResponse;
+    t.regex(readyz, /^HTTP\/1\.1 503 /);
+    t.regex(readyz, /\r\nconnection: close\r\n/i);
+    t.regex(readyz, /"status":"draining"/);
+
+    // Held well past the moment the drain began, then answered.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    hold.release();
+    const [rest, connect, grpcWeb, grpcCampaigns] = await calls;
+    t.deepEqual(rest, { status: 200, connection: "close", campaigns: 2 });
+    t.is(connect, 2);
+    t.is(grpcWeb, 2);
+    t.is(grpcCampaigns, 2);
+    const drainStarted = performance.now();
+    await closing;
+    t.true(performance.now() - drainStarted < 2000, "the drain ends when the calls do");
+  } finally {
+    hold.release();
+    await server.stop();
+  }
+});
+
+test("the drain waits SHUTDOWN_GRACE at most, then closes what is left", async (t) => {
+  const hold = createHold();
+  const server = await startService({
+    extraInterceptors: [hold.interceptor],
+    env: { SHUTDOWN_GRACE: "400ms" },
+  });
+  try {
+    const calls = [restCall(server.port), grpcCall(server.port)].map((call) =>
+      call.then(
+        () => "answered",
+        () => "cut",
+      ),
+    );
+    await hold.until(2);
+    const started = performance.now();
+    await server.app.close();
+    const took = performance.now() - started;
+    t.true(took >= 350 && took < 2000, `closed after ${Math.round(took)} ms`);
+    t.deepEqual(await Promise.all(calls), ["cut", "cut"]);
+  } finally {
+    hold.release();
+    await server.stop();
+  }
+});

@@ -1,0 +1,160 @@
+import { spawn } from "node:child_process";
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import test from "ava";
+import { isRefused, repoRoot, runService, serviceEnv } from "./service.js";
+
+/**
+ * A start that fails for the operator's reason says which in one line, on
+ * stderr, with exit code 1 and no stack trace, and never loses the demo
+ * keys; `npm start` runs the compiled service, which SIGTERM stops. Each
+ * test spawns the real process.
+ */
+
+const dirs: string[] = [];
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), "referrals-startup-"));
+  dirs.push(dir);
+  return dir;
+}
+/** Process groups of `npm start`, killed whatever the test's outcome. */
+const groups: number[] = [];
+test.after.always(() => {
+  for (const group of groups) {
+    try {
+      process.kill(-group, "SIGKILL");
+    } catch {}
+  }
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
+/** The one line a failed start prints, with nothing else on either stream. */
+function oneLine(
+  t: { is(a: unknown, b: unknown, m?: string): void },
+  exited: { code: number | null; stdout: string; stderr: string },
+) {
+  t.is(exited.code, 1, "exit code");
+  t.is(exited.stdout, "", "nothing on stdout");
+  t.is(exited.stderr.split("\n").length, 2, `one line on stderr: ${exited.stderr}`);
+}
+
+test("the port in use: one line naming PORT, and no demo keys created until a start succeeds", async (t) => {
+  const taken = createServer();
+  await new Promise<void>((resolve) => taken.listen(0, "127.0.0.1", resolve));
+  const address = taken.address();
+  const port = typeof address === "object" && address ? address.port : 0;
+  const dataDir = tempDir();
+  try {
+    const failed = await runService({ PORT: String(port), HOST: "127.0.0.1", DATA_DIR: dataDir });
+    oneLine(t, failed);
+    t.is(
+      failed.stderr,
+      `referral-service: PORT ${port} is already in use on 127.0.0.1: stop the other process or set PORT\n`,
+    );
+  } finally {
+    await new Promise((resolve) => taken.close(resolve));
+  }
+  const next = await runService({ PORT: "0", HOST: "127.0.0.1", DATA_DIR: dataDir });
+  t.regex(next.stdout, /First start: provisioned/);
+  t.regex(next.stdout, /secret key: sk_\w+/);
+  t.regex(next.stdout, /public key: pk_\w+/);
+});
+
+test("an invalid LOG_LEVEL: one line naming it", async (t) => {
+  const exited = await runService({ LOG_LEVEL: "loud", DATA_DIR: tempDir() });
+  oneLine(t, exited);
+  t.is(
+    exited.stderr,
+    'referral-service: LOG_LEVEL must be one of fatal, error, warn, info, debug, trace, silent, got "loud"\n',
+  );
+});
+
+test("a DATA_DIR that is not writable: one line naming it", async (t) => {
+  const dataDir = join(tempDir(), "read-only");
+  mkdirSync(dataDir, { mode: 0o555 });
+  chmodSync(dataDir, 0o555);
+  // Root writes anywhere: run the service as nobody then, which needs the
+  // repository readable by others (else a path below a file stands in).
+  const root = process.getuid?.() === 0;
+  if (root && !searchableByOthers(join(repoRoot, "node_modules"))) {
+    const belowFile = join(tempDir(), "file", "data");
+    writeFileSync(dirname(belowFile), "");
+    const exited = await runService({ DATA_DIR: belowFile, PORT: "0" });
+    oneLine(t, exited);
+    t.regex(exited.stderr, new RegExp(`^referral-service: DATA_DIR ${belowFile} is not writable`));
+    return;
+  }
+  const exited = await runService(
+    { DATA_DIR: dataDir, PORT: "0" },
+    root ? { uid: 65534, gid: 65534 } : {},
+  );
+  oneLine(t, exited);
+  t.regex(
+    exited.stderr,
+    new RegExp(`^referral-service: DATA_DIR ${dataDir} is not writable \\(EACCES: [^\\n]*\\)\\n$`),
+  );
+});
+
+/** Whether users other than the owner can reach and read `path`. */
+function searchableByOthers(path: string): boolean {
+  if ((statSync(path).mode & 0o005) !== 0o005) return false;
+  for (let dir = dirname(path); dir !== dirname(dir); dir = dirname(dir)) {
+    if ((statSync(dir).mode & 0o001) === 0) return false;
+  }
+  return true;
+}
+
+test("a DATA_DIR another live process holds: one line naming it", async (t) => {
+  const dataDir = tempDir();
+  // This test process plays the running service.
+  writeFileSync(join(dataDir, "LOCK"), String(process.pid));
+  const exited = await runService({ DATA_DIR: dataDir, PORT: "0" });
+  oneLine(t, exited);
+  t.regex(
+    exited.stderr,
+    new RegExp(`^referral-service: ${dataDir} is in use by process ${process.pid}`),
+  );
+});
+
+test("npm start runs the compiled service, and SIGTERM to npm stops it", async (t) => {
+  const child = spawn("npm", ["start"], {
+    cwd: repoRoot,
+    env: serviceEnv({ PORT: "0", HOST: "127.0.0.1", DATA_DIR: tempDir() }),
+    // Its own process group, so the test can see that no process of it is left.
+    detached: true,
+  });
+  const group = child.pid as number;
+  groups.push(group);
+  let stdout = "";
+  let stderr = "";
+  child.stdout.on("data", (chunk: Buffer) => {
+    stdout += chunk;
+  });
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk;
+  });
+  // 'exit', not 'close': a service left behind would hold npm's stdout open.
+  const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
+  try {
+    let port: number | undefined;
+    while (port === undefined) {
+      const match = /listening on 127\.0\.0\.1:(\d+)/.exec(stdout);
+      if (match) port = Number(match[1]);
+      else if (child.exitCode !== null) throw new Error(`npm start exited:\n${stdout}\n${stderr}`);
+      else await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    t.regex(stdout, /node dist\/src\/main\.js/, "the compiled entry");
+    t.is((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
+
+    process.kill(group, "SIGTERM");
+    t.is(await exited, 0);
+    t.true(await isRefused(port), "the port is closed");
+    t.throws(() => process.kill(-group, 0), { code: "ESRCH" }, "no process of npm start is left");
+  } finally {
+    try {
+      process.kill(-group, "SIGKILL");
+    } catch {}
+  }
+});

@@ -1,0 +1,441 @@
+import { create, type DescMethod, toBinary } from "@bufbuild/protobuf";
+import { Code } from "@connectrpc/connect";
+import test, { type ExecutionContext } from "ava";
+import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import { sendWebhook } from "../../src/delivery/sender.js";
+import { limits } from "../../src/domain/limits.js";
+import { isPublicAddress, webhookUrlProblem } from "../../src/domain/webhook-delivery.js";
+import { call, callMessage, type Outcome, wireProtocols } from "../helpers/callers.js";
+import { engineNames } from "../helpers/engines.js";
+import { grpcWebFrame, grpcWebStatus, internalText, postRaw } from "../helpers/hostile.js";
+import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
+
+/**
+ * Input an attacker would send, each case refused with a 4xx (INVALID_ARGUMENT
+ * on gRPC and Connect) that names the field, changes nothing and shows no
+ * internal text. The fuzz test (fuzz.test.ts) then covers what no list does.
+ */
+
+// Many calls with one key in a second: rate limits are another test's subject.
+const server = useServer({ env: { RATE_LIMIT_SECRET: "off", RATE_LIMIT_UNAUTHENTICATED: "off" } });
+const identify = CustomersService.method.identifyCustomer;
+const identifyPath = `/${CustomersService.typeName}/${identify.name}`;
+
+/** A customer identified before the refused calls, to check they change nothing. */
+let existing: Json;
+
+test.serial.before(async () => {
+  const response = await rest(server, "POST", "/customers/identify", {
+    key: keys.secret,
+    body: { externalUserId: "hostile-existing", name: "Kept", customProperties: { plan: "pro" } },
+  });
+  existing = response.body;
+});
+
+/** The number of customers, before a test's refused calls. */
+async function customerCount(): Promise<number> {
+  return (await rest(server, "GET", "/customers", { key: keys.secret })).body.total;
+}
+
+async function assertUnchanged(t: ExecutionContext, countBefore: number): Promise<void> {
+  const now = await rest(server, "GET", `/customers/${existing.id}`, { key: keys.secret });
+  t.deepEqual(now.body, existing, "the existing customer is unchanged");
+  t.is(await customerCount(), countBefore, "no customer was created");
+}
+
+function assertRefused(t: ExecutionContext, outcome: Outcome, field: string): void {
+  t.false(outcome.ok, "refused");
+  if (outcome.ok) return;
+  t.is(outcome.code, "invalid_argument", outcome.message);
+  t.true(outcome.message.startsWith(`${field} `), outcome.message);
+  t.notRegex(outcome.message, internalText);
+}
+
+/** A JSON object nested `depth` levels: `{"a":{"a":...1}}`. */
+function nestedJson(depth: number): string {
+  return `${'{"a":'.repeat(depth - 1)}{"a":1}${"}".repeat(depth - 1)}`;
+}
+
+/** A name, the customProperties JSON, the field the refusal names, and whether protobuf can carry it. */
+const badProperties: Array<[string, string, string, boolean]> = [
+  ["a nested key starting with $", '{"a":{"$b":1}}', "customProperties.a", true],
+  ["a nested key with a dot", '{"a":{"b.c":1}}', "customProperties.a", true],
+  ["a top-level key with a dot", '{"b.c":1}', "customProperties", true],
+  ["a top-level operator", '{"$set":{"x":1}}', "customProperties", true],
+  ["an engine's date tag", '{"a":{"$$date":0}}', "customProperties.a", true],
+  ["a key in a list", '{"list":[1,{"$where":"x"}]}', "customProperties.list[1]", true],
+  ["__proto__ at the top", '{"__proto__":{"polluted":true}}', "customProperties", true],
+  ["__proto__ nested", '{"a":{"__proto__":{"polluted":true}}}', "customProperties.a", true],
+  ["an empty key", '{"a":{"":1}}', "customProperties.a", true],
+  ["a NUL in a key", '{"a\\u0000b":1}', "customProperties", true],
+  ["a key of 257 characters", `{"${"k".repeat(257)}":1}`, "customProperties", true],
+  [
+    `more than ${limits.customPropertiesDepth} levels`,
+    nestedJson(limits.customPropertiesDepth + 1),
+    "customProperties",
+    true,
+  ],
+  // The deepest a body may be: the service's check, not a decoder's, refuses it.
+  [`${limits.jsonDepth - 1} levels`, nestedJson(limits.jsonDepth - 1), "customProperties", true],
+  // Past the body's own limit, which names the same field; protobuf's
+  // decoders stop at 100 nested messages, so the binary protocols cannot
+  // carry these.
+  ["thousands of levels", nestedJson(5000), "customProperties", false],
+  [
+    "hundreds of thousands of brackets",
+    `{"a":${"[".repeat(400_000)}${"]".repeat(400_000)}}`,
+    "customProperties",
+    false,
+  ],
+];
+
+for (const [name, properties, field, binary] of badProperties) {
+  const json = `{"externalUserId":"hostile-existing","name":"Changed","customProperties":${properties}}`;
+  test.serial(
+    `customProperties with ${name}: refused naming ${field}, changing nothing`,
+    async (t) => {
+      const countBefore = await customerCount();
+      // With an idempotency key too: its interceptor hashes the request before
+      // the service sees it.
+      for (const [path, headers] of [
+        ["/customers/identify", {}],
+        ["/customers/identify", { "idempotency-key": `hostile ${name}` }],
+        [identifyPath, {}],
+      ] as const) {
+        const response = await postRaw(server, path, {
+          contentType: "application/json",
+          body: json,
+          key: keys.secret,
+          headers,
+        });
+        t.is(response.status, 400, `${path}: ${response.text.slice(0, 200)}`);
+        const body = JSON.parse(response.text);
+        assertRefused(t, { ok: false, code: body.code, message: body.message }, field);
+        // Connect's details are google.rpc.BadRequest messages (base64); REST writes them out.
+        if (path !== identifyPath) t.is(body.details[0]?.field, field);
+      }
+      if (binary) {
+        for (const protocol of ["grpc", "connect-binary", "grpc-web"] as const) {
+          const outcome = await call(server, protocol, identify, JSON.parse(json), keys.secret);
+          assertRefused(t, outcome, field);
+        }
+      }
+      await assertUnchanged(t, countBefore);
+    },
+  );
+}
+
+test.serial("customProperties at the depth limit is stored on every protocol", async (t) => {
+  const properties = JSON.parse(nestedJson(limits.customPropertiesDepth));
+  for (const protocol of wireProtocols) {
+    const outcome = await call(
+      server,
+      protocol,
+      identify,
+      { externalUserId: `deep-${protocol}`, name: "Deep", customProperties: properties },
+      keys.secret,
+    );
+    t.true(outcome.ok, protocol);
+    if (outcome.ok) t.deepEqual(outcome.body.customProperties, properties, protocol);
+  }
+});
+
+test.serial("a number that is not finite is refused on the binary protocols", async (t) => {
+  const countBefore = await customerCount();
+  for (const protocol of ["grpc", "connect-binary", "grpc-web"] as const) {
+    for (const number of [Number.NaN, Number.POSITIVE_INFINITY]) {
+      const outcome = await callMessage(
+        server,
+        protocol,
+        identify,
+        {
+          externalUserId: "hostile-existing",
+          name: "Changed",
+          customProperties: { score: { nested: number } },
+        },
+        keys.secret,
+      );
+      assertRefused(t, outcome, "customProperties.score.nested");
+    }
+  }
+  // JSON has no NaN, but 1e400 parses as Infinity.
+  const response = await postRaw(server, "/customers/identify", {
+    contentType: "application/json",
+    key: keys.secret,
+    body: '{"externalUserId":"hostile-existing","name":"C","customProperties":{"n":1e400}}',
+  });
+  t.is(response.status, 400);
+  t.is(JSON.parse(response.text).details[0].field, "customProperties.n");
+  await assertUnchanged(t, countBefore);
+});
+
+test.serial("__proto__ and constructor at the top of a body are both unknown fields", async (t) => {
+  const countBefore = await customerCount();
+  for (const key of ["__proto__", "constructor", "toString"]) {
+    const json = `{"externalUserId":"hostile-existing","name":"Changed","${key}":{"x":1}}`;
+    for (const path of ["/customers/identify", identifyPath]) {
+      const response = await postRaw(server, path, {
+        contentType: "application/json",
+        body: json,
+        key: keys.secret,
+      });
+      t.is(response.status, 400, `${path} ${key}: ${response.text}`);
+      const body = JSON.parse(response.text);
+      t.is(body.code, "invalid_argument");
+      t.is(body.message, `${key} is not a known field`, path);
+    }
+  }
+  await assertUnchanged(t, countBefore);
+});
+
+test.serial("a value of the wrong type on Connect JSON is refused in REST's words", async (t) => {
+  const countBefore = await customerCount();
+  for (const [json, message] of [
+    ['{"externalUserId":"hostile-existing","name":7}', "name must be a string"],
+    ['{"externalUserId":["x"],"name":"n"}', "externalUserId must be a string"],
+    [
+      '{"externalUserId":"x","name":"n","customProperties":[1]}',
+      "customProperties must be an object",
+    ],
+    ["[]", "body must be a JSON object"],
+    ["1e400", "body must be a JSON object"],
+  ]) {
+    for (const path of ["/customers/identify", identifyPath]) {
+      const response = await postRaw(server, path, {
+        contentType: "application/json",
+        body: json as string,
+        key: keys.secret,
+      });
+      t.is(response.status, 400, `${path} ${json}`);
+      const body = JSON.parse(response.text);
+      t.is(body.code, "invalid_argument");
+      t.is(body.message, message, path);
+    }
+  }
+  await assertUnchanged(t, countBefore);
+});
+
+test("keys that are names of Object.prototype and values that look like the engine's tags round-trip", async (t) => {
+  const properties = {
+    constructor: { prototype: { polluted: true } },
+    toString: "x",
+    hasOwnProperty: 1,
+    valueOf: [1, 2],
+    "\u0001D": "\u0001D2026-01-01T00:00:00.000Z",
+    tagged: "\u0001D2026-01-01T00:00:00.000Z",
+    escaped: "\u0001S\u0001D",
+    bare: "\u0001",
+    iso: "2026-01-01T00:00:00.000Z",
+    nested: { list: ["\u0001D1970-01-01T00:00:00.000Z", { deep: "\u0001S" }, null] },
+  };
+  for (const engine of engineNames) {
+    const first = await startServer({ engine });
+    const identified = await rest(first, "POST", "/customers/identify", {
+      key: keys.secret,
+      body: { externalUserId: "tags", name: "Tags", customProperties: properties },
+    });
+    t.is(identified.status, 201, engine);
+    t.deepEqual(identified.body.customProperties, properties, `${engine}: as identified`);
+    t.is(({} as Json).polluted, undefined);
+    if (engine === "mongodb") {
+      const read = await rest(first, "GET", `/customers/${identified.body.id}`, {
+        key: keys.secret,
+      });
+      t.deepEqual(read.body.customProperties, properties, "mongodb: read back");
+      await first.stop();
+      continue;
+    }
+    await first.stop({ keepData: true });
+    const second = await startServer({ dataDir: first.dataDir });
+    try {
+      const read = await rest(second, "GET", `/customers/${identified.body.id}`, {
+        key: keys.secret,
+      });
+      t.deepEqual(read.body.customProperties, properties, "embedded: after a restart");
+    } finally {
+      await second.stop();
+    }
+  }
+});
+
+test.serial(
+  "an undecodable Connect binary body is INVALID_ARGUMENT, with or without a key",
+  async (t) => {
+    const countBefore = await customerCount();
+    // Field 1 (a string) announcing 5 bytes and carrying one.
+    const truncated = new Uint8Array([0x0a, 0x05, 0x61]);
+    for (const key of [keys.secret, undefined]) {
+      const response = await postRaw(server, identifyPath, {
+        contentType: "application/proto",
+        body: truncated,
+        key,
+      });
+      t.is(response.status, 400, response.text);
+      const body = JSON.parse(response.text);
+      t.is(body.code, "invalid_argument");
+      t.is(body.message, "the request is not a valid protobuf message");
+      t.notRegex(response.text, internalText);
+    }
+    for (const [encoding, bytes] of [
+      ["gzip", new Uint8Array([1, 2, 3, 4])],
+      ["gzip", new Uint8Array([0x1f, 0x8b, 8, 0, 0, 0])],
+      ["br", new Uint8Array([0xff, 0xff, 0xff])],
+    ] as const) {
+      const response = await postRaw(server, identifyPath, {
+        contentType: "application/proto",
+        headers: { "content-encoding": encoding },
+        body: bytes,
+        key: keys.secret,
+      });
+      t.is(response.status, 400, `${encoding}: ${response.text}`);
+      t.is(JSON.parse(response.text).message, `the body is not valid ${encoding} data`);
+    }
+    const json = await postRaw(server, identifyPath, {
+      contentType: "application/json",
+      headers: { "content-encoding": "gzip" },
+      body: new Uint8Array([0x1f, 0x8b, 8]),
+      key: keys.secret,
+    });
+    t.is(json.status, 400, json.text);
+    await assertUnchanged(t, countBefore);
+  },
+);
+
+test.serial("a compressed Connect or gRPC-Web body that is valid still works", async (t) => {
+  const { gzipSync } = await import("node:zlib");
+  const message = create(identify.input, { externalUserId: "gzipped", name: "Zip" });
+  for (const [contentType, body] of [
+    ["application/proto", toBinary(identify.input, message)],
+    ["application/json", Buffer.from('{"externalUserId":"gzipped","name":"Zip"}')],
+  ] as const) {
+    const response = await postRaw(server, identifyPath, {
+      contentType,
+      headers: { "content-encoding": "gzip" },
+      body: gzipSync(body),
+      key: keys.secret,
+    });
+    t.is(response.status, 200, response.text);
+  }
+  const web = await postRaw(server, identifyPath, {
+    contentType: "application/grpc-web+proto",
+    headers: { "grpc-encoding": "gzip" },
+    body: grpcWebFrame(gzipSync(toBinary(identify.input, message)), 0x01),
+    key: keys.secret,
+  });
+  t.is(grpcWebStatus(web).code, 0 as Code, "gRPC-Web, a compressed envelope");
+  const found = await rest(server, "GET", "/customers?externalUserId=gzipped", {
+    key: keys.secret,
+  });
+  t.is(found.body.total, 1, "every call identified the one customer");
+});
+
+test.serial("gRPC-Web framing that is not one whole message is INVALID_ARGUMENT", async (t) => {
+  const countBefore = await customerCount();
+  const valid = toBinary(
+    identify.input,
+    create(identify.input, { externalUserId: "w", name: "W" }),
+  );
+  const twoMessages = Buffer.concat([grpcWebFrame(valid), grpcWebFrame(valid)]);
+  const cases: Array<[string, Uint8Array, string?]> = [
+    ["an empty body", new Uint8Array()],
+    ["half an envelope header", new Uint8Array([0, 0, 0])],
+    ["an envelope cut off", grpcWebFrame(valid).subarray(0, 8)],
+    ["two messages", twoMessages],
+    ["a trailer frame", grpcWebFrame(valid, 0x80)],
+    ["an unknown flag", grpcWebFrame(valid, 0x04)],
+    ["a compressed flag without an encoding", grpcWebFrame(valid, 0x01)],
+    ["a message that does not decode", grpcWebFrame(new Uint8Array([0x0a, 0x05, 0x61]))],
+    ["JSON that does not parse", grpcWebFrame(Buffer.from("{nope")), "application/grpc-web+json"],
+    [
+      "JSON with an unknown field",
+      grpcWebFrame(Buffer.from('{"nickname":"x"}')),
+      "application/grpc-web+json",
+    ],
+  ];
+  for (const [name, body, contentType] of cases) {
+    const response = await postRaw(server, identifyPath, {
+      contentType: contentType ?? "application/grpc-web+proto",
+      body,
+      key: keys.secret,
+    });
+    t.is(response.status, 200, name);
+    const status = grpcWebStatus(response);
+    t.is(status.code, Code.InvalidArgument, `${name}: ${status.message}`);
+    t.notRegex(status.message, internalText, name);
+  }
+  await assertUnchanged(t, countBefore);
+});
+
+test.serial("router errors answer the REST error body", async (t) => {
+  const long = await rest(server, "GET", `/customers/${"x".repeat(150)}`, { key: keys.secret });
+  t.is(long.status, 414);
+  t.deepEqual(long.body, {
+    code: "invalid_argument",
+    message: "path has a segment longer than 100 characters",
+    details: [],
+  });
+  const bad = await rest(server, "GET", "/customers/%E0%A4%A", { key: keys.secret });
+  t.is(bad.status, 400);
+  t.is(bad.body.code, "invalid_argument");
+  t.regex(bad.body.message, /^path /);
+  t.deepEqual(bad.body.details, []);
+});
+
+test.serial("a JSON body on a path with no route is 404, empty or not", async (t) => {
+  for (const rawBody of ["", "{", '{"a":1}']) {
+    for (const method of ["POST", "PUT", "DELETE"]) {
+      const response = await rest(server, method, "/no/such/route", {
+        key: keys.secret,
+        rawBody,
+      });
+      t.is(response.status, 404, `${method} ${JSON.stringify(rawBody)}`);
+      t.is(response.body.code, "not_found");
+    }
+  }
+  const wrongVerb = await rest(server, "PUT", "/customers/identify", { rawBody: "" });
+  t.is(wrongVerb.status, 405);
+});
+
+test.serial("webhook URLs on IPv4-compatible IPv6 addresses are refused", async (t) => {
+  const createWebhook: DescMethod = WebhooksService.method.createWebhook;
+  for (const url of [
+    "http://[::127.0.0.1]/in",
+    "http://[::7f00:1]/in",
+    "http://[::10.0.0.1]/in",
+    "http://[::8.8.8.8]/in",
+    "http://localhost./in",
+  ]) {
+    for (const protocol of wireProtocols) {
+      const outcome = await call(
+        server,
+        protocol,
+        createWebhook,
+        { url, environment: "test" },
+        keys.secret,
+      );
+      assertRefused(t, outcome, "url");
+    }
+  }
+  const listed = await rest(server, "GET", "/webhooks", { key: keys.secret });
+  t.deepEqual(listed.body, [], "nothing stored");
+  t.false(isPublicAddress("::127.0.0.1"));
+  t.false(isPublicAddress("::1.2.3.4"));
+  t.true(isPublicAddress("2001:4860:4860::8888"));
+  t.true(isPublicAddress("8.8.8.8"));
+  t.is(
+    webhookUrlProblem("https://[::127.0.0.1]/", { requireHttps: true, allowPrivate: true }),
+    undefined,
+    "WEBHOOK_ALLOW_PRIVATE still allows it",
+  );
+  // At delivery time too (an endpoint stored before this rule, or a DNS answer).
+  const sent = await sendWebhook({
+    url: `http://[::127.0.0.1]:${server.port}/in`,
+    headers: {},
+    body: "{}",
+    timeoutMs: 2000,
+    allowPrivate: false,
+  });
+  t.is(sent.statusCode, null);
+  t.regex(sent.error ?? "", /private, loopback or link-local/);
+});
