@@ -87,11 +87,21 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       this.set(oldestDueAt ? Math.max(0, (Date.now() - oldestDueAt.getTime()) / 1000) : 0);
     },
   });
+  // prom-client hashes a labels object on every observation; the children
+  // of the few label sets in use are kept instead.
+  const storeChildren = new Map<string, ReturnType<typeof store.labels>>();
   return {
     registry,
     calls,
-    observeStore: (collection, operation, seconds) =>
-      store.observe({ collection, operation }, seconds),
+    observeStore(collection, operation, seconds) {
+      const key = `${collection}/${operation}`;
+      let child = storeChildren.get(key);
+      if (!child) {
+        child = store.labels({ collection, operation });
+        storeChildren.set(key, child);
+      }
+      child.observe(seconds);
+    },
     countDelivery: (outcome) => deliveries.inc({ outcome }),
     countRateLimited: (limit) => rateLimited.inc({ limit }),
     watchDeliveryQueue(read) {
@@ -109,6 +119,25 @@ export interface CallMetrics {
 
 /** Counts and times every call, whatever its outcome. */
 export function measureCalls(calls: CallMetrics): Interceptor {
+  // The instruments of each (rpc, protocol, code), made on first use: an
+  // observation then skips prom-client's hashing of the labels.
+  const children = new Map<
+    string,
+    {
+      total: ReturnType<CallMetrics["total"]["labels"]>;
+      duration: ReturnType<CallMetrics["duration"]["labels"]>;
+    }
+  >();
+  const instrumentsOf = (rpc: string, protocol: string, code: string) => {
+    const key = `${rpc} ${protocol} ${code}`;
+    let found = children.get(key);
+    if (!found) {
+      const labels = { rpc, protocol, code };
+      found = { total: calls.total.labels(labels), duration: calls.duration.labels(labels) };
+      children.set(key, found);
+    }
+    return found;
+  };
   return async (call, next) => {
     const started = performance.now();
     calls.inFlight.inc();
@@ -120,9 +149,9 @@ export function measureCalls(calls: CallMetrics): Interceptor {
       throw error;
     } finally {
       calls.inFlight.dec();
-      const labels = { rpc: call.rpc.name, protocol: call.protocol, code };
-      calls.total.inc(labels);
-      calls.duration.observe(labels, (performance.now() - started) / 1000);
+      const instruments = instrumentsOf(call.rpc.name, call.protocol, code);
+      instruments.total.inc();
+      instruments.duration.observe((performance.now() - started) / 1000);
     }
   };
 }
