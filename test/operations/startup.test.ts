@@ -76,9 +76,12 @@ test("a DATA_DIR that is not writable: one line naming it", async (t) => {
   mkdirSync(dataDir, { mode: 0o555 });
   chmodSync(dataDir, 0o555);
   // Root writes anywhere: run the service as nobody then, which needs the
-  // repository readable by others (else a path below a file stands in).
+  // repository and the Node binary reachable by others (CI's Node may live
+  // under /root); else a path below a file stands in.
   const root = process.getuid?.() === 0;
-  if (root && !searchableByOthers(join(repoRoot, "node_modules"))) {
+  const nobodyCanRun =
+    searchableByOthers(join(repoRoot, "node_modules")) && searchableByOthers(process.execPath);
+  if (root && !nobodyCanRun) {
     const belowFile = join(tempDir(), "file", "data");
     writeFileSync(dirname(belowFile), "");
     const exited = await runService({ DATA_DIR: belowFile, PORT: "0" });
