@@ -160,13 +160,15 @@ interface ValueCompilers<T> {
   message(desc: DescMessage): T;
 }
 
+/** The kind of one value of a field: the field's own, or its list items' or map values'. */
+export function valueKindOf(field: DescField): "scalar" | "enum" | "message" {
+  if (field.fieldKind === "list") return field.listKind;
+  if (field.fieldKind === "map") return field.mapKind;
+  return field.fieldKind;
+}
+
 function compileValue<T>(field: DescField, compilers: ValueCompilers<T>): T {
-  const kind =
-    field.fieldKind === "list"
-      ? field.listKind
-      : field.fieldKind === "map"
-        ? field.mapKind
-        : field.fieldKind;
+  const kind = valueKindOf(field);
   if (kind === "enum") return compilers.enum(field.enum as DescEnum);
   if (kind === "message") return compilers.message(field.message as DescMessage);
   return compilers.scalar(field.scalar as ScalarType);

@@ -6,7 +6,8 @@ import {
   ScalarType,
 } from "@bufbuild/protobuf";
 import { isFieldError } from "@bufbuild/protobuf/reflect";
-import { FieldError } from "./plain-codec.js";
+import { FieldError, valueKindOf } from "./plain-codec.js";
+import { protoEnumNames } from "./proto-json.js";
 
 /**
  * Checks that a request in protobuf's canonical JSON decodes, by decoding it
@@ -55,14 +56,9 @@ function expectedJson(field: DescField): string {
 
 /** What one value (list item, map value) of a field takes: in the singular and the plural. */
 function itemJson(field: DescField): [string, string] {
-  const kind =
-    field.fieldKind === "list"
-      ? field.listKind
-      : field.fieldKind === "map"
-        ? field.mapKind
-        : field.fieldKind;
+  const kind = valueKindOf(field);
   if (kind === "enum") {
-    const words = (field.enum?.values ?? []).filter((v) => v.number !== 0).map((v) => v.name);
+    const words = field.enum ? protoEnumNames(field.enum) : [];
     return [`one of: ${words.join(", ")}`, `these words: ${words.join(", ")}`];
   }
   if (kind === "message") return messageJson(field.message as DescMessage);

@@ -62,8 +62,12 @@ function checkEnum(schema: DescEnum, value: unknown, path: string): void {
       ? schema.values.some((entry) => entry.name === value)
       : typeof value === "number" && schema.values.some((entry) => entry.number === value);
   if (known) return;
-  const words = schema.values.filter((entry) => entry.number !== 0).map((entry) => entry.name);
-  throw new FieldError(path, `must be one of: ${words.join(", ")}`);
+  throw new FieldError(path, `must be one of: ${protoEnumNames(schema).join(", ")}`);
+}
+
+/** An enum's values as protobuf's JSON names them, without the unset zero. */
+export function protoEnumNames(schema: DescEnum): string[] {
+  return schema.values.filter((entry) => entry.number !== 0).map((entry) => entry.name);
 }
 
 const keysBySchema = new WeakMap<DescMessage, Map<string, DescField>>();

@@ -40,53 +40,11 @@ type Bound<F> = F extends (db: Collections, tenant: Tenant, ...rest: infer A) =>
  * Services get it from the call (`callerOf(context).store`); the system
  * paths use `store.system` instead.
  */
-export interface TenantStore {
-  readonly tenant: Tenant;
-  readonly customers: {
-    readonly identify: Bound<typeof upsertCustomer>;
-    readonly find: Bound<typeof findCustomer>;
-    readonly findByExternalId: Bound<typeof findCustomerByExternalId>;
-    readonly findByReferralCode: Bound<typeof findCustomerByReferralCode>;
-    readonly findMany: Bound<typeof findCustomers>;
-    /** The API's view of customers: stored fields and referral facts. */
-    readonly messages: Bound<typeof customerMessages>;
-  };
-  readonly referrals: {
-    readonly find: Bound<typeof findReferral>;
-    readonly findOfReferee: Bound<typeof findReferralOfReferee>;
-    readonly findPendingOfReferee: Bound<typeof findPendingReferralsOfReferee>;
-    readonly findMany: Bound<typeof findReferrals>;
-    readonly countAttributedSince: Bound<typeof countReferralsAttributedSince>;
-    readonly isMailboxAlreadyReferred: Bound<typeof isMailboxAlreadyReferred>;
-    readonly insert: Bound<typeof insertReferral>;
-    readonly reattribute: Bound<typeof reattributeReferral>;
-    readonly transition: Bound<typeof transitionReferral>;
-  };
-  readonly checkpoints: {
-    readonly insert: Bound<typeof insertCheckpoint>;
-  };
-  readonly campaigns: {
-    readonly find: Bound<typeof findCampaign>;
-    readonly findDefault: Bound<typeof findDefaultCampaign>;
-    readonly findMany: Bound<typeof findCampaigns>;
-    readonly findByIds: Bound<typeof findCampaignsByIds>;
-  };
-  readonly webhooks: {
-    readonly find: Bound<typeof findWebhook>;
-    readonly findMany: Bound<typeof findWebhooks>;
-    readonly insert: Bound<typeof insertWebhook>;
-    readonly update: Bound<typeof updateWebhook>;
-  };
-  readonly deliveries: {
-    readonly find: Bound<typeof findDelivery>;
-    readonly findMany: Bound<typeof findDeliveries>;
-    readonly requeue: Bound<typeof requeueDelivery>;
-  };
-}
+export type TenantStore = ReturnType<typeof createTenantStore>;
 
 /** The repositories of one tenant over the collections. */
-export function createTenantStore(db: Collections, tenant: Tenant): TenantStore {
-  // biome-ignore lint/suspicious/noExplicitAny: binding is checked by the Bound types above.
+export function createTenantStore(db: Collections, tenant: Tenant) {
+  // biome-ignore lint/suspicious/noExplicitAny: binding is checked by the Bound type above.
   const bind = <F extends (db: Collections, tenant: Tenant, ...rest: any[]) => unknown>(
     repository: F,
   ) => ((...rest: unknown[]) => repository(db, tenant, ...rest)) as Bound<F>;
@@ -98,6 +56,7 @@ export function createTenantStore(db: Collections, tenant: Tenant): TenantStore 
       findByExternalId: bind(findCustomerByExternalId),
       findByReferralCode: bind(findCustomerByReferralCode),
       findMany: bind(findCustomers),
+      /** The API's view of customers: stored fields and referral facts. */
       messages: bind(customerMessages),
     },
     referrals: {

@@ -1,6 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-import { codeOf } from "./errors.js";
-import type { Interceptor } from "./pipeline.js";
+import { type Interceptor, withOutcome } from "./pipeline.js";
 
 /** Everything `GET /metrics` shows, in one registry per app (tests run several). */
 export interface Metrics {
@@ -138,20 +137,13 @@ export function measureCalls(calls: CallMetrics): Interceptor {
     }
     return found;
   };
-  return async (call, next) => {
-    const started = performance.now();
+  return (call, next) => {
     calls.inFlight.inc();
-    let code = "ok";
-    try {
-      return await next();
-    } catch (error) {
-      code = codeOf(error);
-      throw error;
-    } finally {
+    return withOutcome(next, (code, elapsedMs) => {
       calls.inFlight.dec();
       const instruments = instrumentsOf(call.rpc.name, call.protocol, code);
       instruments.total.inc();
-      instruments.duration.observe((performance.now() - started) / 1000);
-    }
+      instruments.duration.observe(elapsedMs / 1000);
+    });
   };
 }

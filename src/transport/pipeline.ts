@@ -13,6 +13,7 @@ import {
   type HandlerContext,
   type ServiceImpl,
 } from "@connectrpc/connect";
+import { codeOf } from "./errors.js";
 
 /** How a call arrived. */
 export type ProtocolName = "rest" | "grpc" | "connect" | "grpc-web";
@@ -85,6 +86,27 @@ export interface Call {
 
 /** One step around every call; calls `next` to go on. Listed in `interceptors.ts`. */
 export type Interceptor = (call: Call, next: () => Promise<Message>) => Promise<Message>;
+
+/**
+ * Runs the rest of the pipeline and reports its outcome whatever it is: the
+ * code word the caller will see (`ok` on success) and the milliseconds it
+ * took. For the interceptors that observe calls (logs, metrics).
+ */
+export async function withOutcome(
+  next: () => Promise<Message>,
+  report: (code: string, elapsedMs: number) => void,
+): Promise<Message> {
+  const started = performance.now();
+  let code = "ok";
+  try {
+    return await next();
+  } catch (error) {
+    code = codeOf(error);
+    throw error;
+  } finally {
+    report(code, performance.now() - started);
+  }
+}
 
 /** Runs a call through the interceptors, then its implementation. */
 export type Pipeline = (call: Call) => Promise<Message>;

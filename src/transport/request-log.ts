@@ -1,8 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import { callerKey } from "../services/context.js";
-import { codeOf } from "./errors.js";
-import type { Interceptor } from "./pipeline.js";
+import { type Interceptor, withOutcome } from "./pipeline.js";
 
 // A request id a client sends is kept if it is short and plain, so it can
 // be logged and echoed safely; anything else is replaced by a fresh one.
@@ -15,31 +14,23 @@ const acceptableRequestId = /^[\w.:-]{1,128}$/;
  * duration.
  */
 export function logCalls(logger: Logger): Interceptor {
-  return async (call, next) => {
+  return (call, next) => {
     const offered = call.header("x-request-id");
     const requestId = offered && acceptableRequestId.test(offered) ? offered : randomUUID();
     call.responseHeaders.set("x-request-id", requestId);
-    const started = performance.now();
-    let code = "ok";
-    try {
-      return await next();
-    } catch (error) {
-      code = codeOf(error);
-      throw error;
-    } finally {
-      if (logger.isLevelEnabled("info")) {
-        logger.info(
-          {
-            requestId,
-            protocol: call.protocol,
-            rpc: call.rpc.name,
-            keyId: call.context.values.get(callerKey)?.keyId,
-            code,
-            durationMs: Math.round((performance.now() - started) * 100) / 100,
-          },
-          "call",
-        );
-      }
-    }
+    return withOutcome(next, (code, elapsedMs) => {
+      if (!logger.isLevelEnabled("info")) return;
+      logger.info(
+        {
+          requestId,
+          protocol: call.protocol,
+          rpc: call.rpc.name,
+          keyId: call.context.values.get(callerKey)?.keyId,
+          code,
+          durationMs: Math.round(elapsedMs * 100) / 100,
+        },
+        "call",
+      );
+    });
   };
 }
