@@ -3,6 +3,7 @@ import {
   type DescMessage,
   fromJson,
   type JsonValue,
+  type MessageShape,
   ScalarType,
 } from "@bufbuild/protobuf";
 import { isFieldError } from "@bufbuild/protobuf/reflect";
@@ -10,17 +11,20 @@ import { FieldError, valueKindOf } from "./plain-codec.js";
 import { protoEnumNames } from "./proto-json.js";
 
 /**
- * Checks that a request in protobuf's canonical JSON decodes, by decoding it
- * with protobuf-es, and refuses it in the API's words when it does not: the
- * field and the JSON it takes (`name must be a string`), not the decoder's
- * (`cannot decode field referral.v1.X.name from JSON: 7`).
+ * Decodes a request in protobuf's canonical JSON with protobuf-es, and
+ * refuses it in the API's words when it does not decode: the field and the
+ * JSON it takes (`name must be a string`), not the decoder's (`cannot decode
+ * field referral.v1.X.name from JSON: 7`).
  */
-export function checkDecodesFromProtoJson(schema: DescMessage, json: unknown): void {
+export function decodeFromProtoJson<Desc extends DescMessage>(
+  schema: Desc,
+  json: unknown,
+): MessageShape<Desc> {
   if (typeof json !== "object" || json === null || Array.isArray(json)) {
     throw new FieldError("body", "must be a JSON object");
   }
   try {
-    fromJson(schema, json as JsonValue);
+    return fromJson(schema, json as JsonValue);
   } catch (error) {
     const cause = (error as { cause?: unknown }).cause;
     const field = isFieldError(cause) ? cause.field() : culprit(schema, json);

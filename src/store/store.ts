@@ -196,13 +196,13 @@ const observedOperations = [
 /** The collections, each operation timed for `observe` (a `find` when its cursor is read). */
 function observed(collections: Collections, observe: OperationObserver | undefined): Collections {
   if (!observe) return collections;
-  const timed = async <R>(name: string, operation: string, run: () => Promise<R>) => {
+  // The caller gets the operation's own promise: timing adds no step to its wait.
+  const timed = <R>(name: string, operation: string, run: () => Promise<R>): Promise<R> => {
     const started = performance.now();
-    try {
-      return await run();
-    } finally {
-      observe(name, operation, (performance.now() - started) / 1000);
-    }
+    const done = () => observe(name, operation, (performance.now() - started) / 1000);
+    const result = run();
+    result.then(done, done);
+    return result;
   };
   const wrapped: Record<string, unknown> = {};
   for (const [name, collection] of Object.entries(collections) as [

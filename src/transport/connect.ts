@@ -1,4 +1,4 @@
-import { type DescMessage, type DescService, fromBinary } from "@bufbuild/protobuf";
+import type { DescMessage, DescService, Message } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -20,10 +20,7 @@ import {
 import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyRequest } from "fastify";
-import { checkJsonDepth } from "../contract/json-depth.js";
-import { checkProtoJson } from "../contract/proto-json.js";
-import { checkDecodesFromProtoJson } from "../contract/proto-json-decode.js";
-import { limits } from "../domain/limits.js";
+import { decodeBinaryRequest, decodeJsonRequest } from "../contract/decode-request.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import type { Pipeline, Rpc, ServiceRegistration } from "./pipeline.js";
 
@@ -68,10 +65,11 @@ export async function registerConnect(
     });
     // connect-es decodes before any handler, and answers a body it cannot
     // decode with INTERNAL and the parser's words ("parse binary: premature
-    // EOF"). So unary bodies are read and checked here, refused as
-    // INVALID_ARGUMENT, and handed on: connect-fastify gives connect-es a
-    // body set here as it is (parsed JSON, bytes, or for gRPC-Web the
-    // re-framed message).
+    // EOF"). So unary bodies are read here and kept encoded; the pipeline
+    // decodes them after authentication, as on REST and gRPC, and refuses
+    // what does not decode as INVALID_ARGUMENT. connect-es is handed the
+    // empty message in their place (connect-fastify passes on a body set
+    // here as it is), so each request is decoded once.
     scope.addHook("preHandler", async (request) => {
       if (request.method !== "POST") return;
       const input = inputByPath.get(request.url.split("?")[0] ?? "");
@@ -86,7 +84,8 @@ export async function registerConnect(
           compression,
           deps.maxBodyBytes,
         );
-        request.body = connectType.binary ? checkedBinary(input, bytes) : checkedJson(input, bytes);
+        encodedRequests.set(request, { binary: connectType.binary, bytes });
+        request.body = connectType.binary ? emptyMessage : {};
         return;
       }
       const webType = parseGrpcWebContentType(contentType);
@@ -94,11 +93,10 @@ export async function registerConnect(
         const compression = compressionOf(request.headers["grpc-encoding"]);
         if (compression === undefined) return;
         const framed = await readBody(request, deps.maxBodyBytes + envelopeHeaderBytes);
-        const message = await unframed(framed, compression, deps.maxBodyBytes);
-        if (webType.binary) checkedBinary(input, message);
-        else checkedJson(input, message);
+        const bytes = await unframed(framed, compression, deps.maxBodyBytes);
+        encodedRequests.set(request, { binary: webType.binary, bytes });
         // The request iterates a stream of envelopes: one, uncompressed.
-        request.body = bytesOnce(framedMessage(message));
+        request.body = bytesOnce(webType.binary ? emptyBinaryEnvelope : emptyJsonEnvelope);
       }
     });
     await scope.register(fastifyConnectPlugin, {
@@ -107,7 +105,10 @@ export async function registerConnect(
           router.service(registration.service, connectImplementation(registration, deps.pipeline));
         }
       },
-      contextValues: (request) => createContextValues().set(clientAddressKey, request.ip),
+      contextValues: (request) =>
+        createContextValues()
+          .set(clientAddressKey, request.ip)
+          .set(encodedRequestKey, encodedRequests.get(request)),
       grpc: false,
       grpcWeb: true,
       connect: true,
@@ -121,17 +122,32 @@ export async function registerConnect(
 /** The client's address, which connect-es does not give handlers. */
 const clientAddressKey = createContextKey("", { description: "the client's IP address" });
 
+/** A request body read before connect-es, still encoded. */
+interface EncodedRequest {
+  readonly binary: boolean;
+  readonly bytes: Uint8Array;
+}
+
+/** The bodies the body hook read, until connect-es hands the call on. */
+const encodedRequests = new WeakMap<FastifyRequest, EncodedRequest>();
+
+const encodedRequestKey = createContextKey<EncodedRequest | undefined>(undefined, {
+  description: "the request body, read and still encoded",
+});
+
 /** The service as connect-es calls it: each method enters the pipeline. */
 function connectImplementation(registration: ServiceRegistration, pipeline: Pipeline) {
-  const entry = (rpc: Rpc) => async (request: never, context: HandlerContext) => {
+  const entry = (rpc: Rpc) => async (request: Message, context: HandlerContext) => {
     const responseHeaders = new Map<string, string>();
+    const encoded = context.values.get(encodedRequestKey);
     const response = await pipeline({
       rpc,
       protocol: context.protocolName === "grpc-web" ? "grpc-web" : "connect",
       clientAddress: context.values.get(clientAddressKey),
       responseHeaders,
       header: (name) => context.requestHeader.get(name) ?? undefined,
-      request,
+      // connect-es decoded only what the body hook did not read.
+      ...(encoded ? { decode: () => decodeEncoded(rpc, encoded) } : { request }),
       context,
     });
     for (const [name, value] of responseHeaders) context.responseHeader.set(name, value);
@@ -196,34 +212,10 @@ async function decompressed(
   }
 }
 
-/** A Connect binary body, checked to decode as the request type. */
-function checkedBinary(input: DescMessage, bytes: Uint8Array): Uint8Array {
-  try {
-    fromBinary(input, bytes);
-  } catch {
-    throw new ConnectError("the request is not a valid protobuf message", Code.InvalidArgument);
-  }
-  return bytes;
-}
-
-/**
- * A Connect JSON body, parsed and checked: no deeper than the JSON limit,
- * every key and enum word known (see checkProtoJson), and every value of
- * its field's type. An empty body is the empty message.
- */
-function checkedJson(input: DescMessage, bytes: Uint8Array): unknown {
-  const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
-  let json: unknown;
-  try {
-    json = JSON.parse(text.trim() === "" ? "{}" : text);
-  } catch {
-    throw new ConnectError("the body is not valid JSON", Code.InvalidArgument);
-  }
-  checkJsonDepth(json, limits.jsonDepth);
-  checkProtoJson(input, json);
-  // connect-es decodes it again, but would refuse in the decoder's words.
-  checkDecodesFromProtoJson(input, json);
-  return json;
+function decodeEncoded(rpc: Rpc, encoded: EncodedRequest): Message {
+  return encoded.binary
+    ? decodeBinaryRequest(rpc.method.input, encoded.bytes)
+    : decodeJsonRequest(rpc.method.input, encoded.bytes);
 }
 
 /**
@@ -249,6 +241,11 @@ async function unframed(
   if (compression === null) throw refuse("it is compressed without a grpc-encoding");
   return decompressed(message, compression, maxBytes);
 }
+
+/** The empty message in protobuf's binary format, and in gRPC-Web envelopes. */
+const emptyMessage = new Uint8Array(0);
+const emptyBinaryEnvelope = framedMessage(emptyMessage);
+const emptyJsonEnvelope = framedMessage(new TextEncoder().encode("{}"));
 
 /** An uncompressed gRPC-Web envelope around a message. */
 function framedMessage(message: Uint8Array): Uint8Array {

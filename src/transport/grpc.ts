@@ -1,12 +1,13 @@
 import { create, type DescFile, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { anyPack, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
+import type { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import { file_health_v1_health } from "../../gen/health/v1/health_pb.js";
 import type { ConnectionConfig } from "../config.js";
+import { decodeBinaryRequest } from "../contract/decode-request.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import { CallContext, type Pipeline, type Rpc, type ServiceRegistration } from "./pipeline.js";
 
@@ -111,7 +112,7 @@ function unaryHandler(
         clientAddress: addressOfPeer(call.getPeer()),
         responseHeaders,
         header,
-        decode: () => decodeBinary(rpc, call.request as Buffer),
+        decode: () => decodeBinaryRequest(rpc.method.input, call.request as Buffer),
         context,
       })
       .then(
@@ -123,14 +124,6 @@ function unaryHandler(
         (error: unknown) => callback(grpcError(toConnectError(error, rpc.name, deps.log))),
       );
   };
-}
-
-function decodeBinary(rpc: Rpc, bytes: Buffer) {
-  try {
-    return fromBinary(rpc.method.input, bytes);
-  } catch {
-    throw new ConnectError("the request is not a valid protobuf message", Code.InvalidArgument);
-  }
 }
 
 /** The IP address of a grpc-js peer (`1.2.3.4:5678`, `[::1]:5678`). */

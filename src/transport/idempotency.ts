@@ -79,9 +79,7 @@ export function idempotencyKeys(deps: {
   const times = deps.times ?? defaultIdempotencyTimes;
   // MongoDB's TTL index removes expired keys; the embedded engine has none.
   const sweepsExpired = deps.store.engine === "embedded";
-  return async (call, next) => {
-    const key = call.header(idempotencyKeyHeader);
-    if (key === undefined || !isWriteRpc(call.rpc.method)) return next();
+  const runOnce = async (call: Call, next: () => Promise<Message>, key: string) => {
     if (!keyPattern.test(key)) {
       throw new ConnectError(
         "the Idempotency-Key must be 1 to 255 printable ASCII characters",
@@ -113,6 +111,10 @@ export function idempotencyKeys(deps: {
         return replay(call.rpc.method, claim.outcome, deps.secretBox);
     }
     return runUnderKey(call, next, claim.record, deps);
+  };
+  return (call, next) => {
+    const key = call.header(idempotencyKeyHeader);
+    return key === undefined || !isWriteRpc(call.rpc.method) ? next() : runOnce(call, next, key);
   };
 }
 

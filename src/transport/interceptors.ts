@@ -4,7 +4,7 @@ import type { Authenticator } from "../services/authentication.js";
 import { callerKey } from "../services/context.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import { type CallMetrics, measureCalls } from "./metrics.js";
-import type { Interceptor } from "./pipeline.js";
+import { type Interceptor, observeCalls } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
 import { logCalls } from "./request-log.js";
 
@@ -25,8 +25,7 @@ export function interceptors(deps: {
   idempotency: Interceptor;
 }): Interceptor[] {
   return [
-    logCalls(deps.logger),
-    measureCalls(deps.calls),
+    observeCalls([logCalls(deps.logger), measureCalls(deps.calls)]),
     normaliseErrors(deps.log),
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.

@@ -1,5 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-import { type Interceptor, withOutcome } from "./pipeline.js";
+import type { CallObserver } from "./pipeline.js";
 
 /** Everything `GET /metrics` shows, in one registry per app (tests run several). */
 export interface Metrics {
@@ -35,12 +35,17 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       buckets: latencyBuckets,
       registers: [registry],
     }),
-    inFlight: new Gauge({
-      name: "rpc_in_flight",
-      help: "Calls in the pipeline now.",
-      registers: [registry],
-    }),
+    inFlight: 0,
   };
+  // Read at each scrape, so a call only moves a number.
+  new Gauge({
+    name: "rpc_in_flight",
+    help: "Calls in the pipeline now.",
+    registers: [registry],
+    collect() {
+      this.set(calls.inFlight);
+    },
+  });
   const rateLimited = new Counter({
     name: "rpc_rate_limited_total",
     help: "Calls refused with RESOURCE_EXHAUSTED by a rate limit, by limit.",
@@ -113,11 +118,12 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
 export interface CallMetrics {
   readonly total: Counter<"rpc" | "protocol" | "code">;
   readonly duration: Histogram<"rpc" | "protocol" | "code">;
-  readonly inFlight: Gauge;
+  /** Calls in the pipeline now. */
+  inFlight: number;
 }
 
 /** Counts and times every call, whatever its outcome. */
-export function measureCalls(calls: CallMetrics): Interceptor {
+export function measureCalls(calls: CallMetrics): CallObserver {
   // The instruments of each (rpc, protocol, code), made on first use: an
   // observation then skips prom-client's hashing of the labels.
   const children = new Map<
@@ -137,13 +143,13 @@ export function measureCalls(calls: CallMetrics): Interceptor {
     }
     return found;
   };
-  return (call, next) => {
-    calls.inFlight.inc();
-    return withOutcome(next, (code, elapsedMs) => {
-      calls.inFlight.dec();
+  return (call) => {
+    calls.inFlight++;
+    return (code, elapsedMs) => {
+      calls.inFlight--;
       const instruments = instrumentsOf(call.rpc.name, call.protocol, code);
       instruments.total.inc();
       instruments.duration.observe(elapsedMs / 1000);
-    });
+    };
   };
 }

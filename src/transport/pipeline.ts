@@ -88,24 +88,31 @@ export interface Call {
 export type Interceptor = (call: Call, next: () => Promise<Message>) => Promise<Message>;
 
 /**
- * Runs the rest of the pipeline and reports its outcome whatever it is: the
- * code word the caller will see (`ok` on success) and the milliseconds it
- * took. For the interceptors that observe calls (logs, metrics).
+ * Watches calls without changing them (logs, metrics): told of each call as
+ * it enters the pipeline, it returns what to do with the outcome: the code
+ * word the caller will see (`ok` on success) and the milliseconds it took.
  */
-export async function withOutcome(
-  next: () => Promise<Message>,
-  report: (code: string, elapsedMs: number) => void,
-): Promise<Message> {
-  const started = performance.now();
-  let code = "ok";
-  try {
-    return await next();
-  } catch (error) {
-    code = codeOf(error);
-    throw error;
-  } finally {
-    report(code, performance.now() - started);
-  }
+export type CallObserver = (call: Call) => (code: string, elapsedMs: number) => void;
+
+/**
+ * The step that tells the observers of every outcome, whatever it is. One
+ * step for all of them, so a call is timed once and wrapped once.
+ */
+export function observeCalls(observers: readonly CallObserver[]): Interceptor {
+  return async (call, next) => {
+    const reports = observers.map((observe) => observe(call));
+    const started = performance.now();
+    let code = "ok";
+    try {
+      return await next();
+    } catch (error) {
+      code = codeOf(error);
+      throw error;
+    } finally {
+      const elapsedMs = performance.now() - started;
+      for (const report of reports) report(code, elapsedMs);
+    }
+  };
 }
 
 /** Runs a call through the interceptors, then its implementation. */

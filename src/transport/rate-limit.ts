@@ -185,16 +185,19 @@ function createCounter(
     limiter,
     policy: `"${name}";q=${limit.calls};w=${limit.windowSeconds}`,
     refusal: `${refusals[name]} (${limit.calls} calls per ${limit.windowSeconds} s)`,
-    async consume(key) {
-      try {
-        const result = await limiter.consume(key);
-        return { allowed: true, remaining: result.remainingPoints, resetMs: result.msBeforeNext };
-      } catch (error) {
-        // The library rejects with its result when over the limit, with an Error when the store fails.
-        if (!(error instanceof RateLimiterRes)) throw error;
-        return { allowed: false, remaining: 0, resetMs: error.msBeforeNext };
-      }
-    },
+    consume: (key) =>
+      limiter.consume(key).then(
+        (result) => ({
+          allowed: true,
+          remaining: result.remainingPoints,
+          resetMs: result.msBeforeNext,
+        }),
+        (error: unknown) => {
+          // The library rejects with its result when over the limit, with an Error when the store fails.
+          if (!(error instanceof RateLimiterRes)) throw error;
+          return { allowed: false, remaining: 0, resetMs: error.msBeforeNext };
+        },
+      ),
   };
 }
 

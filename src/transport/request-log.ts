@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import { callerKey } from "../services/context.js";
-import { type Interceptor, withOutcome } from "./pipeline.js";
+import type { CallObserver } from "./pipeline.js";
 
 // A request id a client sends is kept if it is short and plain, so it can
 // be logged and echoed safely; anything else is replaced by a fresh one.
@@ -13,12 +13,12 @@ const acceptableRequestId = /^[\w.:-]{1,128}$/;
  * protocol, the RPC, the API key's id (never the key), the code and the
  * duration.
  */
-export function logCalls(logger: Logger): Interceptor {
-  return (call, next) => {
+export function logCalls(logger: Logger): CallObserver {
+  return (call) => {
     const offered = call.header("x-request-id");
     const requestId = offered && acceptableRequestId.test(offered) ? offered : randomUUID();
     call.responseHeaders.set("x-request-id", requestId);
-    return withOutcome(next, (code, elapsedMs) => {
+    return (code, elapsedMs) => {
       if (!logger.isLevelEnabled("info")) return;
       logger.info(
         {
@@ -31,6 +31,6 @@ export function logCalls(logger: Logger): Interceptor {
         },
         "call",
       );
-    });
+    };
   };
 }

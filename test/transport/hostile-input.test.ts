@@ -260,21 +260,24 @@ test("keys that are names of Object.prototype and values that look like the engi
 });
 
 test.serial(
-  "an undecodable Connect binary body is INVALID_ARGUMENT, with or without a key",
+  "an undecodable Connect binary body is INVALID_ARGUMENT, and without a key UNAUTHENTICATED as on REST and gRPC",
   async (t) => {
     const countBefore = await customerCount();
     // Field 1 (a string) announcing 5 bytes and carrying one.
     const truncated = new Uint8Array([0x0a, 0x05, 0x61]);
-    for (const key of [keys.secret, undefined]) {
+    for (const [key, status, code, message] of [
+      [keys.secret, 400, "invalid_argument", "the request is not a valid protobuf message"],
+      [undefined, 401, "unauthenticated", "missing API key: send it in the Authorization header"],
+    ] as const) {
       const response = await postRaw(server, identifyPath, {
         contentType: "application/proto",
         body: truncated,
         key,
       });
-      t.is(response.status, 400, response.text);
+      t.is(response.status, status, response.text);
       const body = JSON.parse(response.text);
-      t.is(body.code, "invalid_argument");
-      t.is(body.message, "the request is not a valid protobuf message");
+      t.is(body.code, code);
+      t.is(body.message, message);
       t.notRegex(response.text, internalText);
     }
     for (const [encoding, bytes] of [
