@@ -303,8 +303,6 @@ test.serial("REST: random JSON on every route is answered 4xx with no internal t
         key: withKey ? keyOf(method) : undefined,
         timeoutMs: callTimeoutMs,
       }).catch(refusedOrHung(route.verb, url));
-      if (method.name === "IdentifyCustomer")
-        console.log(response.status, body?.slice(0, 200), response.text.slice(0, 100));
       return assertClientError(t, `${route.verb} ${url}`, response.status, response.text);
     },
   );
