@@ -5,7 +5,7 @@ import { type Client, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { AdminService, ApiKeyKind } from "../../gen/referral/v1/admin_pb.js";
 import type { Campaign } from "../../gen/referral/v1/resources_pb.js";
-import { CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
+import { CampaignCheckpointTrigger, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
 import { httpRouteOf } from "../transport/rest/http-rules.js";
 import { restFromResponse } from "../transport/rest/transcode.js";
@@ -19,8 +19,11 @@ interface CommandContext {
   options: CommandLineOptions;
   /** The positional argument after the command at `index`; `name` is how the error names it. */
   argument: (index: number, name: string) => string;
-  /** The campaign in the `--file` given, read as the REST JSON of a campaign. */
-  campaignFromFile: () => Campaign;
+  /**
+   * The campaign in the `--file` given, read as the REST JSON of a campaign,
+   * and the fields the file names (its keys, as written).
+   */
+  campaignFromFile: () => { campaign: Campaign; fields: string[] };
   /** Prints `response` as the REST route of `method` answers it with `--json`, else `text()`. */
   print: (method: DescMethod, response: Message, text: () => string) => void;
 }
@@ -122,7 +125,7 @@ const adminCommands: readonly AdminCommand[] = [
     async run({ client, argument, campaignFromFile, print }) {
       const response = await client.createCampaign({
         applicationId: argument(0, "applicationId"),
-        campaign: campaignFromFile(),
+        campaign: campaignFromFile().campaign,
       });
       print(
         AdminService.method.createCampaign,
@@ -133,17 +136,53 @@ const adminCommands: readonly AdminCommand[] = [
   },
   {
     name: "update-campaign",
-    usage: "<campaignId> --file <campaign.json> [--mask name,isLive,...]",
+    usage: "<campaignId> --file <changes.json> [--mask name,isLive,...]",
     async run({ client, options, argument, campaignFromFile, print }) {
-      const response = await client.updateCampaign({
-        id: argument(0, "campaignId"),
-        campaign: campaignFromFile(),
-        updateMask: options.mask ? options.mask.split(",").map((s) => s.trim()) : [],
-      });
+      const id = argument(0, "campaignId");
+      const { campaign, fields } = campaignFromFile();
+      // As PATCH /webhooks/{id}: only what is sent changes. An empty mask
+      // would make the RPC replace every field, clearing those left out.
+      const updateMask = options.mask ? options.mask.split(",").map((s) => s.trim()) : fields;
+      if (updateMask.length === 0) {
+        throw new UsageError("update-campaign: the file sets no field, so nothing would change");
+      }
+      const response = await client.updateCampaign({ id, campaign, updateMask });
       print(
         AdminService.method.updateCampaign,
         response,
         () => `updated campaign ${response.campaign?.id}`,
+      );
+    },
+  },
+  {
+    name: "set-checkpoints",
+    usage: "<campaignId> --placement <checkpointName>=<placementId> ... | --clear",
+    async run({ client, options, argument, print }) {
+      const id = argument(0, "campaignId");
+      const given = options.placement ?? [];
+      if (given.length === 0 && !options.clear) {
+        throw new UsageError(
+          "set-checkpoints needs --placement <checkpointName>=<placementId> or --clear",
+        );
+      }
+      const placements = given.map((pair) => {
+        const at = pair.indexOf("=");
+        const checkpointName = at > 0 ? pair.slice(0, at) : "";
+        const placementId = pair.slice(at + 1);
+        if (!checkpointName || !placementId) {
+          throw new UsageError(`--placement ${pair}: write <checkpointName>=<placementId>`);
+        }
+        return { checkpointName, placementId };
+      });
+      const response = await client.setCampaignCheckpoints({ id, placements });
+      print(AdminService.method.setCampaignCheckpoints, response, () =>
+        response.data
+          .map((c) =>
+            c.trigger === CampaignCheckpointTrigger.REWARD
+              ? `${c.id}  reward     ${c.checkpointName}`
+              : `${c.id}  placement  ${c.checkpointName} -> ${c.placementId}`,
+          )
+          .join("\n"),
       );
     },
   },
@@ -212,6 +251,8 @@ function parseCommandLine(argv: string[]) {
       name: { type: "string" },
       file: { type: "string" },
       mask: { type: "string" },
+      placement: { type: "string", multiple: true },
+      clear: { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
   });
@@ -239,7 +280,9 @@ function helpText(): string {
     "  --token <token>  the admin token (default $ADMIN_TOKEN)",
     "  --json           print the response as JSON",
     "",
-    "Campaign files use the REST JSON of a campaign (see README).",
+    "Campaign files use the REST JSON of a campaign (see README). update-campaign changes",
+    "only the fields its file sets (or those --mask names); the others stay as they are.",
+    "set-checkpoints replaces the placement checkpoints; the reward one follows the trigger.",
   ].join("\n");
 }
 
@@ -277,7 +320,11 @@ function createCommandContext(call: {
     },
     campaignFromFile() {
       if (!options.file) throw new UsageError(`${name} needs --file <campaign.json>`);
-      return fromPlain(CampaignSchema, JSON.parse(readFileSync(options.file, "utf8")));
+      const json: unknown = JSON.parse(readFileSync(options.file, "utf8"));
+      if (typeof json !== "object" || json === null || Array.isArray(json)) {
+        throw new UsageError(`${options.file} must hold a JSON object: a campaign`);
+      }
+      return { campaign: fromPlain(CampaignSchema, json), fields: Object.keys(json) };
     },
     // --json prints exactly what the REST route answers.
     print(method, response, text) {

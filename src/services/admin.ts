@@ -28,7 +28,12 @@ import {
   revokeApiKey,
   tenantOfApplication,
 } from "../store/tenants.js";
-import { campaignUpdateFields, newCampaignDoc } from "./campaign-records.js";
+import {
+  campaignCheckpointsOf,
+  campaignUpdateFields,
+  newCampaignDoc,
+  placementCheckpointsFor,
+} from "./campaign-records.js";
 import { invalidArgument, notFound } from "./errors.js";
 import { enumWord, optionalText, requiredText } from "./validate.js";
 
@@ -127,6 +132,15 @@ export function createAdminService(deps: {
       const updated = await replaceCampaignFields(db, current, fields, now);
       if (!updated) throw notFound(`campaign ${request.id}`);
       return { campaign: campaignMessage(updated) };
+    },
+
+    async setCampaignCheckpoints(request) {
+      const current = await campaignOrNotFound(request.id);
+      const now = clock();
+      const placementCheckpoints = placementCheckpointsFor(current, request.placements, now);
+      const updated = await replaceCampaignFields(db, current, { placementCheckpoints }, now);
+      if (!updated) throw notFound(`campaign ${request.id}`);
+      return { data: campaignCheckpointsOf(updated) };
     },
 
     async deleteCampaign(request) {

@@ -1,15 +1,26 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { type Campaign, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
+import type { PlacementCheckpoint } from "../../gen/referral/v1/admin_pb.js";
+import {
+  type Campaign,
+  type CampaignCheckpoint,
+  CampaignCheckpointSchema,
+  CampaignCheckpointTrigger,
+  CampaignSchema,
+} from "../../gen/referral/v1/resources_pb.js";
 import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
+import { rewardTriggerOf } from "../domain/conversion.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import type { Tenant } from "../domain/tenancy.js";
-import type { CampaignDoc } from "../store/documents.js";
+import type { CampaignCheckpointDoc, CampaignDoc } from "../store/documents.js";
 import { invalidArgument } from "./errors.js";
 import { requiredEnvironment, requiredText } from "./validate.js";
 
-/** Fields a caller may not set: the service owns them. */
+/**
+ * Fields a caller may not set: the service owns them. The ping fields are
+ * written by PingCampaign alone, so an operator's update never undoes a ping.
+ */
 const serviceOwnedFields = new Set([
   "id",
   "organization_id",
@@ -18,7 +29,15 @@ const serviceOwnedFields = new Set([
   "created_at",
   "updated_at",
   "deleted_at",
+  "last_ping_at",
+  "last_ping_origin",
 ]);
+
+/** The longest checkpoint name, as IngestCheckpoint takes it. */
+const checkpointNameMax = 128;
+
+/** The most placement checkpoints a campaign has. */
+const maxPlacementCheckpoints = 100;
 
 /** The campaign fields an update may replace, by proto and JSON name. */
 export const editableCampaignFields: ReadonlyMap<string, string> = new Map(
@@ -49,8 +68,13 @@ export function newCampaignDoc(
   campaign.createdAt = timestampFromDate(now);
   campaign.updatedAt = timestampFromDate(now);
   campaign.deletedAt = undefined;
+  campaign.lastPingAt = undefined;
+  campaign.lastPingOrigin = undefined;
   stampChildren(campaign, now);
-  return docFieldsFromMessage(CampaignSchema, campaign) as CampaignDoc;
+  const doc = docFieldsFromMessage(CampaignSchema, campaign) as CampaignDoc;
+  doc.rewardCheckpoint = nextRewardCheckpoint(null, rewardTriggerOf(campaign), now);
+  doc.placementCheckpoints = [];
+  return doc;
 }
 
 /**
@@ -75,8 +99,123 @@ export function campaignUpdateFields(
   }
   requiredText(merged.name, "campaign.name");
   stampChildren(merged, now);
-  const { _id, ...fields } = docFieldsFromMessage(CampaignSchema, merged);
-  return fields as Partial<CampaignDoc>;
+  // The ping fields are left out: a ping between the read and this write stays.
+  const {
+    _id,
+    lastPingAt: _lastPingAt,
+    lastPingOrigin: _lastPingOrigin,
+    ...fields
+  } = docFieldsFromMessage(CampaignSchema, merged);
+  return {
+    ...fields,
+    rewardCheckpoint: nextRewardCheckpoint(
+      rewardCheckpointOf(current),
+      rewardTriggerOf(merged),
+      now,
+    ),
+  } as Partial<CampaignDoc>;
+}
+
+/**
+ * The reward checkpoint after a write that leaves the reward trigger
+ * `trigger`: unchanged while the trigger is, renamed (same id, new
+ * `updatedAt`) when it changes, gone without a trigger.
+ */
+function nextRewardCheckpoint(
+  current: CampaignCheckpointDoc | null,
+  trigger: string | null,
+  now: Date,
+): CampaignCheckpointDoc | null {
+  if (!trigger) return null;
+  if (current?.checkpointName === trigger) return current;
+  return {
+    id: current?.id ?? newId("ccp", now),
+    checkpointName: trigger,
+    placementId: null,
+    createdAt: current?.createdAt ?? now,
+    updatedAt: now,
+  };
+}
+
+/**
+ * The campaign's reward checkpoint as stored; for a campaign stored before
+ * checkpoints existed, one derived from the campaign (an id made from the
+ * campaign's, the campaign's times), so its id is the same on every read
+ * and is kept by the next update.
+ */
+function rewardCheckpointOf(doc: CampaignDoc): CampaignCheckpointDoc | null {
+  const trigger = rewardTriggerOf(doc);
+  if (!trigger) return null;
+  if (doc.rewardCheckpoint) return { ...doc.rewardCheckpoint, checkpointName: trigger };
+  return {
+    id: doc._id.replace(/^cmp_/, "ccp_"),
+    checkpointName: trigger,
+    placementId: null,
+    createdAt: doc.createdAt,
+    updatedAt: doc.updatedAt,
+  };
+}
+
+/**
+ * The placement checkpoints an operator's list makes: each name at most
+ * once; a name the campaign already has keeps its id and creation time
+ * (and its `updatedAt` unless the placement changes).
+ */
+export function placementCheckpointsFor(
+  current: CampaignDoc,
+  placements: readonly Pick<PlacementCheckpoint, "checkpointName" | "placementId">[],
+  now: Date,
+): CampaignCheckpointDoc[] {
+  if (placements.length > maxPlacementCheckpoints) {
+    throw invalidArgument("placements", `must have at most ${maxPlacementCheckpoints} entries`);
+  }
+  const existing = new Map(
+    (current.placementCheckpoints ?? []).map((entry) => [entry.checkpointName, entry]),
+  );
+  const seen = new Set<string>();
+  return placements.map((placement, index) => {
+    const field = `placements[${index}]`;
+    const checkpointName = requiredText(
+      placement.checkpointName,
+      `${field}.checkpointName`,
+      checkpointNameMax,
+    );
+    const placementId = requiredText(placement.placementId, `${field}.placementId`);
+    if (seen.has(checkpointName)) {
+      throw invalidArgument(`${field}.checkpointName`, `repeats ${JSON.stringify(checkpointName)}`);
+    }
+    seen.add(checkpointName);
+    const before = existing.get(checkpointName);
+    if (before?.placementId === placementId) return before;
+    return {
+      id: before?.id ?? newId("ccp", now),
+      checkpointName,
+      placementId,
+      createdAt: before?.createdAt ?? now,
+      updatedAt: now,
+    };
+  });
+}
+
+/** A campaign's checkpoints as the API shows them: the reward one first, then the placements. */
+export function campaignCheckpointsOf(doc: CampaignDoc): CampaignCheckpoint[] {
+  const message = (entry: CampaignCheckpointDoc, trigger: CampaignCheckpointTrigger) =>
+    create(CampaignCheckpointSchema, {
+      id: entry.id,
+      campaignId: doc._id,
+      checkpointName: entry.checkpointName,
+      trigger,
+      placementId: entry.placementId ?? undefined,
+      createdAt: timestampFromDate(entry.createdAt),
+      updatedAt: timestampFromDate(entry.updatedAt),
+    });
+  const reward = rewardCheckpointOf(doc);
+  return [
+    ...(reward ? [message(reward, CampaignCheckpointTrigger.REWARD)] : []),
+    ...(doc.placementCheckpoints ?? []).map((entry) =>
+      message(entry, CampaignCheckpointTrigger.PLACEMENT),
+    ),
+  ];
 }
 
 function stampChildren(campaign: Campaign, now: Date): void {

@@ -6,12 +6,17 @@ import {
 } from "../../gen/referral/v1/campaigns_pb.js";
 import { CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { messageFromDoc } from "../contract/records.js";
-import { callerOf } from "./context.js";
-import { invalidArgument } from "./errors.js";
-import { environmentName } from "./validate.js";
+import { limits } from "../domain/limits.js";
+import type { Clock } from "../domain/tenancy.js";
+import { campaignCheckpointsOf } from "./campaign-records.js";
+import { callerOf, requestOriginOf } from "./context.js";
+import { invalidArgument, notFound } from "./errors.js";
+import { environmentName, environmentOrProduction, requiredText } from "./validate.js";
 
 /** Creates the CampaignsService implementation. */
-export function createCampaignsService(): ServiceImpl<typeof CampaignsService> {
+export function createCampaignsService(deps: {
+  clock: Clock;
+}): ServiceImpl<typeof CampaignsService> {
   return {
     async listCampaigns(request, context) {
       const { store } = callerOf(context);
@@ -30,6 +35,37 @@ export function createCampaignsService(): ServiceImpl<typeof CampaignsService> {
         order: request.sortOrder === SortOrder.ASC ? "asc" : "desc",
       });
       return { campaigns: docs.map((doc) => messageFromDoc(CampaignSchema, doc)) };
+    },
+
+    async getLiveCampaign(request, context) {
+      const { store } = callerOf(context);
+      const environment = environmentOrProduction(request.environment);
+      const live = await store.campaigns.findMany({ environment, isLive: true, order: "desc" });
+      // The default campaign is where referrals naming no campaign go, so an
+      // app shows that one; else the newest live one (the list is newest first).
+      const campaign = live.find((doc) => doc.isDefault) ?? live[0];
+      if (!campaign) throw notFound(`live campaign in ${environment}`);
+      return { campaign: messageFromDoc(CampaignSchema, campaign) };
+    },
+
+    async pingCampaign(request, context) {
+      const { store } = callerOf(context);
+      const id = requiredText(request.id, "id");
+      const origin = requestOriginOf(context);
+      if (origin !== null && origin.length > limits.url) {
+        throw invalidArgument("Origin", `must be at most ${limits.url} characters`);
+      }
+      const pinged = await store.campaigns.updatePing(id, { at: deps.clock(), origin });
+      if (!pinged) throw notFound(`campaign ${id}`);
+      return { id: pinged._id };
+    },
+
+    async listCampaignCheckpoints(request, context) {
+      const { store } = callerOf(context);
+      const id = requiredText(request.campaignId, "campaignId");
+      const campaign = await store.campaigns.find(id);
+      if (!campaign) throw notFound(`campaign ${id}`);
+      return { data: campaignCheckpointsOf(campaign) };
     },
   };
 }

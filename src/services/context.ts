@@ -27,3 +27,13 @@ export function callerOf(context: HandlerContext): Caller {
   if (!caller) throw new ConnectError("missing API key", Code.Unauthenticated);
   return caller;
 }
+
+/**
+ * The request's `Origin` header, or null: what PingCampaign records as
+ * `lastPingOrigin`. The one header a service reads, here, so handlers still
+ * read none; every transport exposes the request's headers (gRPC: its
+ * metadata) on the context.
+ */
+export function requestOriginOf(context: HandlerContext): string | null {
+  return context.requestHeader.get("origin") || null;
+}

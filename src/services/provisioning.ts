@@ -20,7 +20,7 @@ import {
   insertOrganization,
   tenantOfApplication,
 } from "../store/tenants.js";
-import { newCampaignDoc } from "./campaign-records.js";
+import { newCampaignDoc, placementCheckpointsFor } from "./campaign-records.js";
 
 /** What first start-up provisions, and the keys it was given. */
 export interface ProvisionOptions {
@@ -63,7 +63,9 @@ export async function provisionDemo(
   const application = await insertApplication(db, organization._id, "Demo App", now);
   const tenant = tenantOfApplication(application);
   for (const environment of ["production", "test"] as const) {
-    await insertCampaign(db, newCampaignDoc(tenant, demoCampaign(environment), now));
+    const campaign = newCampaignDoc(tenant, demoCampaign(environment), now);
+    campaign.placementCheckpoints = placementCheckpointsFor(campaign, demoPlacements, now);
+    await insertCampaign(db, campaign);
   }
   const secret = await insertApiKey(db, application, "secret", now, {
     name: "demo secret key",
@@ -80,6 +82,9 @@ export async function provisionDemo(
     publicKey: publicKey.key,
   };
 }
+
+/** The demo campaigns' placement checkpoint: the welcome page's banner once onboarding is done. */
+const demoPlacements = [{ checkpointName: "onboarding_complete", placementId: "home_banner" }];
 
 /** A realistic default campaign: give $20, get $20, converting on "purchase". */
 export function demoCampaign(

@@ -161,7 +161,8 @@ export async function reviewReferral(
     const current = await store.referrals.find(id);
     if (!current) throw notFound(`referral ${id}`);
     if (!canTransition(current.status, to)) {
-      throw failedPrecondition(`a ${current.status} referral cannot become ${to}`);
+      const article = /^[aeiou]/.test(current.status) ? "an" : "a";
+      throw failedPrecondition(`${article} ${current.status} referral cannot become ${to}`);
     }
     const change = statusChange(current.status, to, "review", caller.keyId, deps.clock(), reason);
     const after = transitioned(current, change);

@@ -134,6 +134,37 @@ export async function replaceCampaignFields(
   }
 }
 
+/** What a campaign ping records. */
+export interface CampaignPing {
+  readonly at: Date;
+  /** The request's Origin header; null without one. */
+  readonly origin: string | null;
+}
+
+/**
+ * Records that an app showed one of the application's campaigns. The
+ * campaign's settings are unchanged, so `updatedAt` stays: it says when
+ * the operator last changed the campaign, which a ping on every app launch
+ * would hide.
+ */
+export async function updateCampaignPing(
+  db: Collections,
+  tenant: Tenant,
+  id: string,
+  ping: CampaignPing,
+): Promise<CampaignDoc | null> {
+  const { applicationId } = ownedBy(tenant);
+  try {
+    return await db.campaigns.findOneAndUpdate(
+      { _id: id, applicationId, deletedAt: null },
+      { $set: { lastPingAt: ping.at, lastPingOrigin: ping.origin } },
+      { returnDocument: "after" },
+    );
+  } finally {
+    forgetCampaigns(db, applicationId);
+  }
+}
+
 /** Marks a campaign deleted; it keeps its referrals and leaves every list. */
 export async function markCampaignDeleted(
   db: Collections,

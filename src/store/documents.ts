@@ -158,12 +158,41 @@ export interface CampaignDoc {
   manualRewardTrigger?: string | null;
   /** The proposed reward trigger (a checkpoint name). */
   proposedRewardTrigger?: string | null;
+  /**
+   * The reward trigger as a checkpoint setting: its id and times, kept in
+   * step with the trigger by every update; null without a trigger. Absent
+   * on campaigns stored before checkpoints existed (its id is then derived
+   * from the campaign's, see `campaignCheckpointsOf`).
+   */
+  rewardCheckpoint?: CampaignCheckpointDoc | null;
+  /** The placement checkpoints the operator set, in their order; absent means none. */
+  placementCheckpoints?: CampaignCheckpointDoc[];
+  /** When an app last reported the campaign shown; a ping does not move `updatedAt`. */
+  lastPingAt?: Date | null;
+  /** The Origin header of that report; null without one. */
+  lastPingOrigin?: string | null;
   createdAt: Date;
   updatedAt: Date;
   /** Deletion time; null while the campaign exists. */
   deletedAt: Date | null;
   /** The remaining plain fields of `referral.v1.Campaign`. */
   [field: string]: unknown;
+}
+
+/**
+ * A checkpoint setting of a campaign, embedded in it (a campaign has a few),
+ * so it is read with the campaign and written in the same update as the
+ * trigger it follows.
+ */
+export interface CampaignCheckpointDoc {
+  /** Public id, prefix `ccp_`. */
+  id: string;
+  checkpointName: string;
+  /** The placement shown; null for the reward checkpoint. */
+  placementId: string | null;
+  createdAt: Date;
+  /** When the name or the placement last changed. */
+  updatedAt: Date;
 }
 
 /** A webhook endpoint; the signing secret is stored encrypted. */

@@ -4,6 +4,7 @@ import {
   findCampaigns,
   findCampaignsByIds,
   findDefaultCampaign,
+  updateCampaignPing,
 } from "./campaigns.js";
 import { insertCheckpoint } from "./checkpoints.js";
 import type { Collections } from "./collection.js";
@@ -76,6 +77,7 @@ export function createTenantStore(db: Collections, tenant: Tenant) {
       findDefault: bind(findDefaultCampaign),
       findMany: bind(findCampaigns),
       findByIds: bind(findCampaignsByIds),
+      updatePing: bind(updateCampaignPing),
     },
     webhooks: {
       find: bind(findWebhook),

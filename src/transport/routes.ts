@@ -38,7 +38,7 @@ export function createServiceRegistrations(deps: ServiceDeps): ServiceRegistrati
     register(CustomersService, createCustomersService(deps)),
     register(ReferralsService, createReferralsService(deps)),
     register(CheckpointsService, createCheckpointsService(deps)),
-    register(CampaignsService, createCampaignsService()),
+    register(CampaignsService, createCampaignsService(deps)),
     register(WebhooksService, createWebhooksService(deps)),
     register(AdminService, createAdminService(deps)),
   ];

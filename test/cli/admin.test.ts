@@ -105,6 +105,32 @@ test.serial("create, update and delete a campaign from a JSON file", async (t) =
   t.like(updated, { name: "Summer promo", isLive: false, isDefault: true });
   t.is(updated.rewards.length, 1, "fields outside the mask are kept");
 
+  // Without --mask, only the fields the file sets change (as PATCH /webhooks/{id}).
+  writeFileSync(file, JSON.stringify({ isLive: true, manualRewardTrigger: null }));
+  const unmasked = await admin("update-campaign", campaign.id, "--file", file);
+  t.like(unmasked, {
+    name: "Summer promo",
+    isLive: true,
+    isDefault: true,
+    manualRewardTrigger: null,
+    environment: "test",
+  });
+  t.is(unmasked.rewards.length, 1, "fields the file leaves out are kept");
+  t.is(unmasked.faqs.length, 1);
+  t.deepEqual(unmasked.platforms, ["web"]);
+
+  writeFileSync(file, "{}");
+  const empty = await t.throwsAsync(() => admin("update-campaign", campaign.id, "--file", file));
+  t.regex(String((empty as { stdout?: string }).stdout), /the file sets no field/);
+  writeFileSync(file, JSON.stringify({ id: "cmp_other", name: "x" }));
+  const owned = await t.throwsAsync(() => admin("update-campaign", campaign.id, "--file", file));
+  t.regex(
+    String((owned as { stdout?: string }).stdout),
+    /updateMask names no editable campaign field: id/,
+  );
+  const listedAfter = await rest(server, "GET", "/campaigns", { key: created.publicKey });
+  t.like(listedAfter.body[0], { name: "Summer promo", isLive: true }, "refusals change nothing");
+
   const deleted = await admin("delete-campaign", campaign.id);
   t.truthy(deleted.deletedAt);
   t.deepEqual((await rest(server, "GET", "/campaigns", { key: created.publicKey })).body, []);
@@ -113,4 +139,49 @@ test.serial("create, update and delete a campaign from a JSON file", async (t) =
 test.serial("errors are reported with a non-zero exit", async (t) => {
   const error = await t.throwsAsync(() => admin("revoke-key", "key_missing"));
   t.regex(String((error as { stdout?: string }).stdout), /not found/);
+});
+
+test.serial("set a campaign's placement checkpoints", async (t) => {
+  const created = await admin("create-app", "Checkpoint App");
+  const file = join(mkdtempSync(join(tmpdir(), "referrals-cli-")), "campaign.json");
+  writeFileSync(
+    file,
+    JSON.stringify({
+      name: "Placed",
+      environment: "production",
+      proposedRewardTrigger: "purchase",
+    }),
+  );
+  const campaign = await admin("create-campaign", created.application.id, "--file", file);
+  const set = await admin(
+    "set-checkpoints",
+    campaign.id,
+    "--placement",
+    "onboarding_complete=home_banner",
+    "--placement",
+    "level_up=sidebar=left",
+  );
+  const summary = (data: Json[]) => data.map((c) => [c.trigger, c.checkpointName, c.placementId]);
+  t.deepEqual(summary(set.data), [
+    ["reward", "purchase", null],
+    ["placement", "onboarding_complete", "home_banner"],
+    ["placement", "level_up", "sidebar=left"],
+  ]);
+  const read = await rest(server, "GET", `/campaign-checkpoints?campaignId=${campaign.id}`, {
+    key: created.publicKey,
+  });
+  t.deepEqual(read.body, set, "--json prints what the REST route answers");
+
+  const bare = await t.throwsAsync(() => admin("set-checkpoints", campaign.id));
+  t.regex(String((bare as { stdout?: string }).stdout), /needs --placement .* or --clear/);
+  const malformed = await t.throwsAsync(() =>
+    admin("set-checkpoints", campaign.id, "--placement", "no-placement"),
+  );
+  t.regex(
+    String((malformed as { stdout?: string }).stdout),
+    /write <checkpointName>=<placementId>/,
+  );
+
+  const cleared = await admin("set-checkpoints", campaign.id, "--clear");
+  t.deepEqual(summary(cleared.data), [["reward", "purchase", null]]);
 });

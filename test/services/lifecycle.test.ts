@@ -412,6 +412,16 @@ for (const protocol of protocols) {
       );
       for (const status of ["pending", "flagged", "accepted", "rejected"])
         await refuse(status, "rejected");
+      await api.identify("reviewed-accepted");
+      const accepted = ok(await api.refer(referrer.referralCode, "reviewed-accepted"));
+      t.is(ok(await api.review(accepted.id, "accepted")).status, "accepted");
+      const before = await api.referral(accepted.id);
+      t.like(await api.review(accepted.id, "pending"), {
+        ok: false,
+        code: "failed_precondition",
+        message: "an accepted referral cannot become pending",
+      });
+      t.deepEqual(await api.referral(accepted.id), before, "a refused review changes nothing");
 
       t.like(await api.review("ref_missing", "accepted"), { ok: false, code: "not_found" });
       t.like(await api.review(referral.id, undefined), { ok: false, code: "invalid_argument" });

@@ -230,6 +230,11 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   for (const query of ["", "?isLive=true", "?isDefault=true&sortOrder=asc"]) {
     await call("GET", `/campaigns${query}`, keys.public);
   }
+  // The mobile SDKs' routes: the ping writes the campaign by id.
+  await call("GET", "/campaigns/live", keys.public);
+  await call("GET", "/campaigns/live?environment=test", keys.public);
+  await call("POST", `/campaigns/${campaign.id}/ping`, keys.public);
+  await call("GET", `/campaign-checkpoints?campaignId=${campaign.id}`, keys.public);
   await call("POST", "/referrals", keys.public, {
     campaignId: campaign.id,
     referralCode: referrer.referralCode,
@@ -289,6 +294,9 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   });
   await call("PATCH", `/admin/campaigns/${newCampaign.id}?updateMask=isDefault`, admin, {
     isDefault: true,
+  });
+  await call("PUT", `/admin/campaigns/${newCampaign.id}/checkpoints`, admin, {
+    placements: [{ checkpointName: "onboarding_complete", placementId: "home_banner" }],
   });
   await call("DELETE", `/admin/campaigns/${newCampaign.id}`, admin);
 }

@@ -71,6 +71,7 @@ const fixture = {
   revocableKeyIds: {} as Record<WireProtocol, string>,
   campaignId: "",
   deletableCampaignIds: {} as Record<WireProtocol, string>,
+  liveCampaignId: "",
 };
 
 const created = ["id", "createdAt", "updatedAt"];
@@ -121,6 +122,15 @@ const cases: Record<string, Cases> = {
     },
   },
   ListCampaigns: { ok: {} },
+  GetLiveCampaign: { ok: { environment: "test" } },
+  PingCampaign: {
+    ok: () => ({ id: fixture.liveCampaignId }),
+    errors: { invalid_argument: { id: " " }, not_found: { id: "cmp_missing" } },
+  },
+  ListCampaignCheckpoints: {
+    ok: () => ({ campaignId: fixture.liveCampaignId }),
+    errors: { invalid_argument: { campaignId: "" }, not_found: { campaignId: "cmp_missing" } },
+  },
   ListWebhooks: { ok: {} },
   CreateWebhook: {
     ok: {
@@ -213,6 +223,17 @@ const cases: Record<string, Cases> = {
     errors: {
       invalid_argument: () => ({ id: fixture.campaignId }),
       not_found: { id: "cmp_missing", campaign: { name: "x" }, updateMask: ["name"] },
+    },
+  },
+  SetCampaignCheckpoints: {
+    // The same list each time: the first call makes the entry, the others keep it as it is.
+    ok: () => ({
+      id: fixture.campaignId,
+      placements: [{ checkpointName: "parity", placementId: "parity_slot" }],
+    }),
+    errors: {
+      invalid_argument: () => ({ id: fixture.campaignId, placements: [{ checkpointName: "x" }] }),
+      not_found: { id: "cmp_missing", placements: [] },
     },
   },
   DeleteCampaign: {
@@ -312,6 +333,7 @@ test.serial.before(async () => {
   const campaign = () =>
     ok("CreateCampaign", { applicationId: application.id, campaign: parityCampaign }, keys.admin);
   fixture.campaignId = (await campaign()).id;
+  fixture.liveCampaignId = (await ok("GetLiveCampaign", {}, keys.public)).id;
 
   for (const protocol of wireProtocols) {
     await identify(`parity-pending-${protocol}`);

@@ -8,7 +8,7 @@ import { file_google_api_annotations } from "../../google/api/annotations_pb.js"
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import { file_referral_v1_options } from "./options_pb.js";
-import type { Campaign } from "./resources_pb.js";
+import type { Campaign, CampaignCheckpoint } from "./resources_pb.js";
 import { file_referral_v1_resources } from "./resources_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/admin.proto.
  */
 export const file_referral_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEicAoLQXBwbGljYXRpb24SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAyABKAkSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi+AEKBkFwaUtleRIKCgJpZBgBIAEoCRIlCgRraW5kGAIgASgOMhcucmVmZXJyYWwudjEuQXBpS2V5S2luZBIOCgZwcmVmaXgYAyABKAkSEQoEbmFtZRgEIAEoCUgAiAEBEhYKDmFwcGxpY2F0aW9uX2lkGAUgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgGIAEoCRIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXZva2VkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIHCgVfbmFtZSJaChhDcmVhdGVBcHBsaWNhdGlvblJlcXVlc3QSDAoEbmFtZRgBIAEoCRIcCg9vcmdhbml6YXRpb25faWQYAiABKAlIAIgBAUISChBfb3JnYW5pemF0aW9uX2lkInIKGUNyZWF0ZUFwcGxpY2F0aW9uUmVzcG9uc2USLQoLYXBwbGljYXRpb24YASABKAsyGC5yZWZlcnJhbC52MS5BcHBsaWNhdGlvbhISCgpzZWNyZXRfa2V5GAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkiGQoXTGlzdEFwcGxpY2F0aW9uc1JlcXVlc3QiSgoYTGlzdEFwcGxpY2F0aW9uc1Jlc3BvbnNlEi4KDGFwcGxpY2F0aW9ucxgBIAMoCzIYLnJlZmVycmFsLnYxLkFwcGxpY2F0aW9uInAKE0NyZWF0ZUFwaUtleVJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnJlZmVycmFsLnYxLkFwaUtleUtpbmQSEQoEbmFtZRgDIAEoCUgAiAEBQgcKBV9uYW1lIkkKFENyZWF0ZUFwaUtleVJlc3BvbnNlEiQKB2FwaV9rZXkYASABKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkSCwoDa2V5GAIgASgJIiwKEkxpc3RBcGlLZXlzUmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCSI8ChNMaXN0QXBpS2V5c1Jlc3BvbnNlEiUKCGFwaV9rZXlzGAEgAygLMhMucmVmZXJyYWwudjEuQXBpS2V5IiEKE1Jldm9rZUFwaUtleVJlcXVlc3QSCgoCaWQYASABKAkiPAoUUmV2b2tlQXBpS2V5UmVzcG9uc2USJAoHYXBpX2tleRgBIAEoCzITLnJlZmVycmFsLnYxLkFwaUtleSJYChVDcmVhdGVDYW1wYWlnblJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSJwoIY2FtcGFpZ24YAiABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiJBChZDcmVhdGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iYQoVVXBkYXRlQ2FtcGFpZ25SZXF1ZXN0EgoKAmlkGAEgASgJEicKCGNhbXBhaWduGAIgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24SEwoLdXBkYXRlX21hc2sYAyADKAkiQQoWVXBkYXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIiMKFURlbGV0ZUNhbXBhaWduUmVxdWVzdBIKCgJpZBgBIAEoCSJBChZEZWxldGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24qXAoKQXBpS2V5S2luZBIcChhBUElfS0VZX0tJTkRfVU5TUEVDSUZJRUQQABIXChNBUElfS0VZX0tJTkRfUFVCTElDEAESFwoTQVBJX0tFWV9LSU5EX1NFQ1JFVBACMrYJCgxBZG1pblNlcnZpY2USiwEKEUNyZWF0ZUFwcGxpY2F0aW9uEiUucmVmZXJyYWwudjEuQ3JlYXRlQXBwbGljYXRpb25SZXF1ZXN0GiYucmVmZXJyYWwudjEuQ3JlYXRlQXBwbGljYXRpb25SZXNwb25zZSInwPMYA8jzGMkBgtPkkwIYOgEqIhMvYWRtaW4vYXBwbGljYXRpb25zEo4BChBMaXN0QXBwbGljYXRpb25zEiQucmVmZXJyYWwudjEuTGlzdEFwcGxpY2F0aW9uc1JlcXVlc3QaJS5yZWZlcnJhbC52MS5MaXN0QXBwbGljYXRpb25zUmVzcG9uc2UiLcDzGAOC0+STAiNiDGFwcGxpY2F0aW9ucxITL2FkbWluL2FwcGxpY2F0aW9ucxKWAQoMQ3JlYXRlQXBpS2V5EiAucmVmZXJyYWwudjEuQ3JlYXRlQXBpS2V5UmVxdWVzdBohLnJlZmVycmFsLnYxLkNyZWF0ZUFwaUtleVJlc3BvbnNlIkHA8xgDyPMYyQGC0+STAjI6ASoiLS9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9hcGkta2V5cxKVAQoLTGlzdEFwaUtleXMSHy5yZWZlcnJhbC52MS5MaXN0QXBpS2V5c1JlcXVlc3QaIC5yZWZlcnJhbC52MS5MaXN0QXBpS2V5c1Jlc3BvbnNlIkPA8xgDgtPkkwI5YghhcGlfa2V5cxItL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2FwaS1rZXlzEogBCgxSZXZva2VBcGlLZXkSIC5yZWZlcnJhbC52MS5SZXZva2VBcGlLZXlSZXF1ZXN0GiEucmVmZXJyYWwudjEuUmV2b2tlQXBpS2V5UmVzcG9uc2UiM8DzGAOC0+STAik6ASpiB2FwaV9rZXkiGy9hZG1pbi9hcGkta2V5cy97aWR9L3Jldm9rZRKuAQoOQ3JlYXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5DcmVhdGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5DcmVhdGVDYW1wYWlnblJlc3BvbnNlIlPA8xgDyPMYyQGC0+STAkQ6CGNhbXBhaWduYghjYW1wYWlnbiIuL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2NhbXBhaWducxKQAQoOVXBkYXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5VcGRhdGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5VcGRhdGVDYW1wYWlnblJlc3BvbnNlIjXA8xgDgtPkkwIrOghjYW1wYWlnbmIIY2FtcGFpZ24yFS9hZG1pbi9jYW1wYWlnbnMve2lkfRKGAQoORGVsZXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlc3BvbnNlIivA8xgDgtPkkwIhYghjYW1wYWlnbioVL2FkbWluL2NhbXBhaWducy97aWR9YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEicAoLQXBwbGljYXRpb24SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAyABKAkSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi+AEKBkFwaUtleRIKCgJpZBgBIAEoCRIlCgRraW5kGAIgASgOMhcucmVmZXJyYWwudjEuQXBpS2V5S2luZBIOCgZwcmVmaXgYAyABKAkSEQoEbmFtZRgEIAEoCUgAiAEBEhYKDmFwcGxpY2F0aW9uX2lkGAUgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgGIAEoCRIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXZva2VkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIHCgVfbmFtZSJaChhDcmVhdGVBcHBsaWNhdGlvblJlcXVlc3QSDAoEbmFtZRgBIAEoCRIcCg9vcmdhbml6YXRpb25faWQYAiABKAlIAIgBAUISChBfb3JnYW5pemF0aW9uX2lkInIKGUNyZWF0ZUFwcGxpY2F0aW9uUmVzcG9uc2USLQoLYXBwbGljYXRpb24YASABKAsyGC5yZWZlcnJhbC52MS5BcHBsaWNhdGlvbhISCgpzZWNyZXRfa2V5GAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkiGQoXTGlzdEFwcGxpY2F0aW9uc1JlcXVlc3QiSgoYTGlzdEFwcGxpY2F0aW9uc1Jlc3BvbnNlEi4KDGFwcGxpY2F0aW9ucxgBIAMoCzIYLnJlZmVycmFsLnYxLkFwcGxpY2F0aW9uInAKE0NyZWF0ZUFwaUtleVJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnJlZmVycmFsLnYxLkFwaUtleUtpbmQSEQoEbmFtZRgDIAEoCUgAiAEBQgcKBV9uYW1lIkkKFENyZWF0ZUFwaUtleVJlc3BvbnNlEiQKB2FwaV9rZXkYASABKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkSCwoDa2V5GAIgASgJIiwKEkxpc3RBcGlLZXlzUmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCSI8ChNMaXN0QXBpS2V5c1Jlc3BvbnNlEiUKCGFwaV9rZXlzGAEgAygLMhMucmVmZXJyYWwudjEuQXBpS2V5IiEKE1Jldm9rZUFwaUtleVJlcXVlc3QSCgoCaWQYASABKAkiPAoUUmV2b2tlQXBpS2V5UmVzcG9uc2USJAoHYXBpX2tleRgBIAEoCzITLnJlZmVycmFsLnYxLkFwaUtleSJYChVDcmVhdGVDYW1wYWlnblJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSJwoIY2FtcGFpZ24YAiABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiJBChZDcmVhdGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iYQoVVXBkYXRlQ2FtcGFpZ25SZXF1ZXN0EgoKAmlkGAEgASgJEicKCGNhbXBhaWduGAIgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24SEwoLdXBkYXRlX21hc2sYAyADKAkiQQoWVXBkYXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIiMKFURlbGV0ZUNhbXBhaWduUmVxdWVzdBIKCgJpZBgBIAEoCSJBChZEZWxldGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iRAoTUGxhY2VtZW50Q2hlY2twb2ludBIXCg9jaGVja3BvaW50X25hbWUYASABKAkSFAoMcGxhY2VtZW50X2lkGAIgASgJImEKHVNldENhbXBhaWduQ2hlY2twb2ludHNSZXF1ZXN0EgoKAmlkGAEgASgJEjQKCnBsYWNlbWVudHMYAiADKAsyIC5yZWZlcnJhbC52MS5QbGFjZW1lbnRDaGVja3BvaW50Ik8KHlNldENhbXBhaWduQ2hlY2twb2ludHNSZXNwb25zZRItCgRkYXRhGAEgAygLMh8ucmVmZXJyYWwudjEuQ2FtcGFpZ25DaGVja3BvaW50KlwKCkFwaUtleUtpbmQSHAoYQVBJX0tFWV9LSU5EX1VOU1BFQ0lGSUVEEAASFwoTQVBJX0tFWV9LSU5EX1BVQkxJQxABEhcKE0FQSV9LRVlfS0lORF9TRUNSRVQQAjLcCgoMQWRtaW5TZXJ2aWNlEosBChFDcmVhdGVBcHBsaWNhdGlvbhIlLnJlZmVycmFsLnYxLkNyZWF0ZUFwcGxpY2F0aW9uUmVxdWVzdBomLnJlZmVycmFsLnYxLkNyZWF0ZUFwcGxpY2F0aW9uUmVzcG9uc2UiJ8DzGAPI8xjJAYLT5JMCGDoBKiITL2FkbWluL2FwcGxpY2F0aW9ucxKOAQoQTGlzdEFwcGxpY2F0aW9ucxIkLnJlZmVycmFsLnYxLkxpc3RBcHBsaWNhdGlvbnNSZXF1ZXN0GiUucmVmZXJyYWwudjEuTGlzdEFwcGxpY2F0aW9uc1Jlc3BvbnNlIi3A8xgDgtPkkwIjYgxhcHBsaWNhdGlvbnMSEy9hZG1pbi9hcHBsaWNhdGlvbnMSlgEKDENyZWF0ZUFwaUtleRIgLnJlZmVycmFsLnYxLkNyZWF0ZUFwaUtleVJlcXVlc3QaIS5yZWZlcnJhbC52MS5DcmVhdGVBcGlLZXlSZXNwb25zZSJBwPMYA8jzGMkBgtPkkwIyOgEqIi0vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vYXBpLWtleXMSlQEKC0xpc3RBcGlLZXlzEh8ucmVmZXJyYWwudjEuTGlzdEFwaUtleXNSZXF1ZXN0GiAucmVmZXJyYWwudjEuTGlzdEFwaUtleXNSZXNwb25zZSJDwPMYA4LT5JMCOWIIYXBpX2tleXMSLS9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9hcGkta2V5cxKIAQoMUmV2b2tlQXBpS2V5EiAucmVmZXJyYWwudjEuUmV2b2tlQXBpS2V5UmVxdWVzdBohLnJlZmVycmFsLnYxLlJldm9rZUFwaUtleVJlc3BvbnNlIjPA8xgDgtPkkwIpOgEqYgdhcGlfa2V5IhsvYWRtaW4vYXBpLWtleXMve2lkfS9yZXZva2USrgEKDkNyZWF0ZUNhbXBhaWduEiIucmVmZXJyYWwudjEuQ3JlYXRlQ2FtcGFpZ25SZXF1ZXN0GiMucmVmZXJyYWwudjEuQ3JlYXRlQ2FtcGFpZ25SZXNwb25zZSJTwPMYA8jzGMkBgtPkkwJEOghjYW1wYWlnbmIIY2FtcGFpZ24iLi9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9jYW1wYWlnbnMSkAEKDlVwZGF0ZUNhbXBhaWduEiIucmVmZXJyYWwudjEuVXBkYXRlQ2FtcGFpZ25SZXF1ZXN0GiMucmVmZXJyYWwudjEuVXBkYXRlQ2FtcGFpZ25SZXNwb25zZSI1wPMYA4LT5JMCKzoIY2FtcGFpZ25iCGNhbXBhaWduMhUvYWRtaW4vY2FtcGFpZ25zL3tpZH0SowEKFlNldENhbXBhaWduQ2hlY2twb2ludHMSKi5yZWZlcnJhbC52MS5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVxdWVzdBorLnJlZmVycmFsLnYxLlNldENhbXBhaWduQ2hlY2twb2ludHNSZXNwb25zZSIwwPMYA4LT5JMCJjoBKhohL2FkbWluL2NhbXBhaWducy97aWR9L2NoZWNrcG9pbnRzEoYBCg5EZWxldGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLkRlbGV0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLkRlbGV0ZUNhbXBhaWduUmVzcG9uc2UiK8DzGAOC0+STAiFiCGNhbXBhaWduKhUvYWRtaW4vY2FtcGFpZ25zL3tpZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
 
 /**
  * Application is a tenant: an app of an organization, owning its data.
@@ -526,6 +526,88 @@ export const DeleteCampaignResponseSchema: GenMessage<DeleteCampaignResponse> = 
   messageDesc(file_referral_v1_admin, 17);
 
 /**
+ * PlacementCheckpoint asks the mobile SDKs to show a placement when the
+ * customer reaches a checkpoint.
+ *
+ * @generated from message referral.v1.PlacementCheckpoint
+ */
+export type PlacementCheckpoint = Message<"referral.v1.PlacementCheckpoint"> & {
+  /**
+   * Required. The checkpoint name (at most 128 characters, as
+   * IngestCheckpoint takes); unique among the campaign's placement
+   * checkpoints.
+   *
+   * @generated from field: string checkpoint_name = 1;
+   */
+  checkpointName: string;
+
+  /**
+   * Required. The placement to show, as in the campaign's pages.
+   *
+   * @generated from field: string placement_id = 2;
+   */
+  placementId: string;
+};
+
+/**
+ * Describes the message referral.v1.PlacementCheckpoint.
+ * Use `create(PlacementCheckpointSchema)` to create a new message.
+ */
+export const PlacementCheckpointSchema: GenMessage<PlacementCheckpoint> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 18);
+
+/**
+ * SetCampaignCheckpointsRequest carries the campaign's placement checkpoints.
+ *
+ * @generated from message referral.v1.SetCampaignCheckpointsRequest
+ */
+export type SetCampaignCheckpointsRequest = Message<"referral.v1.SetCampaignCheckpointsRequest"> & {
+  /**
+   * Required. The campaign's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Every placement checkpoint the campaign should have, in order (at most
+   * 100); empty removes them all.
+   *
+   * @generated from field: repeated referral.v1.PlacementCheckpoint placements = 2;
+   */
+  placements: PlacementCheckpoint[];
+};
+
+/**
+ * Describes the message referral.v1.SetCampaignCheckpointsRequest.
+ * Use `create(SetCampaignCheckpointsRequestSchema)` to create a new message.
+ */
+export const SetCampaignCheckpointsRequestSchema: GenMessage<SetCampaignCheckpointsRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 19);
+
+/**
+ * SetCampaignCheckpointsResponse carries the campaign's checkpoints.
+ *
+ * @generated from message referral.v1.SetCampaignCheckpointsResponse
+ */
+export type SetCampaignCheckpointsResponse = Message<"referral.v1.SetCampaignCheckpointsResponse"> & {
+  /**
+   * The reward checkpoint first (when the campaign has a reward trigger),
+   * then the placement checkpoints.
+   *
+   * @generated from field: repeated referral.v1.CampaignCheckpoint data = 1;
+   */
+  data: CampaignCheckpoint[];
+};
+
+/**
+ * Describes the message referral.v1.SetCampaignCheckpointsResponse.
+ * Use `create(SetCampaignCheckpointsResponseSchema)` to create a new message.
+ */
+export const SetCampaignCheckpointsResponseSchema: GenMessage<SetCampaignCheckpointsResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 20);
+
+/**
  * ApiKeyKind is what an API key may do.
  *
  * @generated from enum referral.v1.ApiKeyKind
@@ -540,7 +622,8 @@ export enum ApiKeyKind {
 
   /**
    * Safe to ship in apps and web pages: identify, create referrals, ingest
-   * checkpoints, read campaigns. REST: "public".
+   * checkpoints, read campaigns and their checkpoints, report a campaign
+   * shown. REST: "public".
    *
    * @generated from enum value: API_KEY_KIND_PUBLIC = 1;
    */
@@ -645,6 +728,21 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof UpdateCampaignRequestSchema;
     output: typeof UpdateCampaignResponseSchema;
+  },
+  /**
+   * Replaces a campaign's placement checkpoints: the checkpoint names at
+   * which the mobile SDKs show a placement. An entry whose checkpoint name
+   * the campaign already has keeps its id and creation time. The reward
+   * checkpoint follows the campaign's reward trigger (UpdateCampaign) and is
+   * not set here. Returns every checkpoint of the campaign, as
+   * ListCampaignCheckpoints does.
+   *
+   * @generated from rpc referral.v1.AdminService.SetCampaignCheckpoints
+   */
+  setCampaignCheckpoints: {
+    methodKind: "unary";
+    input: typeof SetCampaignCheckpointsRequestSchema;
+    output: typeof SetCampaignCheckpointsResponseSchema;
   },
   /**
    * Deletes a campaign (it keeps its referrals, and disappears from lists).

@@ -6,7 +6,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
 import { file_referral_v1_options } from "./options_pb.js";
-import type { Campaign, Environment } from "./resources_pb.js";
+import type { Campaign, CampaignCheckpoint, Environment } from "./resources_pb.js";
 import { file_referral_v1_resources } from "./resources_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/campaigns.proto.
  */
 export const file_referral_v1_campaigns: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9jYW1wYWlnbnMucHJvdG8SC3JlZmVycmFsLnYxIukBChRMaXN0Q2FtcGFpZ25zUmVxdWVzdBItCgtlbnZpcm9ubWVudBgBIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhQKB2lzX2xpdmUYAiABKAhIAIgBARIXCgppc19kZWZhdWx0GAMgASgISAGIAQESLAoHc29ydF9ieRgEIAEoDjIbLnJlZmVycmFsLnYxLkNhbXBhaWduU29ydEJ5EioKCnNvcnRfb3JkZXIYBSABKA4yFi5yZWZlcnJhbC52MS5Tb3J0T3JkZXJCCgoIX2lzX2xpdmVCDQoLX2lzX2RlZmF1bHQiQQoVTGlzdENhbXBhaWduc1Jlc3BvbnNlEigKCWNhbXBhaWducxgBIAMoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduKmIKDkNhbXBhaWduU29ydEJ5EiAKHENBTVBBSUdOX1NPUlRfQllfVU5TUEVDSUZJRUQQABIuChtDQU1QQUlHTl9TT1JUX0JZX0NSRUFURURfQVQQARoNwvMYCWNyZWF0ZWRBdCpQCglTb3J0T3JkZXISGgoWU09SVF9PUkRFUl9VTlNQRUNJRklFRBAAEhIKDlNPUlRfT1JERVJfQVNDEAESEwoPU09SVF9PUkRFUl9ERVNDEAIyjQEKEENhbXBhaWduc1NlcnZpY2USeQoNTGlzdENhbXBhaWducxIhLnJlZmVycmFsLnYxLkxpc3RDYW1wYWlnbnNSZXF1ZXN0GiIucmVmZXJyYWwudjEuTGlzdENhbXBhaWduc1Jlc3BvbnNlIiHA8xgBgtPkkwIXYgljYW1wYWlnbnMSCi9jYW1wYWlnbnNiBnByb3RvMw", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChtyZWZlcnJhbC92MS9jYW1wYWlnbnMucHJvdG8SC3JlZmVycmFsLnYxIukBChRMaXN0Q2FtcGFpZ25zUmVxdWVzdBItCgtlbnZpcm9ubWVudBgBIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhQKB2lzX2xpdmUYAiABKAhIAIgBARIXCgppc19kZWZhdWx0GAMgASgISAGIAQESLAoHc29ydF9ieRgEIAEoDjIbLnJlZmVycmFsLnYxLkNhbXBhaWduU29ydEJ5EioKCnNvcnRfb3JkZXIYBSABKA4yFi5yZWZlcnJhbC52MS5Tb3J0T3JkZXJCCgoIX2lzX2xpdmVCDQoLX2lzX2RlZmF1bHQiQQoVTGlzdENhbXBhaWduc1Jlc3BvbnNlEigKCWNhbXBhaWducxgBIAMoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIkcKFkdldExpdmVDYW1wYWlnblJlcXVlc3QSLQoLZW52aXJvbm1lbnQYASABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudCJCChdHZXRMaXZlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIiEKE1BpbmdDYW1wYWlnblJlcXVlc3QSCgoCaWQYASABKAkiIgoUUGluZ0NhbXBhaWduUmVzcG9uc2USCgoCaWQYASABKAkiNQoeTGlzdENhbXBhaWduQ2hlY2twb2ludHNSZXF1ZXN0EhMKC2NhbXBhaWduX2lkGAEgASgJIlAKH0xpc3RDYW1wYWlnbkNoZWNrcG9pbnRzUmVzcG9uc2USLQoEZGF0YRgBIAMoCzIfLnJlZmVycmFsLnYxLkNhbXBhaWduQ2hlY2twb2ludCpiCg5DYW1wYWlnblNvcnRCeRIgChxDQU1QQUlHTl9TT1JUX0JZX1VOU1BFQ0lGSUVEEAASLgobQ0FNUEFJR05fU09SVF9CWV9DUkVBVEVEX0FUEAEaDcLzGAljcmVhdGVkQXQqUAoJU29ydE9yZGVyEhoKFlNPUlRfT1JERVJfVU5TUEVDSUZJRUQQABISCg5TT1JUX09SREVSX0FTQxABEhMKD1NPUlRfT1JERVJfREVTQxACMqcEChBDYW1wYWlnbnNTZXJ2aWNlEnkKDUxpc3RDYW1wYWlnbnMSIS5yZWZlcnJhbC52MS5MaXN0Q2FtcGFpZ25zUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RDYW1wYWlnbnNSZXNwb25zZSIhwPMYAYLT5JMCF2IJY2FtcGFpZ25zEgovY2FtcGFpZ25zEoMBCg9HZXRMaXZlQ2FtcGFpZ24SIy5yZWZlcnJhbC52MS5HZXRMaXZlQ2FtcGFpZ25SZXF1ZXN0GiQucmVmZXJyYWwudjEuR2V0TGl2ZUNhbXBhaWduUmVzcG9uc2UiJcDzGAGC0+STAhtiCGNhbXBhaWduEg8vY2FtcGFpZ25zL2xpdmUSeAoMUGluZ0NhbXBhaWduEiAucmVmZXJyYWwudjEuUGluZ0NhbXBhaWduUmVxdWVzdBohLnJlZmVycmFsLnYxLlBpbmdDYW1wYWlnblJlc3BvbnNlIiPA8xgBgtPkkwIZOgEqIhQvY2FtcGFpZ25zL3tpZH0vcGluZxKXAQoXTGlzdENhbXBhaWduQ2hlY2twb2ludHMSKy5yZWZlcnJhbC52MS5MaXN0Q2FtcGFpZ25DaGVja3BvaW50c1JlcXVlc3QaLC5yZWZlcnJhbC52MS5MaXN0Q2FtcGFpZ25DaGVja3BvaW50c1Jlc3BvbnNlIiHA8xgBgtPkkwIXEhUvY2FtcGFpZ24tY2hlY2twb2ludHNiBnByb3RvMw", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
 
 /**
  * ListCampaignsRequest filters and orders the campaigns.
@@ -85,6 +85,134 @@ export type ListCampaignsResponse = Message<"referral.v1.ListCampaignsResponse">
  */
 export const ListCampaignsResponseSchema: GenMessage<ListCampaignsResponse> = /*@__PURE__*/
   messageDesc(file_referral_v1_campaigns, 1);
+
+/**
+ * GetLiveCampaignRequest names the environment.
+ *
+ * @generated from message referral.v1.GetLiveCampaignRequest
+ */
+export type GetLiveCampaignRequest = Message<"referral.v1.GetLiveCampaignRequest"> & {
+  /**
+   * The environment whose live campaign is wanted; production when unset
+   * (older SDKs send none).
+   *
+   * @generated from field: referral.v1.Environment environment = 1;
+   */
+  environment: Environment;
+};
+
+/**
+ * Describes the message referral.v1.GetLiveCampaignRequest.
+ * Use `create(GetLiveCampaignRequestSchema)` to create a new message.
+ */
+export const GetLiveCampaignRequestSchema: GenMessage<GetLiveCampaignRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_campaigns, 2);
+
+/**
+ * GetLiveCampaignResponse carries the live campaign.
+ *
+ * @generated from message referral.v1.GetLiveCampaignResponse
+ */
+export type GetLiveCampaignResponse = Message<"referral.v1.GetLiveCampaignResponse"> & {
+  /**
+   * The campaign, as ListCampaigns shows it.
+   *
+   * @generated from field: referral.v1.Campaign campaign = 1;
+   */
+  campaign?: Campaign | undefined;
+};
+
+/**
+ * Describes the message referral.v1.GetLiveCampaignResponse.
+ * Use `create(GetLiveCampaignResponseSchema)` to create a new message.
+ */
+export const GetLiveCampaignResponseSchema: GenMessage<GetLiveCampaignResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_campaigns, 3);
+
+/**
+ * PingCampaignRequest names the campaign shown.
+ *
+ * @generated from message referral.v1.PingCampaignRequest
+ */
+export type PingCampaignRequest = Message<"referral.v1.PingCampaignRequest"> & {
+  /**
+   * Required. The campaign's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message referral.v1.PingCampaignRequest.
+ * Use `create(PingCampaignRequestSchema)` to create a new message.
+ */
+export const PingCampaignRequestSchema: GenMessage<PingCampaignRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_campaigns, 4);
+
+/**
+ * PingCampaignResponse acknowledges the ping.
+ *
+ * @generated from message referral.v1.PingCampaignResponse
+ */
+export type PingCampaignResponse = Message<"referral.v1.PingCampaignResponse"> & {
+  /**
+   * The campaign's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message referral.v1.PingCampaignResponse.
+ * Use `create(PingCampaignResponseSchema)` to create a new message.
+ */
+export const PingCampaignResponseSchema: GenMessage<PingCampaignResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_campaigns, 5);
+
+/**
+ * ListCampaignCheckpointsRequest names the campaign.
+ *
+ * @generated from message referral.v1.ListCampaignCheckpointsRequest
+ */
+export type ListCampaignCheckpointsRequest = Message<"referral.v1.ListCampaignCheckpointsRequest"> & {
+  /**
+   * Required. The campaign's id.
+   *
+   * @generated from field: string campaign_id = 1;
+   */
+  campaignId: string;
+};
+
+/**
+ * Describes the message referral.v1.ListCampaignCheckpointsRequest.
+ * Use `create(ListCampaignCheckpointsRequestSchema)` to create a new message.
+ */
+export const ListCampaignCheckpointsRequestSchema: GenMessage<ListCampaignCheckpointsRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_campaigns, 6);
+
+/**
+ * ListCampaignCheckpointsResponse carries the campaign's checkpoints.
+ *
+ * @generated from message referral.v1.ListCampaignCheckpointsResponse
+ */
+export type ListCampaignCheckpointsResponse = Message<"referral.v1.ListCampaignCheckpointsResponse"> & {
+  /**
+   * The reward checkpoint first (when the campaign has a reward trigger),
+   * then the placement checkpoints.
+   *
+   * @generated from field: repeated referral.v1.CampaignCheckpoint data = 1;
+   */
+  data: CampaignCheckpoint[];
+};
+
+/**
+ * Describes the message referral.v1.ListCampaignCheckpointsResponse.
+ * Use `create(ListCampaignCheckpointsResponseSchema)` to create a new message.
+ */
+export const ListCampaignCheckpointsResponseSchema: GenMessage<ListCampaignCheckpointsResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_campaigns, 7);
 
 /**
  * CampaignSortBy is the field campaigns are ordered by.
@@ -163,6 +291,43 @@ export const CampaignsService: GenService<{
     methodKind: "unary";
     input: typeof ListCampaignsRequestSchema;
     output: typeof ListCampaignsResponseSchema;
+  },
+  /**
+   * The live campaign of an environment (production when unset), as the
+   * mobile SDKs load it: the environment's default campaign when it is
+   * live, else its newest live campaign. NOT_FOUND when none is live. REST
+   * returns the bare campaign. Public and secret keys.
+   *
+   * @generated from rpc referral.v1.CampaignsService.GetLiveCampaign
+   */
+  getLiveCampaign: {
+    methodKind: "unary";
+    input: typeof GetLiveCampaignRequestSchema;
+    output: typeof GetLiveCampaignResponseSchema;
+  },
+  /**
+   * Records that an app showed the campaign: its last_ping_at becomes now
+   * and its last_ping_origin the request's Origin header (null without
+   * one). Raises no webhook event. Public and secret keys.
+   *
+   * @generated from rpc referral.v1.CampaignsService.PingCampaign
+   */
+  pingCampaign: {
+    methodKind: "unary";
+    input: typeof PingCampaignRequestSchema;
+    output: typeof PingCampaignResponseSchema;
+  },
+  /**
+   * Lists a campaign's checkpoints: its reward trigger as a "reward"
+   * checkpoint (first), then the placement checkpoints the operator set, in
+   * their order. REST returns { data }. Public and secret keys.
+   *
+   * @generated from rpc referral.v1.CampaignsService.ListCampaignCheckpoints
+   */
+  listCampaignCheckpoints: {
+    methodKind: "unary";
+    input: typeof ListCampaignCheckpointsRequestSchema;
+    output: typeof ListCampaignCheckpointsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_campaigns, 0);
