@@ -17,6 +17,9 @@ COPY package.json package-lock.json ./
 RUN npm ci --no-audit --no-fund
 COPY tsconfig*.json ./
 COPY gen ./gen
+# The OpenAPI document, which src/transport/openapi.ts imports: the build puts
+# it in dist/ beside the code that serves it.
+COPY openapi ./openapi
 COPY src ./src
 RUN npm run build
 

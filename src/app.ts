@@ -193,6 +193,7 @@ async function buildTransports(
     metricsToken: config.metricsToken,
     maxBodyBytes: config.maxBodyBytes,
     isDraining: serving.isDraining,
+    corsOrigins: config.corsOrigins,
   });
   const grpc = createGrpcServer({
     registrations,

@@ -27,7 +27,16 @@ export interface Config {
   readonly eventRetentionMs: number;
   /** Calls allowed per window, per API key and per client address. */
   readonly rateLimits: RateLimitConfig;
+  /** The origins browsers may call from (CORS_ORIGINS). */
+  readonly corsOrigins: CorsOrigins;
 }
+
+/**
+ * The origins whose pages may call the service from a browser: any (`*`,
+ * never with credentials), these exact origins, or none (`off`: no CORS
+ * headers, preflights refused).
+ */
+export type CorsOrigins = "*" | "off" | readonly string[];
 
 /** A rate limit: so many calls per window. */
 export interface RateLimit {
@@ -134,6 +143,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       unauthenticated: rateLimit(env, "RATE_LIMIT_UNAUTHENTICATED", "30/1m"),
     },
     eventRetentionMs: eventRetention(env),
+    corsOrigins: corsOrigins(env),
     fraudPolicy: {
       maxRefereeAgeMs: duration(
         env,
@@ -265,6 +275,26 @@ function rateLimit(env: NodeJS.ProcessEnv, name: string, fallback: string): Rate
     );
   }
   return { calls, windowSeconds: windowMs / 1000 };
+}
+
+/** CORS_ORIGINS: "*", "off", or origins exactly as browsers send them, comma-separated. */
+function corsOrigins(env: NodeJS.ProcessEnv): CorsOrigins {
+  const raw = nonEmpty(env.CORS_ORIGINS) ?? "*";
+  if (raw === "*" || raw === "off") return raw;
+  const origins = raw.split(",").map((origin) => origin.trim());
+  if (origins.every(isExactOrigin)) return origins;
+  throw new Error(
+    `CORS_ORIGINS must be "*", "off" or comma-separated origins as browsers send them (scheme://host[:port], no path), such as https://app.example.com,http://localhost:5173, got "${raw}"`,
+  );
+}
+
+/** Whether the value is an origin as a browser's `Origin` header spells it. */
+function isExactOrigin(value: string): boolean {
+  try {
+    return new URL(value).origin === value;
+  } catch {
+    return false;
+  }
 }
 
 const defaultWebhookTimeoutMs = 10_000;

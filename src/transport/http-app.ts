@@ -6,9 +6,12 @@ import Fastify, {
 } from "fastify";
 import type { Logger } from "pino";
 import type { Registry } from "prom-client";
+import type { CorsOrigins } from "../config.js";
 import { secretsEqual } from "../domain/api-keys.js";
 import type { Store } from "../store/store.js";
 import { registerConnect } from "./connect.js";
+import { registerCors } from "./cors.js";
+import { registerDocs } from "./docs.js";
 import {
   type ErrorLogger,
   httpError,
@@ -16,6 +19,7 @@ import {
   restErrorBody,
   toConnectError,
 } from "./errors.js";
+import { registerOpenApi } from "./openapi.js";
 import type { Pipeline, ServiceRegistration } from "./pipeline.js";
 import { type RegisteredRestRoute, registerRest } from "./rest/plugin.js";
 
@@ -32,12 +36,14 @@ export interface HttpAppOptions {
   readonly maxBodyBytes: number;
   /** True once the service is draining: `/readyz` answers 503. */
   readonly isDraining?: () => boolean;
+  /** The origins browsers may call from; `*` when unset. */
+  readonly corsOrigins?: CorsOrigins;
 }
 
 /**
- * The Fastify instance for every HTTP/1.1 connection: REST routes, Connect
- * and gRPC-Web, `/healthz` and `/readyz`, and one error handler that writes
- * every REST error body. It does not listen; `createServer` hands it
+ * The Fastify instance for every HTTP/1.1 connection: CORS, REST routes,
+ * Connect and gRPC-Web, `/healthz`, `/readyz`, `/openapi.json` and `/docs`,
+ * and one error handler that writes every REST error body. It does not listen; `createServer` hands it
  * connections.
  */
 export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInstance> {
@@ -54,6 +60,11 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   // Only the REST and Connect scopes read bodies, with parsers of their own;
   // without one here, a JSON body sent to no route is a 404, not a parse error.
   app.removeContentTypeParser("application/json");
+  // First, so its hook answers preflights ahead of every route registered below.
+  await registerCors(app, {
+    origins: options.corsOrigins ?? "*",
+    registrations: options.registrations,
+  });
 
   app.get("/healthz", async () => ({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
@@ -66,6 +77,8 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
       return reply.code(503).send({ status: "unavailable" });
     }
   });
+  registerOpenApi(app);
+  await registerDocs(app);
 
   app.get("/metrics", async (request, reply) => {
     if (!options.metricsToken) {

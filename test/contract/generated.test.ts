@@ -37,3 +37,20 @@ test("gen/ is what buf generate makes from proto/ (run npm run generate)", async
     rmSync(out, { recursive: true, force: true });
   }
 });
+
+test("openapi/openapi.json is what scripts/generate-openapi.ts makes from the contract (run npm run generate)", async (t) => {
+  const out = mkdtempSync(join(tmpdir(), "referrals-openapi-"));
+  try {
+    const fresh = join(out, "openapi.json");
+    await run(process.execPath, ["--import", "tsx", "scripts/generate-openapi.ts", fresh], {
+      cwd: root,
+    });
+    t.is(
+      readFileSync(join(root, "openapi/openapi.json"), "utf8"),
+      readFileSync(fresh, "utf8"),
+      "openapi/openapi.json is stale",
+    );
+  } finally {
+    rmSync(out, { recursive: true, force: true });
+  }
+});

@@ -1,5 +1,6 @@
 import { Code } from "@connectrpc/connect";
 import { codeToHttpStatus } from "@connectrpc/connect/protocol-connect";
+import { checkRestResponse } from "./openapi.js";
 import type { TestServer } from "./server.js";
 
 /**
@@ -47,11 +48,20 @@ export async function postRaw(
     signal: AbortSignal.timeout(options.timeoutMs ?? 5000),
   });
   const body = new Uint8Array(await response.arrayBuffer());
+  const text = Buffer.from(body).toString("utf8");
+  // Raw bytes to a REST path still get an answer the OpenAPI document describes.
+  checkRestResponse({
+    method: options.method ?? "POST",
+    path,
+    status: response.status,
+    contentType: response.headers.get("content-type"),
+    body: text,
+  });
   return {
     status: response.status,
     headers: response.headers,
     body,
-    text: Buffer.from(body).toString("utf8"),
+    text,
   };
 }
 

@@ -19,6 +19,7 @@ import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
 import type { Clock } from "../../src/domain/tenancy.js";
 import { dropDatabase, type EngineName, freshDatabaseName, mongodbUri } from "./engines.js";
+import { checkRestResponse } from "./openapi.js";
 
 /** The bootstrap keys and admin token every test server uses. */
 export const keys = {
@@ -156,6 +157,14 @@ export async function rest(
   }
   const response = await fetch(`${server.baseUrl}${path}`, { method, headers, body });
   const text = await response.text();
+  // A response the OpenAPI document does not describe fails the calling test.
+  checkRestResponse({
+    method,
+    path,
+    status: response.status,
+    contentType: response.headers.get("content-type"),
+    body: text,
+  });
   let parsed: unknown = text;
   try {
     parsed = JSON.parse(text);

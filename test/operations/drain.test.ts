@@ -7,6 +7,7 @@ import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
 import type { Interceptor } from "../../src/transport/pipeline.js";
+import { checkRestResponse } from "../helpers/openapi.js";
 import { keys } from "../helpers/server.js";
 import { isRefused, openSocket, startService, waitUntil, watchHealth } from "./service.js";
 
@@ -64,13 +65,24 @@ function restCall(port: number) {
           response.on("data", (chunk: string) => {
             body += chunk;
           });
-          response.on("end", () =>
+          response.on("end", () => {
+            try {
+              checkRestResponse({
+                method: "GET",
+                path: "/campaigns",
+                status: response.statusCode ?? 0,
+                contentType: response.headers["content-type"],
+                body,
+              });
+            } catch (error) {
+              return reject(error);
+            }
             resolve({
               status: response.statusCode ?? 0,
               connection: response.headers.connection,
               campaigns: (JSON.parse(body) as unknown[]).length,
-            }),
-          );
+            });
+          });
         },
       );
       request.on("error", reject);

@@ -7,6 +7,7 @@ import test from "ava";
 import { findCustomerByExternalId } from "../../src/store/customers.js";
 import { StoreOpenError } from "../../src/store/sqlite.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
+import { OpenApiMismatch, validatedFetch } from "../helpers/openapi.js";
 import { keys } from "../helpers/server.js";
 
 /**
@@ -60,27 +61,31 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
     const { child, port } = await startService(dataDir);
     const acknowledged: string[] = [];
     let sent = 0;
+    let mismatch: OpenApiMismatch | undefined;
     const writer = async () => {
       for (;;) {
         const externalUserId = `durable_${sent++}`;
         try {
-          const response = await fetch(`http://127.0.0.1:${port}/customers/identify`, {
+          const response = await validatedFetch(`http://127.0.0.1:${port}/customers/identify`, {
             method: "POST",
             headers: { authorization: keys.public, "content-type": "application/json" },
             body: JSON.stringify({ externalUserId, name: "D" }),
           });
           if (response.status === 201) acknowledged.push(externalUserId);
-        } catch {
-          return; // the process is gone
+        } catch (error) {
+          if (error instanceof OpenApiMismatch) mismatch = error;
+          return; // the process is gone, or its answer drifted from the OpenAPI document
         }
       }
     };
     const writers = Array.from({ length: 8 }, writer);
     // Kill once writes are flowing, with requests in flight.
-    while (acknowledged.length < 300) await new Promise((resolve) => setTimeout(resolve, 5));
+    while (acknowledged.length < 300 && !mismatch)
+      await new Promise((resolve) => setTimeout(resolve, 5));
     const exited = once(child, "exit");
     child.kill("SIGKILL");
     await Promise.all(writers);
+    if (mismatch) throw mismatch;
     // Reaped, so its lock on the directory is seen to be stale.
     await exited;
     t.true(sent > acknowledged.length, "some requests were in flight when the process died");

@@ -1,0 +1,103 @@
+import { ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-web";
+import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
+import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+
+/** What the form asks for. */
+interface Settings {
+  readonly baseUrl: string;
+  readonly publicKey: string;
+  readonly externalUserId: string;
+  readonly name: string;
+}
+
+/** What the page shows for one protocol. */
+interface Outcome {
+  readonly customerId: string;
+  readonly referralCode: string;
+  readonly campaigns: readonly string[];
+  /** The `X-Request-Id` of the identify call: readable only because the service exposes it. */
+  readonly requestId: string | null;
+}
+
+/** Identifies the customer and lists the campaigns with the Connect protocol (JSON). */
+async function overConnect(settings: Settings): Promise<Outcome> {
+  // A public key is the whole credential: it goes in Authorization on every call.
+  const sendKey: Interceptor = (next) => (request) => {
+    request.header.set("Authorization", settings.publicKey);
+    return next(request);
+  };
+  const transport = createConnectTransport({ baseUrl: settings.baseUrl, interceptors: [sendKey] });
+  const customers = createClient(CustomersService, transport);
+  const campaigns = createClient(CampaignsService, transport);
+  let requestId: string | null = null;
+  const { customer } = await customers.identifyCustomer(
+    { externalUserId: settings.externalUserId, name: settings.name },
+    { onHeader: (headers) => (requestId = headers.get("X-Request-Id")) },
+  );
+  const listed = await campaigns.listCampaigns({});
+  return {
+    customerId: customer?.id ?? "",
+    referralCode: customer?.referralCode ?? "",
+    campaigns: listed.campaigns.map((campaign) => campaign.name),
+    requestId,
+  };
+}
+
+/** The same two calls as JSON REST with `fetch`. */
+async function overRest(settings: Settings): Promise<Outcome> {
+  const identified = await fetch(`${settings.baseUrl}/customers/identify`, {
+    method: "POST",
+    headers: { Authorization: settings.publicKey, "Content-Type": "application/json" },
+    body: JSON.stringify({ externalUserId: settings.externalUserId, name: settings.name }),
+  });
+  const customer = await bodyOf(identified);
+  const listed = await fetch(`${settings.baseUrl}/campaigns`, {
+    headers: { Authorization: settings.publicKey },
+  });
+  const campaigns = (await bodyOf(listed)) as Array<{ name: string }>;
+  return {
+    customerId: customer.id,
+    referralCode: customer.referralCode,
+    campaigns: campaigns.map((campaign) => campaign.name),
+    requestId: identified.headers.get("X-Request-Id"),
+  };
+}
+
+/** The JSON body of a success; an error's `{ code, message }` body as an Error. */
+// biome-ignore lint/suspicious/noExplicitAny: the REST JSON is read field by field.
+async function bodyOf(response: Response): Promise<any> {
+  const body = await response.json();
+  if (!response.ok) throw new Error(`HTTP ${response.status} ${body.code}: ${body.message}`);
+  return body;
+}
+
+/** Runs one protocol's calls and writes the outcome, or the error, into its box. */
+async function show(box: HTMLElement, outcome: Promise<Outcome>): Promise<void> {
+  box.dataset.state = "running";
+  box.textContent = "…";
+  try {
+    box.textContent = JSON.stringify(await outcome, null, 2);
+    box.dataset.state = "done";
+  } catch (error) {
+    // A refused origin surfaces as a network error: the browser hides the response.
+    box.textContent = error instanceof ConnectError ? error.message : String(error);
+    box.dataset.state = "failed";
+  }
+}
+
+function field(id: string): string {
+  return (document.getElementById(id) as HTMLInputElement).value.trim();
+}
+
+document.getElementById("identify")?.addEventListener("submit", (event) => {
+  event.preventDefault();
+  const settings: Settings = {
+    baseUrl: field("base-url").replace(/\/+$/, ""),
+    publicKey: field("public-key"),
+    externalUserId: field("external-user-id"),
+    name: field("name"),
+  };
+  void show(document.getElementById("connect-result") as HTMLElement, overConnect(settings));
+  void show(document.getElementById("rest-result") as HTMLElement, overRest(settings));
+});
