@@ -234,6 +234,10 @@ export async function runAdminCli(argv: string[], out: (text: string) => void): 
       out(`error: ${error.rawMessage} (${baseUrl})`);
       return 1;
     }
+    if (error instanceof InputError) {
+      out(`error: ${error.message}`);
+      return 1;
+    }
     throw error;
   }
 }
@@ -320,11 +324,13 @@ function createCommandContext(call: {
     },
     campaignFromFile() {
       if (!options.file) throw new UsageError(`${name} needs --file <campaign.json>`);
-      const json: unknown = JSON.parse(readFileSync(options.file, "utf8"));
-      if (typeof json !== "object" || json === null || Array.isArray(json)) {
-        throw new UsageError(`${options.file} must hold a JSON object: a campaign`);
-      }
-      return { campaign: fromPlain(CampaignSchema, json), fields: Object.keys(json) };
+      return readInputFile(options.file, (text) => {
+        const json: unknown = JSON.parse(text);
+        if (typeof json !== "object" || json === null || Array.isArray(json)) {
+          throw new Error("must hold a JSON object: a campaign");
+        }
+        return { campaign: fromPlain(CampaignSchema, json), fields: Object.keys(json) };
+      });
     },
     // --json prints exactly what the REST route answers.
     print(method, response, text) {
@@ -339,6 +345,29 @@ function createCommandContext(call: {
 
 /** A command line the CLI cannot run: printed with the help, exit code 2. */
 class UsageError extends Error {}
+
+/** A file given on the command line that cannot be read or is not what the command takes. */
+class InputError extends Error {}
+
+/**
+ * Reads `file` and hands its text to `parse`; a file that is missing,
+ * unreadable or malformed is one line naming it, not a stack trace.
+ */
+function readInputFile<T>(file: string, parse: (text: string) => T): T {
+  let text: string;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch (error) {
+    const reason =
+      (error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : "cannot be read";
+    throw new InputError(`${file}: ${reason}`);
+  }
+  try {
+    return parse(text);
+  } catch (error) {
+    throw new InputError(`${file}: ${(error as Error).message}`);
+  }
+}
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   process.exitCode = await runAdminCli(process.argv.slice(2), (text) =>

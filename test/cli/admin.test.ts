@@ -141,6 +141,32 @@ test.serial("errors are reported with a non-zero exit", async (t) => {
   t.regex(String((error as { stdout?: string }).stdout), /not found/);
 });
 
+test.serial(
+  "a campaign file that is missing, not JSON or not a campaign is one line naming it",
+  async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), "referrals-cli-"));
+    const notJson = join(dir, "not-json.json");
+    writeFileSync(notJson, "{name:");
+    const notCampaign = join(dir, "array.json");
+    writeFileSync(notCampaign, "[]");
+    const unknownField = join(dir, "unknown.json");
+    writeFileSync(unknownField, JSON.stringify({ name: "x", colour: "red" }));
+    const cases = [
+      [join(dir, "missing.json"), /^error: .*missing\.json: no such file$/],
+      [notJson, /^error: .*not-json\.json: .*JSON/],
+      [notCampaign, /^error: .*array\.json: must hold a JSON object: a campaign$/],
+      [unknownField, /^error: .*unknown\.json: .*colour/],
+    ] as const;
+    for (const [file, expected] of cases) {
+      const error = await t.throwsAsync(() => admin("create-campaign", "app_x", "--file", file));
+      const { stdout, stderr, code } = error as { stdout?: string; stderr?: string; code?: number };
+      t.is(code, 1, file);
+      t.regex(String(stdout).trim(), expected);
+      t.notRegex(String(stderr), /\n\s+at /, "no stack trace");
+    }
+  },
+);
+
 test.serial("set a campaign's placement checkpoints", async (t) => {
   const created = await admin("create-app", "Checkpoint App");
   const file = join(mkdtempSync(join(tmpdir(), "referrals-cli-")), "campaign.json");
