@@ -35,7 +35,10 @@ export function startupBanner(input: BannerInput): string {
       `  curl -s http://${address}/campaigns -H "Authorization: ${publicKey}"`,
       `  npx buf curl --schema proto --protocol connect -H "Authorization: ${secretKey}" \\`,
       `       http://${address}/referral.v1.CustomersService/ListCustomers`,
-      `  grpcurl -plaintext -H "authorization: ${secretKey}" ${address} referral.v1.CampaignsService/ListCampaigns`,
+      `  npx buf curl --protocol grpc --http2-prior-knowledge -H "Authorization: ${publicKey}" \\`,
+      `       http://${address}/referral.v1.CampaignsService/ListCampaigns`,
+      "",
+      `The API reference: http://${address}/docs (the OpenAPI document: /openapi.json)`,
     );
   } else {
     lines.push("Using existing data: the API keys were printed on the first start.");
