@@ -65,7 +65,7 @@ export async function load(
   if (rate === undefined) {
     return autocannonLoad(origin, spec, { connections: options.concurrency, seconds, limit });
   }
-  const sender = http1Sender(origin, spec, options.concurrency);
+  const sender = await http1Sender(origin, spec, options.concurrency);
   try {
     return await drive(sender.send, { seconds, rate, limit });
   } finally {

@@ -151,7 +151,7 @@ async function timeCall(
   seconds: number,
   options: BenchOptions,
 ): Promise<LoadResult> {
-  const sender = http1Sender(origin, spec, 1);
+  const sender = await http1Sender(origin, spec, 1);
   // Numbered across warm-up and measurement, so no new customer is identified twice.
   let sent = 0;
   const send = () => sender.send(sent++);
