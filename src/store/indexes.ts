@@ -248,6 +248,16 @@ export const counterDeclarations: { [C in CollectionName]?: readonly CounterDecl
       serves: "ListReferrals' total of one campaign",
     },
     {
+      groupBy: ["applicationId", "referrerId"],
+      nullFields: live,
+      serves: "a customer's visitedReferralsCount; ListReferrals' total of one referrer",
+    },
+    {
+      groupBy: ["applicationId", "referrerId", "status"],
+      nullFields: live,
+      serves: "a customer's convertedReferralsCount (its accepted referrals)",
+    },
+    {
       groupBy: ["applicationId", "campaignId", "status"],
       nullFields: live,
       serves: "ListReferrals' total of one campaign by status",

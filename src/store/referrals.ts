@@ -281,39 +281,43 @@ export interface ReferralFacts {
 }
 
 /**
- * The referral facts of a page of customers, from two indexed queries for
- * the whole page (not one per customer), so counters are always exact.
+ * The referral facts of a page of customers: the referee query for the
+ * whole page (not one per customer), and two counts per customer. The
+ * counts are kept totals on the embedded engine (see `counterDeclarations`)
+ * and index counts on MongoDB, so a referrer with many referrals costs what
+ * one with a few does; they are exact, as every write keeps them.
  */
 export async function referralFactsOf(
   db: Collections,
   tenant: Tenant,
   customerIds: readonly string[],
 ): Promise<Map<string, ReferralFacts>> {
-  const facts = new Map<string, ReferralFacts>(
-    customerIds.map((id) => [id, { visited: 0, converted: 0 }]),
-  );
+  const facts = new Map<string, ReferralFacts>();
   if (customerIds.length === 0) return facts;
-  const ids = [...customerIds];
-  const [asReferrer, asReferee] = await Promise.all([
+  const owned = ownedBy(tenant);
+  const counted = customerIds.map(async (referrerId) => {
+    const visited = await db.referrals.countDocuments({ ...owned, referrerId, deletedAt: null });
+    // Most customers have referred nobody: then none of theirs is accepted either.
+    const converted =
+      visited === 0
+        ? 0
+        : await db.referrals.countDocuments({
+            ...owned,
+            referrerId,
+            status: "accepted",
+            deletedAt: null,
+          });
+    facts.set(referrerId, { visited, converted });
+  });
+  const [asReferee] = await Promise.all([
     db.referrals
       .find(
-        { ...ownedBy(tenant), referrerId: { $in: ids }, deletedAt: null },
-        { projection: { referrerId: 1, status: 1 } },
-      )
-      .toArray(),
-    db.referrals
-      .find(
-        { ...ownedBy(tenant), refereeId: { $in: ids }, deletedAt: null },
+        { ...owned, refereeId: { $in: [...customerIds] }, deletedAt: null },
         { sort: { createdAt: -1, _id: -1 } },
       )
       .toArray(),
+    ...counted,
   ]);
-  for (const referral of asReferrer) {
-    const entry = facts.get(referral.referrerId);
-    if (!entry) continue;
-    entry.visited += 1;
-    if (referral.status === "accepted") entry.converted += 1;
-  }
   for (const referral of asReferee) {
     const entry = facts.get(referral.refereeId);
     // Newest first: the first referral seen for a referee is the one that counts.
