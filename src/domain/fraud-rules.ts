@@ -77,7 +77,7 @@ export function suspectedFrauds(
   if (candidate.referrerRecentReferrals >= policy.velocityLimit) {
     found.push({
       type: "velocity",
-      message: `the referrer already has ${candidate.referrerRecentReferrals} referrals in the last hour (limit ${policy.velocityLimit})`,
+      message: `the referrer already has at least ${policy.velocityLimit} referrals in the last hour (its limit)`,
     });
   }
   if (candidate.refereeEmailAlreadyReferred) {

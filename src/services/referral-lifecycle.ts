@@ -128,6 +128,7 @@ async function judge(
       environment,
       referrer._id,
       new Date(now.getTime() - velocityWindowMs),
+      deps.fraudPolicy.velocityLimit,
     ),
     referee.emailCanonical
       ? store.referrals.isMailboxAlreadyReferred(environment, referee.emailCanonical, referee._id)

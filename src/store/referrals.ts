@@ -184,21 +184,35 @@ function unchangedSince(tenant: Tenant, current: ReferralDoc): Filter<ReferralDo
   };
 }
 
-/** How many referrals were attributed to a referrer since a time, for the velocity rule. */
-export function countReferralsAttributedSince(
+/**
+ * How many referrals were attributed to a referrer since a time, counted up
+ * to `atMost`: the velocity rule only asks whether its limit is reached. A
+ * full count would read every referral of the window, so each new referral
+ * of a busy referrer would cost more than the last (20,000 in an hour made
+ * the 20,000th about 200 times slower than the first).
+ */
+export async function countReferralsAttributedSince(
   db: Collections,
   tenant: Tenant,
   environment: EnvironmentName,
   referrerId: string,
   since: Date,
+  atMost: number,
 ): Promise<number> {
-  return db.referrals.countDocuments({
-    ...ownedBy(tenant),
-    environment,
-    referrerId,
-    attributedAt: { $gte: since },
-    deletedAt: null,
-  });
+  if (atMost <= 0) return 0;
+  const recent = await db.referrals
+    .find(
+      {
+        ...ownedBy(tenant),
+        environment,
+        referrerId,
+        attributedAt: { $gte: since },
+        deletedAt: null,
+      },
+      { projection: { _id: 1 }, limit: atMost },
+    )
+    .toArray();
+  return recent.length;
 }
 
 /**

@@ -89,7 +89,7 @@ test("velocity: the referrer already reached the hourly limit", (t) => {
   t.deepEqual(suspectedFrauds(clean({ referrerRecentReferrals: 20 })), [
     {
       type: "velocity",
-      message: "the referrer already has 20 referrals in the last hour (limit 20)",
+      message: "the referrer already has at least 20 referrals in the last hour (its limit)",
     },
   ]);
   t.deepEqual(

@@ -329,7 +329,7 @@ for (const protocol of protocols) {
       t.deepEqual(fourth.suspectedFrauds, [
         {
           type: "velocity",
-          message: "the referrer already has 3 referrals in the last hour (limit 3)",
+          message: "the referrer already has at least 3 referrals in the last hour (its limit)",
         },
       ]);
       advance(61 * minute);
