@@ -29,6 +29,11 @@ export interface SeedPlan {
   readonly referees?: number;
   /** Customers `t-<i>`, each referred (pending) in the default campaign: trigger-checkpoint targets. */
   readonly pendingReferees?: number;
+  /**
+   * Every tenth referral of the base goes to the oldest customer (`c-0`)
+   * instead: one referrer with many referrals, as a popular one has.
+   */
+  readonly busyReferrer?: boolean;
 }
 
 /** What a seeded store holds, for building requests. */
@@ -42,6 +47,8 @@ export interface SeededData {
   readonly customers: number;
   /** A customer that was referred and refers others: a read that derives every field. */
   readonly sampleCustomerId: string;
+  /** The oldest customer: with `busyReferrer`, the referrer of a tenth of the referrals. */
+  readonly oldestCustomerId: string;
 }
 
 /**
@@ -109,7 +116,8 @@ export async function seedStore(
       (k) => {
         const i = half + 1 + k;
         const status: ReferralStatusName = k % 3 === 0 ? "accepted" : "pending";
-        return referralDoc(tenant, baseIds[referrerOf(i)] as string, baseIds[i] as string, {
+        const referrer = plan.busyReferrer && k % 10 === 0 ? 0 : referrerOf(i);
+        return referralDoc(tenant, baseIds[referrer] as string, baseIds[i] as string, {
           status,
           at: baseAt(i),
         });
@@ -160,6 +168,7 @@ export async function seedStore(
       customers: base,
       // Referred by customer `half`, and the referrer of the next two.
       sampleCustomerId: baseIds[Math.min(half + 1, base - 1)] as string,
+      oldestCustomerId: baseIds[0] as string,
     };
   } finally {
     await store.close();

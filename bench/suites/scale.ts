@@ -42,6 +42,7 @@ function scaleCalls(seeded: SeededData, customers: number, referrals: number, ta
   return {
     "GET /customers, first page": get(() => "/customers?limit=20"),
     "GET /customers, last page": get(() => `/customers?limit=20&offset=${deep(customers)}`),
+    "GET /customers/{id}, referrer of a tenth": get(() => `/customers/${seeded.oldestCustomerId}`),
     "GET /referrals, first page": get(() => "/referrals?limit=20"),
     "GET /referrals, last page": get(() => `/referrals?limit=20&offset=${deep(referrals)}`),
     "GET /customers?externalUserId=": get(
@@ -75,7 +76,7 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       log(`scale ${label}: seeding`);
       const seedStarted = performance.now();
       let reported = 0;
-      const seeded = await seedStore(dataDir, { customers }, (inserted) => {
+      const seeded = await seedStore(dataDir, { customers, busyReferrer: true }, (inserted) => {
         if (inserted - reported >= customers / 4) {
           reported = inserted;
           log(`scale ${label}: ${inserted.toLocaleString("en-US")} documents`);
