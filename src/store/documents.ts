@@ -162,7 +162,7 @@ export interface CampaignDoc {
    * The reward trigger as a checkpoint setting: its id and times, kept in
    * step with the trigger by every update; null without a trigger. Absent
    * on campaigns stored before checkpoints existed (its id is then derived
-   * from the campaign's, see `campaignCheckpointsOf`).
+   * from the campaign's, see `rewardCheckpointOf` in services/campaign-records.ts).
    */
   rewardCheckpoint?: CampaignCheckpointDoc | null;
   /** The placement checkpoints the operator set, in their order; absent means none. */

@@ -1,5 +1,4 @@
-import { readdirSync } from "node:fs";
-import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import type { DescMethod } from "@bufbuild/protobuf";
 import test from "ava";
 import type { Page } from "playwright-core";
 import { type ExampleServer, serveExample } from "../../examples/web/serve.js";
@@ -7,6 +6,7 @@ import { Access } from "../../gen/referral/v1/options_pb.js";
 import { methodAccess } from "../../src/contract/options.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
 import { useBrowser, withPage } from "../helpers/browser.js";
+import { contractServices } from "../helpers/contract.js";
 import { keys, rest, startServer, type TestServer, useServer } from "../helpers/server.js";
 
 // The service allows any origin (the default); the page is served from
@@ -22,25 +22,6 @@ test.serial.before(async () => {
 test.after.always(async () => {
   await example?.close();
 });
-
-/**
- * Every service of the generated contract, read from gen/ rather than
- * listed, so a service or RPC added to the contract is covered here too.
- */
-async function contractServices(): Promise<DescService[]> {
-  const dir = new URL("../../gen/referral/v1/", import.meta.url);
-  const modules: Array<Record<string, unknown>> = await Promise.all(
-    readdirSync(dir)
-      .filter((name) => name.endsWith("_pb.ts"))
-      .map((name) => import(new URL(name, dir).href)),
-  );
-  return modules
-    .flatMap((module) => Object.values(module))
-    .filter(
-      (value): value is DescService =>
-        typeof value === "object" && value !== null && "kind" in value && value.kind === "service",
-    );
-}
 
 /** The RPCs a public key may call, by their `(referral.v1.access)` option. */
 const publicMethods: DescMethod[] = (await contractServices())

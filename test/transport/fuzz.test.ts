@@ -1,10 +1,7 @@
-import { readdirSync } from "node:fs";
 import {
   type DescField,
-  type DescFile,
   type DescMessage,
   type DescMethod,
-  type DescService,
   type Message,
   ScalarType,
   toBinary,
@@ -19,6 +16,7 @@ import { methodAccess } from "../../src/contract/options.js";
 import { toPlain } from "../../src/contract/plain-codec.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
 import { arbitraryMessage } from "../helpers/arbitrary-messages.js";
+import { contractServices } from "../helpers/contract.js";
 import {
   grpcWebFrame,
   grpcWebStatus,
@@ -54,16 +52,7 @@ const seed = process.env.FUZZ_SEED ? Number(process.env.FUZZ_SEED) : Date.now() 
 const runs = (base: number) => base * Number(process.env.FUZZ_RUNS ?? 1);
 const callTimeoutMs = 5000;
 
-/** Every service of the contract, read from the generated files. */
-const services: DescService[] = [];
-for (const name of readdirSync(new URL("../../gen/referral/v1/", import.meta.url)).sort()) {
-  if (!name.endsWith("_pb.ts")) continue;
-  const module = await import(`../../gen/referral/v1/${name.replace(/\.ts$/, ".js")}`);
-  for (const value of Object.values(module) as Array<Partial<DescFile>>) {
-    if (value.kind === "file") services.push(...(value.services ?? []));
-  }
-}
-const methods = services.flatMap((service) => service.methods);
+const methods = (await contractServices()).flatMap((service) => service.methods);
 
 /** A field of free-form JSON (`google.protobuf.Struct`). */
 function isFreeForm(field: DescField): boolean {

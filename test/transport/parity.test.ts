@@ -1,5 +1,4 @@
-import { readdirSync } from "node:fs";
-import type { DescFile, DescMethod, DescService } from "@bufbuild/protobuf";
+import type { DescMethod } from "@bufbuild/protobuf";
 import test, { type ExecutionContext } from "ava";
 import { Access } from "../../gen/referral/v1/options_pb.js";
 import { enumWords, methodAccess } from "../../src/contract/options.js";
@@ -13,6 +12,7 @@ import {
   type WireProtocol,
   wireProtocols,
 } from "../helpers/callers.js";
+import { contractServices } from "../helpers/contract.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { type Json, keys, useServer } from "../helpers/server.js";
 
@@ -27,16 +27,7 @@ import { type Json, keys, useServer } from "../helpers/server.js";
 // Webhooks deliver to a receiver on loopback.
 const server = useServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
 
-/** Every service of the contract, read from the generated files. */
-const services: DescService[] = [];
-for (const name of readdirSync(new URL("../../gen/referral/v1/", import.meta.url)).sort()) {
-  if (!name.endsWith("_pb.ts")) continue;
-  const module = await import(`../../gen/referral/v1/${name.replace(/\.ts$/, ".js")}`);
-  for (const value of Object.values(module) as Array<Partial<DescFile>>) {
-    if (value.kind === "file") services.push(...(value.services ?? []));
-  }
-}
-const methods = services.flatMap((service) => service.methods);
+const methods = (await contractServices()).flatMap((service) => service.methods);
 const rpc = (name: string): DescMethod => {
   const method = methods.find((m) => m.name === name);
   if (!method) throw new Error(`no RPC ${name}`);
