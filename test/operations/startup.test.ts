@@ -58,8 +58,8 @@ test("the port in use: one line naming PORT, and no demo keys created until a st
   }
   const next = await runService({ PORT: "0", HOST: "127.0.0.1", DATA_DIR: dataDir });
   t.regex(next.stdout, /First start: provisioned/);
-  t.regex(next.stdout, /secret key: sk_\w+/);
-  t.regex(next.stdout, /public key: pk_\w+/);
+  t.regex(next.stdout, /secret key: sk_[\w-]{43}\n/);
+  t.regex(next.stdout, /public key: pk_[\w-]{43}\n/);
 });
 
 test("an invalid LOG_LEVEL: one line naming it", async (t) => {
