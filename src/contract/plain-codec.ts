@@ -18,6 +18,7 @@ import {
 } from "@bufbuild/protobuf/wkt";
 import { isoString } from "./iso-time.js";
 import { enumWords, omitWhenUnset } from "./options.js";
+import { encodeOnce } from "./shared-messages.js";
 
 /**
  * Converts messages to and from the plain objects of the REST API and of the
@@ -297,10 +298,17 @@ function is64Bit(type: ScalarType): boolean {
 // Writing JSON text directly: what `JSON.stringify` would make of the plain
 // form, without building the plain form first.
 
-/** `JSON.stringify(toPlain(schema, message))`, in one pass. */
+/**
+ * `JSON.stringify(toPlain(schema, message))`, in one pass. A shared message
+ * (see `shared-messages.ts`) is written once, and so is each shared message
+ * inside it: a list page of cached customers joins their texts.
+ */
 export function toJson(schema: DescMessage, message: Message): string {
-  return writeMessageJson(planOf(schema), message);
+  return encodeOnce(message, restJson, () => writeMessageJson(planOf(schema), message));
 }
+
+/** The REST JSON text, as a key of a shared message's encodings. */
+const restJson = { format: "rest-json" };
 
 /** `JSON.stringify(fieldToPlain(schema, message, field))`, in one pass. */
 export function fieldToJson(
@@ -362,7 +370,9 @@ const jsonWriters: ValueCompilers<JsonWriter> = {
       case StructSchema.typeName:
         return (value) => JSON.stringify(value);
       default:
-        return lazyPlan(schema, (plan, value) => writeMessageJson(plan, value as Message));
+        return lazyPlan(schema, (plan, value) =>
+          encodeOnce(value as Message, restJson, () => writeMessageJson(plan, value as Message)),
+        );
     }
   },
 };

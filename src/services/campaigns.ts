@@ -2,10 +2,13 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import {
   CampaignSortBy,
   type CampaignsService,
+  GetLiveCampaignResponseSchema,
+  ListCampaignsResponseSchema,
   SortOrder,
 } from "../../gen/referral/v1/campaigns_pb.js";
 import { CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { messageFromDoc } from "../contract/records.js";
+import { sharedFrom } from "../contract/shared-messages.js";
 import { limits } from "../domain/limits.js";
 import type { Clock } from "../domain/tenancy.js";
 import { campaignCheckpointsOf } from "./campaign-records.js";
@@ -34,7 +37,11 @@ export function createCampaignsService(deps: {
         isDefault: request.isDefault,
         order: request.sortOrder === SortOrder.ASC ? "asc" : "desc",
       });
-      return { campaigns: docs.map((doc) => messageFromDoc(CampaignSchema, doc)) };
+      // The store hands out one frozen list per query while its campaigns
+      // are current: one response, encoded once per protocol.
+      return sharedFrom(docs, ListCampaignsResponseSchema, () => ({
+        campaigns: docs.map((doc) => messageFromDoc(CampaignSchema, doc)),
+      }));
     },
 
     async getLiveCampaign(request, context) {
@@ -45,7 +52,9 @@ export function createCampaignsService(deps: {
       // app shows that one; else the newest live one (the list is newest first).
       const campaign = live.find((doc) => doc.isDefault) ?? live[0];
       if (!campaign) throw notFound(`live campaign in ${environment}`);
-      return { campaign: messageFromDoc(CampaignSchema, campaign) };
+      return sharedFrom(campaign, GetLiveCampaignResponseSchema, () => ({
+        campaign: messageFromDoc(CampaignSchema, campaign),
+      }));
     },
 
     async pingCampaign(request, context) {

@@ -1,6 +1,10 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import type { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+import {
+  type CustomersService,
+  GetCustomerResponseSchema,
+} from "../../gen/referral/v1/customers_pb.js";
+import { isShared, sharedFrom } from "../contract/shared-messages.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import type { Clock } from "../domain/tenancy.js";
@@ -51,10 +55,12 @@ export function createCustomersService(deps: {
     async getCustomer(request, context) {
       const { store } = callerOf(context);
       const id = requiredText(request.id, "id");
-      const doc = await store.customers.find(id);
-      if (!doc) throw notFound(`customer ${id}`);
-      const [customer] = await store.customers.messages([doc]);
-      return { customer };
+      const customer = await store.customers.view(id);
+      if (!customer) throw notFound(`customer ${id}`);
+      // A kept view answers with one shared response, encoded once.
+      return isShared(customer)
+        ? sharedFrom(customer, GetCustomerResponseSchema, () => ({ customer }))
+        : { customer };
     },
 
     async listCustomers(request, context) {

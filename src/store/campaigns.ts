@@ -55,20 +55,42 @@ function forgetCampaigns(db: Collections, applicationId: string): void {
   campaignCaches.get(db)?.delete(applicationId);
 }
 
-/** The application's campaigns, by creation time. */
+/**
+ * The application's campaigns, by creation time: the same frozen list for
+ * the same query for as long as the cached campaigns are current, so what
+ * is built from it (the response) can be built once too.
+ */
 export async function findCampaigns(
   db: Collections,
   tenant: Tenant,
   query: CampaignQuery,
-): Promise<CampaignDoc[]> {
-  const matching = (await campaignsOf(db, ownedBy(tenant).applicationId)).filter(
-    (doc) =>
-      (!query.environment || doc.environment === query.environment) &&
-      (query.isLive === undefined || doc.isLive === query.isLive) &&
-      (query.isDefault === undefined || doc.isDefault === query.isDefault),
-  );
-  return query.order === "asc" ? matching.reverse() : matching;
+): Promise<readonly CampaignDoc[]> {
+  const docs = await campaignsOf(db, ownedBy(tenant).applicationId);
+  let selections = campaignSelections.get(docs);
+  if (!selections) {
+    selections = new Map();
+    campaignSelections.set(docs, selections);
+  }
+  const key = `${query.environment ?? ""}|${query.isLive ?? ""}|${query.isDefault ?? ""}|${query.order}`;
+  let selected = selections.get(key);
+  if (!selected) {
+    const matching = docs.filter(
+      (doc) =>
+        (!query.environment || doc.environment === query.environment) &&
+        (query.isLive === undefined || doc.isLive === query.isLive) &&
+        (query.isDefault === undefined || doc.isDefault === query.isDefault),
+    );
+    selected = Object.freeze(query.order === "asc" ? matching.reverse() : matching);
+    selections.set(key, selected);
+  }
+  return selected;
 }
+
+/** The selections {@link findCampaigns} made of each cached list, dropped with it. */
+const campaignSelections = new WeakMap<
+  readonly CampaignDoc[],
+  Map<string, readonly CampaignDoc[]>
+>();
 
 /** One campaign of the application by id. */
 export async function findCampaign(

@@ -2,7 +2,8 @@ import { type Customer, CustomerSchema } from "../../gen/referral/v1/resources_p
 import { messageFromDoc } from "../contract/records.js";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
-import { findCustomersByIds } from "./customers.js";
+import type { CustomerViews } from "./customer-views.js";
+import { findCustomer, findCustomersByIds } from "./customers.js";
 import type { CustomerDoc } from "./documents.js";
 import { referralFactsOf } from "./referrals.js";
 
@@ -26,9 +27,44 @@ const emptyReferralFields = {
 /**
  * Customers as the API shows them: stored fields plus the referral fields
  * derived from the referrals collection, for a whole page in a fixed number
- * of queries.
+ * of queries. With `views`, kept views are used and the others kept.
  */
 export async function customerMessages(
+  db: Collections,
+  tenant: Tenant,
+  docs: readonly CustomerDoc[],
+  views?: CustomerViews,
+): Promise<Customer[]> {
+  if (!views) return buildCustomerMessages(db, tenant, docs);
+  const readAt = views.version();
+  const kept = docs.map((doc) => views.get(doc._id, tenant.applicationId));
+  const missing = docs.filter((_, index) => kept[index] === undefined);
+  if (missing.length === 0) return kept as Customer[];
+  const built = await buildCustomerMessages(db, tenant, missing);
+  let next = 0;
+  return kept.map((view) => view ?? views.keep(built[next++] as Customer, readAt));
+}
+
+/**
+ * The view of one customer of the tenant by id, or null: from `views`
+ * without a query when it is kept there.
+ */
+export async function customerView(
+  db: Collections,
+  tenant: Tenant,
+  id: string,
+  views?: CustomerViews,
+): Promise<Customer | null> {
+  const kept = views?.get(id, tenant.applicationId);
+  if (kept) return kept;
+  const readAt = views?.version();
+  const doc = await findCustomer(db, tenant, id);
+  if (!doc) return null;
+  const [view] = (await buildCustomerMessages(db, tenant, [doc])) as [Customer];
+  return views && readAt !== undefined ? views.keep(view, readAt) : view;
+}
+
+async function buildCustomerMessages(
   db: Collections,
   tenant: Tenant,
   docs: readonly CustomerDoc[],

@@ -65,6 +65,11 @@ export class SqliteDatabase {
   private readonly statements = new Map<string, StatementSync>();
   private readonly queries = new Map<string, QuerySample>();
   private readonly collections = new Map<string, SqliteCollection<Document>>();
+  /**
+   * Group commits rolled back so far: what they wrote was readable until
+   * then, so every collection counts as changed (see {@link SqliteCollection.version}).
+   */
+  rollbacks = 0;
   /** The writes of the open group transaction, waiting for its commit. */
   private group: { resolve: () => void; reject: (error: unknown) => void }[] | undefined;
 
@@ -186,6 +191,7 @@ export class SqliteDatabase {
       this.db.exec("COMMIT");
     } catch (error) {
       if (this.db.isTransaction) this.db.exec("ROLLBACK");
+      this.rollbacks += 1;
       for (const writer of waiting) writer.reject(error);
       return;
     }
@@ -202,6 +208,7 @@ export class SqliteDatabase {
       return result;
     } catch (error) {
       this.db.exec("ROLLBACK");
+      this.rollbacks += 1;
       throw error;
     }
   }
@@ -271,6 +278,14 @@ interface Row {
  * (MongoDB's semantics) to the document read in the same synchronous step.
  */
 export class SqliteCollection<T extends Document> implements StoreCollection<T> {
+  /**
+   * Bumped by every write to a document of this table (not by one that only
+   * empties its outbox, which no view shows), before the write: a view read
+   * at one version is current for as long as the version stays. Only this
+   * process writes the file (the data directory's lock), so views kept in
+   * memory can be exact.
+   */
+  version = 0;
   /** The kept totals, with their names and lookup SQL worked out once. */
   private readonly counters: { declaration: CounterDeclaration; name: string; lookup: string }[] =
     [];
@@ -386,6 +401,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   deleteOne(filter: Filter<T>): Promise<DeleteResult> {
+    this.version += 1;
     return this.database.write(() => {
       const where = compileFilter(filter);
       const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
@@ -396,6 +412,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   deleteMany(filter: Filter<T>): Promise<DeleteResult> {
+    this.version += 1;
     return this.database.write(() => {
       const where = compileFilter(filter);
       const sql = `DELETE FROM "${this.name}" WHERE ${where.sql}`;
@@ -618,6 +635,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const { _id, ...fields } = doc;
     const id = _id === undefined ? randomUUID() : String(_id);
     const columns = encodeColumns(fields);
+    this.version += 1;
     translateConstraintErrors(() =>
       this.database
         .statement(`INSERT INTO "${this.name}" (id, doc, side) VALUES (?, jsonb(?), jsonb(?))`)
@@ -630,8 +648,10 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   private writeRow(doc: WithId<T>, modifiedPaths: readonly string[]): void {
     const { _id, ...fields } = doc;
     const columns = encodeColumns(fields);
+    const sideOnly = modifiedPaths.every(isSidePath);
+    if (!sideOnly) this.version += 1;
     translateConstraintErrors(() => {
-      if (modifiedPaths.every(isSidePath)) {
+      if (sideOnly) {
         this.database
           .statement(`UPDATE "${this.name}" SET side = jsonb(?) WHERE id = ?`)
           .run(columns.side, String(_id));

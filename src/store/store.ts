@@ -3,6 +3,7 @@ import { join } from "node:path";
 import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
+import { type CustomerViews, createCustomerViews } from "./customer-views.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
 import { defaultEventRetentionMs } from "./retention.js";
@@ -157,8 +158,13 @@ function openEmbedded(
       for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
     }
     const imported = importNedbDirectory(config.dataDir, db, collections);
+    // This process is the only writer (the lock above), so it can keep
+    // customer views exact: any write to what they show drops them.
+    const views = createCustomerViews(
+      () => collections.customers.version + collections.referrals.version + db.rollbacks,
+    );
     const store: Store = {
-      ...tenantAccess(observed(collections as unknown as Collections, observe)),
+      ...tenantAccess(observed(collections as unknown as Collections, observe), views),
       engine: "embedded",
       ...(imported ? { imported } : {}),
       queryPlans: () => db.queryPlans(),
@@ -229,14 +235,17 @@ function observed(collections: Collections, observe: OperationObserver | undefin
  * kept per tenant object (the authenticator hands out one per key while it is
  * cached), so a call does not rebuild them.
  */
-function tenantAccess(system: Collections): Pick<Store, "system" | "forTenant"> {
+function tenantAccess(
+  system: Collections,
+  views?: CustomerViews,
+): Pick<Store, "system" | "forTenant"> {
   const tenantStores = new WeakMap<Tenant, TenantStore>();
   return {
     system,
     forTenant(tenant) {
       let tenantStore = tenantStores.get(tenant);
       if (!tenantStore) {
-        tenantStore = createTenantStore(system, tenant);
+        tenantStore = createTenantStore(system, tenant, views);
         tenantStores.set(tenant, tenantStore);
       }
       return tenantStore;

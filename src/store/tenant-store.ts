@@ -8,7 +8,8 @@ import {
 } from "./campaigns.js";
 import { insertCheckpoint } from "./checkpoints.js";
 import type { Collections } from "./collection.js";
-import { customerMessages } from "./customer-records.js";
+import { customerMessages, customerView } from "./customer-records.js";
+import type { CustomerViews } from "./customer-views.js";
 import {
   findCustomer,
   findCustomerByExternalId,
@@ -17,6 +18,7 @@ import {
   upsertCustomer,
 } from "./customers.js";
 import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
+import type { CustomerDoc } from "./documents.js";
 import {
   countReferralsAttributedSince,
   findPendingReferralsOfReferee,
@@ -44,7 +46,7 @@ type Bound<F> = F extends (db: Collections, tenant: Tenant, ...rest: infer A) =>
 export type TenantStore = ReturnType<typeof createTenantStore>;
 
 /** The repositories of one tenant over the collections. */
-export function createTenantStore(db: Collections, tenant: Tenant) {
+export function createTenantStore(db: Collections, tenant: Tenant, views?: CustomerViews) {
   // biome-ignore lint/suspicious/noExplicitAny: binding is checked by the Bound type above.
   const bind = <F extends (db: Collections, tenant: Tenant, ...rest: any[]) => unknown>(
     repository: F,
@@ -58,7 +60,9 @@ export function createTenantStore(db: Collections, tenant: Tenant) {
       findByReferralCode: bind(findCustomerByReferralCode),
       findMany: bind(findCustomers),
       /** The API's view of customers: stored fields and referral facts. */
-      messages: bind(customerMessages),
+      messages: (docs: readonly CustomerDoc[]) => customerMessages(db, tenant, docs, views),
+      /** The API's view of one customer by id (kept in memory where the engine allows). */
+      view: (id: string) => customerView(db, tenant, id, views),
     },
     referrals: {
       find: bind(findReferral),

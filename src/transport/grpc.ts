@@ -1,4 +1,4 @@
-import { create, type DescFile, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { create, type DescFile, fromBinary, type Message, toBinary } from "@bufbuild/protobuf";
 import { anyPack, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
 import type { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
@@ -8,6 +8,7 @@ import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import { file_health_v1_health } from "../../gen/health/v1/health_pb.js";
 import type { ConnectionConfig } from "../config.js";
 import { decodeBinaryRequest } from "../contract/decode-request.js";
+import { encodeOnce } from "../contract/shared-messages.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import { CallContext, type Pipeline, type Rpc, type ServiceRegistration } from "./pipeline.js";
 
@@ -71,6 +72,9 @@ export function createGrpcServer(deps: {
   };
 }
 
+/** The protobuf binary encoding, as a key of a shared message's encodings. */
+const protobufBinary = { format: "protobuf-binary" };
+
 // Requests stay bytes until the pipeline decodes them, after authentication,
 // so a malformed body is INVALID_ARGUMENT like on every other protocol.
 function methodDefinition(rpc: Rpc): grpc.MethodDefinition<unknown, unknown> {
@@ -81,7 +85,11 @@ function methodDefinition(rpc: Rpc): grpc.MethodDefinition<unknown, unknown> {
     responseStream: false,
     requestSerialize: (value) => value as Buffer,
     requestDeserialize: (bytes) => bytes,
-    responseSerialize: (value) => Buffer.from(toBinary(method.output, value as never)),
+    // A shared response (a cached view) is encoded once, not on every call.
+    responseSerialize: (value) =>
+      encodeOnce(value as Message, protobufBinary, () =>
+        Buffer.from(toBinary(method.output, value as never)),
+      ),
     responseDeserialize: (bytes) => fromBinary(method.output, bytes),
   };
 }

@@ -1,11 +1,19 @@
+import { create } from "@bufbuild/protobuf";
 import test from "ava";
+import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
+import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
+import { CustomerSchema } from "../../gen/referral/v1/resources_pb.js";
+import { toJson } from "../../src/contract/plain-codec.js";
+import { encodeOnce, isShared, share } from "../../src/contract/shared-messages.js";
+import { call, type Outcome, protocols } from "../helpers/callers.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
 
 /**
  * What is served from memory (authenticated keys, an application's
- * campaigns) is forgotten on every write path through this process: a
- * revoked key and an operator's campaign change take effect on the very next
- * call, not after the cache's lifetime.
+ * campaigns, customers' views) is forgotten on every write path through
+ * this process: a revoked key, an operator's campaign change and a new
+ * referral take effect on the very next call, not after a cache's lifetime.
  */
 
 const server = useServer();
@@ -105,4 +113,122 @@ test("campaign changes show on the next read of every path that reads campaigns"
     ["Summer"],
     "a deleted campaign leaves the list at once",
   );
+});
+
+/**
+ * A customer's view (its fields and referral facts) is kept in memory once
+ * read, with its encodings; every write that changes what it shows must
+ * drop it. Each step reads first, so a stale view would be served.
+ */
+for (const protocol of protocols) {
+  test(`${protocol}: a read customer shows every change on the next read`, async (t) => {
+    const application = await newApplication(`Views ${protocol}`);
+    const key = application.secretKey;
+    await rest(server, "POST", `/admin/applications/${application.id}/campaigns`, {
+      key: keys.admin,
+      body: {
+        name: "Views",
+        environment: "production",
+        isLive: true,
+        isDefault: true,
+        proposedRewardTrigger: "purchase",
+      },
+    });
+    const ok = (outcome: Outcome): Json => {
+      if (!outcome.ok) throw new Error(`${outcome.code}: ${outcome.message}`);
+      return outcome.body;
+    };
+    const identify = async (externalUserId: string, fields: Json = {}) =>
+      ok(
+        await call(
+          server,
+          protocol,
+          CustomersService.method.identifyCustomer,
+          { externalUserId, name: externalUserId, ...fields },
+          key,
+        ),
+      );
+    const customer = async (id: string) =>
+      ok(await call(server, protocol, CustomersService.method.getCustomer, { id }, key));
+    const page = async () =>
+      ok(await call(server, protocol, CustomersService.method.listCustomers, {}, key)).data;
+
+    const referrer = await identify("referrer", { email: "referrer@example.com" });
+    const referee = await identify("referee");
+    // Read twice: the second read is served from the kept view.
+    for (let read = 0; read < 2; read++) {
+      t.like(await customer(referrer.id), { visitedReferralsCount: 0 });
+      t.like(await customer(referee.id), { referredById: null, customProperties: {} });
+      t.is((await page()).length, 2);
+    }
+
+    const referral = ok(
+      await call(
+        server,
+        protocol,
+        ReferralsService.method.createReferral,
+        { referralCode: referrer.referralCode, refereeExternalUserId: "referee" },
+        key,
+      ),
+    );
+    t.like(await customer(referrer.id), { visitedReferralsCount: 1, convertedReferralsCount: 0 });
+    t.like(await customer(referee.id), {
+      referredById: referrer.id,
+      referredByReferralId: referral.id,
+      referredBy: { name: "referrer", email: "referrer@example.com" },
+    });
+
+    await identify("referrer", { name: "Renamed", email: "renamed@example.com" });
+    t.like(await customer(referee.id), {
+      referredBy: { name: "Renamed", email: "renamed@example.com" },
+    });
+    t.like(
+      (await page()).find((listed: Json) => listed.id === referee.id),
+      { referredBy: { name: "Renamed" } },
+      "the list page shows it too",
+    );
+
+    ok(
+      await call(
+        server,
+        protocol,
+        CheckpointsService.method.ingestCheckpoint,
+        { name: "purchase", externalUserId: "referee", environment: "production" },
+        key,
+      ),
+    );
+    t.like(await customer(referrer.id), { visitedReferralsCount: 1, convertedReferralsCount: 1 });
+
+    await identify("referee", { customProperties: { plan: "pro" } });
+    t.like(await customer(referee.id), { customProperties: { plan: "pro" } });
+    t.like(
+      (await page()).find((listed: Json) => listed.id === referee.id),
+      {
+        customProperties: { plan: "pro" },
+      },
+    );
+  });
+}
+
+test("a kept view is one frozen message, encoded once per wire format", (t) => {
+  const message = share(create(CustomerSchema, { id: "cus_1", name: "Ada" }));
+  t.true(isShared(message));
+  t.throws(
+    () => {
+      (message as { name: string }).name = "Eve";
+    },
+    { instanceOf: TypeError },
+  );
+  const format = {};
+  let encodings = 0;
+  const encode = () => {
+    encodings += 1;
+    return toJson(CustomerSchema, message);
+  };
+  t.is(encodeOnce(message, format, encode), encodeOnce(message, format, encode));
+  t.is(encodings, 1);
+  const fresh = create(CustomerSchema, { id: "cus_2" });
+  encodeOnce(fresh, format, encode);
+  encodeOnce(fresh, format, encode);
+  t.is(encodings, 3, "a message that is not shared is encoded every time");
 });

@@ -9,6 +9,7 @@ import {
   toJson,
   toPlain,
 } from "../../contract/plain-codec.js";
+import { encodeOnce } from "../../contract/shared-messages.js";
 import type { HttpRoute } from "./http-rules.js";
 
 /** The raw parts of a REST request, as Fastify parsed them. */
@@ -132,15 +133,18 @@ function queryValueParser(scalar: ScalarType | undefined): (value: string) => un
   return (value) => (/^-?\d+(\.\d+)?$/.test(value) ? Number(value) : value);
 }
 
-/** {@link restFromResponse} as JSON text; undefined when there is no body. */
+/**
+ * {@link restFromResponse} as JSON text; undefined when there is no body.
+ * A shared response (a cached view) is written once per route.
+ */
 export function restJsonFromResponse(
   schema: DescMessage,
   route: HttpRoute,
   response: Message,
 ): string | undefined {
-  return route.responseBody
-    ? fieldToJson(schema, response, route.responseBody)
-    : toJson(schema, response);
+  const { responseBody } = route;
+  if (!responseBody) return toJson(schema, response);
+  return encodeOnce(response, route, () => fieldToJson(schema, response, responseBody));
 }
 
 /** The REST body of a response: the whole message, or its `response_body` field. */
