@@ -25,7 +25,7 @@ import {
 import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
-import type { Call, Interceptor, Rpc } from "./pipeline.js";
+import type { Call, Interceptor, Next, Rpc } from "./pipeline.js";
 import { httpRouteOf } from "./rest/http-rules.js";
 
 /** The request header (gRPC metadata) that carries the key, on every protocol. */
@@ -79,7 +79,7 @@ export function idempotencyKeys(deps: {
   const times = deps.times ?? defaultIdempotencyTimes;
   // MongoDB's TTL index removes expired keys; the embedded engine has none.
   const sweepsExpired = deps.store.engine === "embedded";
-  const runOnce = async (call: Call, next: () => Promise<Message>, key: string) => {
+  const runOnce = async (call: Call, next: Next, key: string) => {
     if (!keyPattern.test(key)) {
       throw new ConnectError(
         "the Idempotency-Key must be 1 to 255 printable ASCII characters",
@@ -114,14 +114,16 @@ export function idempotencyKeys(deps: {
   };
   return (call, next) => {
     const key = call.header(idempotencyKeyHeader);
-    return key === undefined || !isWriteRpc(call.rpc.method) ? next() : runOnce(call, next, key);
+    return key === undefined || !isWriteRpc(call.rpc.method)
+      ? next(call)
+      : runOnce(call, next, key);
   };
 }
 
 /** Runs the call that holds the key and keeps its outcome for the retries. */
 async function runUnderKey(
   call: Call,
-  next: () => Promise<Message>,
+  next: Next,
   record: IdempotencyKeyDoc,
   deps: { store: Store; clock: Clock; log: ErrorLogger; secretBox: SecretBox },
 ): Promise<Message> {
@@ -137,7 +139,7 @@ async function runUnderKey(
   };
   let response: Message;
   try {
-    response = await next();
+    response = await next(call);
   } catch (error) {
     // Only the refusals the call itself decided are replayed; anything
     // unexpected is left to normaliseErrors, which logs it once.

@@ -41,7 +41,7 @@ export function interceptors(deps: {
 function normaliseErrors(log: ErrorLogger): Interceptor {
   return async (call, next) => {
     try {
-      return await next();
+      return await next(call);
     } catch (error) {
       const connectError = toConnectError(error, call.rpc.name, log);
       for (const [name, value] of call.responseHeaders) connectError.metadata.set(name, value);
@@ -58,7 +58,7 @@ function authenticate(authenticator: Authenticator): Interceptor {
   return async (call, next) => {
     const caller = await authenticator.authenticate(call.rpc.method, call.header("authorization"));
     if (caller) call.context.values.set(callerKey, caller);
-    return next();
+    return next(call);
   };
 }
 
@@ -68,5 +68,5 @@ const decodeRequest: Interceptor = (call, next) => {
   if (!request) throw new Error(`${call.rpc.name}: the transport gave no request`);
   rejectUnknownFields(call.rpc.method.input, request);
   call.request = request;
-  return next();
+  return next(call);
 };

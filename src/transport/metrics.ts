@@ -1,5 +1,5 @@
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from "prom-client";
-import type { CallObserver } from "./pipeline.js";
+import type { CallObserver, ProtocolName, Rpc } from "./pipeline.js";
 
 /** Everything `GET /metrics` shows, in one registry per app (tests run several). */
 export interface Metrics {
@@ -21,12 +21,22 @@ const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.
 export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry });
+  // A call adds one to its series' count; the counter takes the counts at
+  // each scrape. prom-client's own inc() validates and hashes the labels
+  // every time, which a call should not pay twice (the histogram pays once).
+  const finished = new Map<CallCount, number>();
   const calls: CallMetrics = {
     total: new Counter({
       name: "rpc_calls_total",
       help: "Calls finished, by RPC, protocol and code.",
       labelNames: ["rpc", "protocol", "code"],
       registers: [registry],
+      collect() {
+        for (const [series, counted] of finished) {
+          if (series.count > counted) this.inc(series.labels, series.count - counted);
+          finished.set(series, series.count);
+        }
+      },
     }),
     duration: new Histogram({
       name: "rpc_duration_seconds",
@@ -36,6 +46,11 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       registers: [registry],
     }),
     inFlight: 0,
+    count(labels) {
+      const series = { labels, count: 0 };
+      finished.set(series, 0);
+      return series;
+    },
   };
   // Read at each scrape, so a call only moves a number.
   new Gauge({
@@ -117,6 +132,8 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
 /** The per-call instruments. */
 export interface CallMetrics {
   readonly total: Counter<"rpc" | "protocol" | "code">;
+  /** A series of `total`, counted by the caller (see {@link CallCount}). */
+  count(labels: CallLabels): CallCount;
   readonly duration: Histogram<"rpc" | "protocol" | "code">;
   /** Calls in the pipeline now. */
   inFlight: number;
@@ -124,32 +141,52 @@ export interface CallMetrics {
 
 /** Counts and times every call, whatever its outcome. */
 export function measureCalls(calls: CallMetrics): CallObserver {
-  // The instruments of each (rpc, protocol, code), made on first use: an
-  // observation then skips prom-client's hashing of the labels.
-  const children = new Map<
-    string,
-    {
-      total: ReturnType<CallMetrics["total"]["labels"]>;
-      duration: ReturnType<CallMetrics["duration"]["labels"]>;
+  // The instruments of each (rpc, protocol, code), made on first use and
+  // found without building a key: an observation then skips prom-client's
+  // hashing of the labels.
+  const byRpc = new Map<Rpc, Map<ProtocolName, Map<string, CallInstruments>>>();
+  const instrumentsOf = (rpc: Rpc, protocol: ProtocolName, code: string) => {
+    let byProtocol = byRpc.get(rpc);
+    if (!byProtocol) {
+      byProtocol = new Map();
+      byRpc.set(rpc, byProtocol);
     }
-  >();
-  const instrumentsOf = (rpc: string, protocol: string, code: string) => {
-    const key = `${rpc} ${protocol} ${code}`;
-    let found = children.get(key);
+    let byCode = byProtocol.get(protocol);
+    if (!byCode) {
+      byCode = new Map();
+      byProtocol.set(protocol, byCode);
+    }
+    let found = byCode.get(code);
     if (!found) {
-      const labels = { rpc, protocol, code };
-      found = { total: calls.total.labels(labels), duration: calls.duration.labels(labels) };
-      children.set(key, found);
+      const labels = { rpc: rpc.name, protocol, code };
+      found = { total: calls.count(labels), duration: calls.duration.labels(labels) };
+      byCode.set(code, found);
     }
     return found;
   };
-  return (call) => {
-    calls.inFlight++;
-    return (code, elapsedMs) => {
+  return {
+    enter() {
+      calls.inFlight++;
+    },
+    leave(call, code, elapsedMs) {
       calls.inFlight--;
-      const instruments = instrumentsOf(call.rpc.name, call.protocol, code);
-      instruments.total.inc();
+      const instruments = instrumentsOf(call.rpc, call.protocol, code);
+      instruments.total.count++;
       instruments.duration.observe(elapsedMs / 1000);
-    };
+    },
   };
+}
+
+/** The labels of a call's series. */
+type CallLabels = Record<"rpc" | "protocol" | "code", string>;
+
+/** One series of `rpc_calls_total`: its labels and the calls counted so far. */
+export interface CallCount {
+  readonly labels: CallLabels;
+  count: number;
+}
+
+interface CallInstruments {
+  readonly total: CallCount;
+  readonly duration: ReturnType<CallMetrics["duration"]["labels"]>;
 }

@@ -82,7 +82,7 @@ function addressStep(
   blocked: BlockedAddresses,
   refuse: (call: Call, counter: Counter, verdict: Verdict) => never,
 ): Interceptor {
-  if (!admin && !failures) return (_call, next) => next();
+  if (!admin && !failures) return (call, next) => next(call);
   return async (call, next) => {
     if (failures) {
       const blockedMs = blocked.remainingMs(call.clientAddress);
@@ -97,9 +97,9 @@ function addressStep(
       announce(call, admin, verdict);
       if (!verdict.allowed) refuse(call, admin, verdict);
     }
-    if (!failures) return next();
+    if (!failures) return next(call);
     try {
-      return await next();
+      return await next(call);
     } catch (error) {
       const authenticationFailed =
         error instanceof ConnectError &&
@@ -121,16 +121,16 @@ function keyStep(
   secretKeys: Counter | undefined,
   refuse: (call: Call, counter: Counter, verdict: Verdict) => never,
 ): Interceptor {
-  if (!publicKeys && !secretKeys) return (_call, next) => next();
+  if (!publicKeys && !secretKeys) return (call, next) => next(call);
   return async (call, next) => {
     const caller = call.context.values.get(callerKey);
     // Admin calls have no key: they are limited by address.
     const counter = caller && (caller.keyKind === "secret" ? secretKeys : publicKeys);
-    if (!counter) return next();
+    if (!counter) return next(call);
     const verdict = await counter.consume(caller.keyId);
     announce(call, counter, verdict);
     if (!verdict.allowed) refuse(call, counter, verdict);
-    return next();
+    return next(call);
   };
 }
 

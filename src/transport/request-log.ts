@@ -14,15 +14,17 @@ const acceptableRequestId = /^[\w.:-]{1,128}$/;
  * duration.
  */
 export function logCalls(logger: Logger): CallObserver {
-  return (call) => {
-    const offered = call.header("x-request-id");
-    const requestId = offered && acceptableRequestId.test(offered) ? offered : randomUUID();
-    call.responseHeaders.set("x-request-id", requestId);
-    return (code, elapsedMs) => {
+  return {
+    enter(call) {
+      const offered = call.header(requestIdHeader);
+      const requestId = offered && acceptableRequestId.test(offered) ? offered : randomUUID();
+      call.responseHeaders.set(requestIdHeader, requestId);
+    },
+    leave(call, code, elapsedMs) {
       if (!logger.isLevelEnabled("info")) return;
       logger.info(
         {
-          requestId,
+          requestId: call.responseHeaders.get(requestIdHeader),
           protocol: call.protocol,
           rpc: call.rpc.name,
           keyId: call.context.values.get(callerKey)?.keyId,
@@ -31,6 +33,8 @@ export function logCalls(logger: Logger): CallObserver {
         },
         "call",
       );
-    };
+    },
   };
 }
+
+const requestIdHeader = "x-request-id";

@@ -35,7 +35,7 @@ function createHold() {
       held.push(call.protocol);
       await released;
     }
-    return next();
+    return next(call);
   };
   return {
     interceptor,

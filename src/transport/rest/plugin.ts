@@ -1,11 +1,18 @@
-import type { FastifyInstance } from "fastify";
+import type { Message } from "@bufbuild/protobuf";
+import type { FastifyInstance, FastifyRequest } from "fastify";
 import { checkJsonDepth } from "../../contract/json-depth.js";
 import { restSuccessStatus } from "../../contract/options.js";
 import { limits } from "../../domain/limits.js";
-import { CallContext, type Pipeline, type ServiceRegistration } from "../pipeline.js";
+import {
+  type Call,
+  CallContext,
+  type Pipeline,
+  type Rpc,
+  type ServiceRegistration,
+} from "../pipeline.js";
 import { rpcsOf } from "../routes.js";
 import { type HttpRoute, httpRouteOf } from "./http-rules.js";
-import { requestReader, restJsonFromResponse } from "./transcode.js";
+import { type RestRequestReader, requestReader, restBodyFromResponse } from "./transcode.js";
 
 const jsonContentType = "application/json; charset=utf-8";
 
@@ -62,38 +69,55 @@ export async function registerRest(
         method: route.verb as "GET",
         url: route.fastifyPath,
         handler: async (request, reply) => {
-          const responseHeaders = new Map<string, string>();
-          const output = await deps.pipeline({
-            rpc,
-            protocol: "rest",
-            clientAddress: request.ip,
-            responseHeaders,
-            header: (name) => {
-              const value = request.headers[name];
-              return Array.isArray(value) ? value[0] : value;
-            },
-            decode: () =>
-              readRequest({
-                params: request.params as Record<string, string>,
-                query: request.query as Record<string, string | string[] | undefined>,
-                body: request.body,
-              }),
-            context: new CallContext(rpc.method, "rest", request.method, request.url, () =>
-              headersOf(request.headers),
-            ),
-          });
-          // Stringified here, with the type Fastify would set, so Fastify
-          // sends the string as it is instead of inspecting and serializing.
-          const json = restJsonFromResponse(rpc.method.output, route, output);
-          for (const [name, value] of responseHeaders) reply.header(name, value);
+          const call = new RestCall(rpc, request, readRequest);
+          const output = await deps.pipeline(call);
+          // Encoded here, with the type Fastify would set, so Fastify sends
+          // the text or bytes as they are instead of inspecting and serializing.
+          const body = restBodyFromResponse(rpc.method.output, route, output);
+          for (const [name, value] of call.responseHeaders) reply.header(name, value);
           reply.code(status);
-          if (json === undefined) return reply.send();
-          return reply.type(jsonContentType).send(json);
+          if (body === undefined) return reply.send();
+          return reply.type(jsonContentType).send(body);
         },
       });
     }
   });
   return registered;
+}
+
+/** A REST call as the pipeline sees it: one object, with no closure per call. */
+class RestCall implements Call {
+  readonly protocol = "rest";
+  readonly responseHeaders = new Map<string, string>();
+  readonly context: CallContext;
+  request?: Message;
+
+  constructor(
+    readonly rpc: Rpc,
+    private readonly raw: FastifyRequest,
+    private readonly readRequest: RestRequestReader,
+  ) {
+    this.context = new CallContext(rpc.method, "rest", raw.method, raw.url, () =>
+      headersOf(raw.headers),
+    );
+  }
+
+  get clientAddress(): string {
+    return this.raw.ip;
+  }
+
+  header(name: string): string | undefined {
+    const value = this.raw.headers[name];
+    return Array.isArray(value) ? value[0] : value;
+  }
+
+  decode(): Message {
+    return this.readRequest({
+      params: this.raw.params as Record<string, string>,
+      query: this.raw.query as Record<string, string | string[] | undefined>,
+      body: this.raw.body,
+    });
+  }
 }
 
 function headersOf(raw: Record<string, string | string[] | undefined>): Headers {
