@@ -92,6 +92,11 @@ for (const engine of engineNames) {
         { projection: { missing: 1 } },
       );
       t.deepEqual(found as Document, { _id: "c1" });
+      await store.system.customers.insertOne(customer("c2", { name: "Sam" }));
+      const ids = await store.system.customers
+        .find({ _id: { $in: ["c1", "c2", "c3"] } }, { projection: { _id: 1 }, sort: { _id: 1 } })
+        .toArray();
+      t.deepEqual(ids as Document[], [{ _id: "c1" }, { _id: "c2" }], "ids alone, in order");
     },
   );
 
