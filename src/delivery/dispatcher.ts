@@ -22,6 +22,27 @@ import {
 } from "../store/webhooks.js";
 import type { WebhookSender } from "./sender.js";
 
+/** Signers kept at most (one per endpoint secret in use). */
+const maxSigners = 1_000;
+
+/**
+ * While an endpoint succeeds, its `lastSuccessAt` is written at most once
+ * a second: under load, a write per delivery to the same endpoint
+ * document cost the service more than the delivery's own records.
+ */
+const successRecordIntervalMs = 1_000;
+
+/** Whether a success changes nothing worth a write: no failures to clear, a recent success. */
+function isHealthyAndFresh(webhook: WebhookDoc, at: Date): boolean {
+  const { health } = webhook;
+  return (
+    health.consecutiveFailures === 0 &&
+    health.failingSince === null &&
+    health.lastSuccessAt !== null &&
+    at.getTime() - health.lastSuccessAt.getTime() < successRecordIntervalMs
+  );
+}
+
 /** What a dispatcher needs. */
 export interface DispatcherDeps {
   readonly store: Store;
@@ -60,8 +81,8 @@ export function createDispatcher(deps: DispatcherDeps) {
       return true;
     }
     const attemptedAt = clock();
-    const signature = signaturesOf(webhook, attemptedAt)
-      .map((secret) => new Webhook(secret).sign(event._id, attemptedAt, event.payload))
+    const signature = signersOf(webhook, attemptedAt)
+      .map((signer) => signer.sign(event._id, attemptedAt, event.payload))
       .join(" ");
     const response = await deps.send({
       url: webhook.url,
@@ -88,7 +109,9 @@ export function createDispatcher(deps: DispatcherDeps) {
     await recordAttempt(db, delivery, owner, outcomeOf(delivery, succeeded, attemptedAt, response));
     deps.countDelivery?.(succeeded ? "succeeded" : "failed");
     if (succeeded) {
-      await recordWebhookSuccess(db, webhook._id, attemptedAt);
+      if (!isHealthyAndFresh(webhook, attemptedAt)) {
+        await recordWebhookSuccess(db, webhook._id, attemptedAt);
+      }
     } else {
       const after = await recordWebhookFailure(db, webhook._id, attemptedAt);
       const failingSince = after?.health.failingSince ?? null;
@@ -122,16 +145,30 @@ export function createDispatcher(deps: DispatcherDeps) {
   }
 
   /** The secrets that sign now: the current one, and the previous one during its grace period. */
-  function signaturesOf(webhook: WebhookDoc, now: Date): string[] {
-    const secrets = [deps.secretBox.open(webhook.secretSealed)];
+  function signersOf(webhook: WebhookDoc, now: Date): Webhook[] {
+    const signers = [signerOf(webhook.secretSealed)];
     if (
       webhook.previousSecretSealed &&
       webhook.previousSecretExpiresAt &&
       webhook.previousSecretExpiresAt > now
     ) {
-      secrets.push(deps.secretBox.open(webhook.previousSecretSealed));
+      signers.push(signerOf(webhook.previousSecretSealed));
     }
-    return secrets;
+    return signers;
+  }
+
+  // Opening a sealed secret (AES-GCM) and keying its HMAC cost more than a
+  // signature; a secret changes only by rotation, which seals a new one, so
+  // the signer is kept per sealed secret.
+  const signers = new Map<string, Webhook>();
+  function signerOf(sealed: string): Webhook {
+    let signer = signers.get(sealed);
+    if (!signer) {
+      if (signers.size >= maxSigners) signers.clear();
+      signer = new Webhook(deps.secretBox.open(sealed));
+      signers.set(sealed, signer);
+    }
+    return signer;
   }
 
   return {

@@ -66,7 +66,7 @@ export function createCustomersService(deps: {
     async listCustomers(request, context) {
       const { store } = callerOf(context);
       const page = pageOf(request.limit, request.offset);
-      const { total, docs } = await store.customers.findMany(
+      const { total, customers } = await store.customers.page(
         {
           environment: environmentName(request.environment),
           externalUserId: optionalText(request.externalUserId, "externalUserId"),
@@ -75,7 +75,7 @@ export function createCustomersService(deps: {
         },
         page,
       );
-      return { total, ...page, data: await store.customers.messages(docs) };
+      return { total, ...page, data: customers };
     },
   };
 }

@@ -3,8 +3,15 @@ import { messageFromDoc } from "../contract/records.js";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import type { CustomerViews } from "./customer-views.js";
-import { findCustomer, findCustomersByIds } from "./customers.js";
+import {
+  type CustomerFilter,
+  findCustomer,
+  findCustomerIds,
+  findCustomers,
+  findCustomersByIds,
+} from "./customers.js";
 import type { CustomerDoc } from "./documents.js";
+import type { PageRequest } from "./paging.js";
 import { referralFactsOf } from "./referrals.js";
 
 /**
@@ -62,6 +69,39 @@ export async function customerView(
   if (!doc) return null;
   const [view] = (await buildCustomerMessages(db, tenant, [doc])) as [Customer];
   return views && readAt !== undefined ? views.keep(view, readAt) : view;
+}
+
+/**
+ * A page of ListCustomers as the API shows it, and the number of all
+ * matches. With `views`, the page is read as ids and only the customers
+ * without a kept view are read in full.
+ */
+export async function customerPage(
+  db: Collections,
+  tenant: Tenant,
+  filter: CustomerFilter,
+  page: PageRequest,
+  views?: CustomerViews,
+): Promise<{ total: number; customers: Customer[] }> {
+  if (!views) {
+    const { total, docs } = await findCustomers(db, tenant, filter, page);
+    return { total, customers: await buildCustomerMessages(db, tenant, docs) };
+  }
+  const readAt = views.version();
+  const { total, ids } = await findCustomerIds(db, tenant, filter, page);
+  const kept = ids.map((id) => views.get(id, tenant.applicationId));
+  const missing = ids.filter((_, index) => kept[index] === undefined);
+  if (missing.length === 0) return { total, customers: kept as Customer[] };
+  const built = await buildCustomerMessages(
+    db,
+    tenant,
+    await findCustomersByIds(db, tenant, missing),
+  );
+  const byId = new Map(built.map((view) => [view.id, views.keep(view, readAt)]));
+  // A customer removed between the two reads is left out, as a read a
+  // moment later would leave it out.
+  const customers = ids.flatMap((id, index) => kept[index] ?? byId.get(id) ?? []);
+  return { total, customers };
 }
 
 async function buildCustomerMessages(

@@ -5,7 +5,7 @@ import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import type { CustomerDoc, OutboxEntryDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
-import { findNewestFirst, type PageRequest } from "./paging.js";
+import { findIdsNewestFirst, findNewestFirst, type PageRequest } from "./paging.js";
 import { ownedBy } from "./tenant.js";
 
 /** What identify may change; unset fields are left as they are. */
@@ -155,16 +155,30 @@ export interface CustomerFilter {
 }
 
 /** A page of customers, newest first, and the number of all matches. */
-export async function findCustomers(
+export function findCustomers(
   db: Collections,
   tenant: Tenant,
   filter: CustomerFilter,
   page: PageRequest,
 ): Promise<{ total: number; docs: CustomerDoc[] }> {
+  return findNewestFirst(db.customers, customerQuery(tenant, filter), page);
+}
+
+/** {@link findCustomers}, the ids of the page only. */
+export function findCustomerIds(
+  db: Collections,
+  tenant: Tenant,
+  filter: CustomerFilter,
+  page: PageRequest,
+): Promise<{ total: number; ids: string[] }> {
+  return findIdsNewestFirst(db.customers, customerQuery(tenant, filter), page);
+}
+
+function customerQuery(tenant: Tenant, filter: CustomerFilter): Filter<CustomerDoc> {
   const query: Filter<CustomerDoc> = { ...ownedBy(tenant), deletedAt: null };
   if (filter.environment) query.environment = filter.environment;
   if (filter.externalUserId !== undefined) query.externalUserId = filter.externalUserId;
   if (filter.email !== undefined) query.emailNormalized = normalizeEmailForLookup(filter.email);
   if (filter.referralCode !== undefined) query.referralCode = filter.referralCode;
-  return findNewestFirst(db.customers, query, page);
+  return query;
 }

@@ -24,3 +24,23 @@ export async function findNewestFirst<T extends Document & { _id: string; create
   ]);
   return { total, docs: docs as T[] };
 }
+
+/** {@link findNewestFirst}, the ids of the page only (its documents are not read). */
+export async function findIdsNewestFirst<T extends Document & { _id: string; createdAt: Date }>(
+  collection: StoreCollection<T>,
+  query: Filter<T>,
+  page: PageRequest,
+): Promise<{ total: number; ids: string[] }> {
+  const [total, docs] = await Promise.all([
+    collection.countDocuments(query),
+    collection
+      .find(query, {
+        sort: { createdAt: -1, _id: -1 },
+        skip: page.offset,
+        limit: page.limit,
+        projection: { _id: 1 },
+      })
+      .toArray(),
+  ]);
+  return { total, ids: docs.map((doc) => doc._id as string) };
+}

@@ -8,17 +8,18 @@ import {
 } from "./campaigns.js";
 import { insertCheckpoint } from "./checkpoints.js";
 import type { Collections } from "./collection.js";
-import { customerMessages, customerView } from "./customer-records.js";
+import { customerMessages, customerPage, customerView } from "./customer-records.js";
 import type { CustomerViews } from "./customer-views.js";
 import {
+  type CustomerFilter,
   findCustomer,
   findCustomerByExternalId,
   findCustomerByReferralCode,
-  findCustomers,
   upsertCustomer,
 } from "./customers.js";
 import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
 import type { CustomerDoc } from "./documents.js";
+import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
   findPendingReferralsOfReferee,
@@ -58,11 +59,13 @@ export function createTenantStore(db: Collections, tenant: Tenant, views?: Custo
       find: bind(findCustomer),
       findByExternalId: bind(findCustomerByExternalId),
       findByReferralCode: bind(findCustomerByReferralCode),
-      findMany: bind(findCustomers),
       /** The API's view of customers: stored fields and referral facts. */
       messages: (docs: readonly CustomerDoc[]) => customerMessages(db, tenant, docs, views),
       /** The API's view of one customer by id (kept in memory where the engine allows). */
       view: (id: string) => customerView(db, tenant, id, views),
+      /** A page of ListCustomers as the API shows it (kept views where the engine allows). */
+      page: (filter: CustomerFilter, page: PageRequest) =>
+        customerPage(db, tenant, filter, page, views),
     },
     referrals: {
       find: bind(findReferral),
