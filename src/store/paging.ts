@@ -1,4 +1,4 @@
-import type { Document, Filter } from "mongodb";
+import type { Document, Filter, FindOptions } from "mongodb";
 import type { StoreCollection } from "./collection.js";
 
 /** A page request: how many to return and how many to skip. */
@@ -16,12 +16,7 @@ export async function findNewestFirst<T extends Document & { _id: string; create
   query: Filter<T>,
   page: PageRequest,
 ): Promise<{ total: number; docs: T[] }> {
-  const [total, docs] = await Promise.all([
-    collection.countDocuments(query),
-    collection
-      .find(query, { sort: { createdAt: -1, _id: -1 }, skip: page.offset, limit: page.limit })
-      .toArray(),
-  ]);
+  const { total, docs } = await newestFirst(collection, query, page, {});
   return { total, docs: docs as T[] };
 }
 
@@ -31,16 +26,26 @@ export async function findIdsNewestFirst<T extends Document & { _id: string; cre
   query: Filter<T>,
   page: PageRequest,
 ): Promise<{ total: number; ids: string[] }> {
+  const { total, docs } = await newestFirst(collection, query, page, { projection: { _id: 1 } });
+  return { total, ids: docs.map((doc) => doc._id as string) };
+}
+
+async function newestFirst<T extends Document>(
+  collection: StoreCollection<T>,
+  query: Filter<T>,
+  page: PageRequest,
+  options: FindOptions,
+): Promise<{ total: number; docs: Document[] }> {
   const [total, docs] = await Promise.all([
     collection.countDocuments(query),
     collection
       .find(query, {
+        ...options,
         sort: { createdAt: -1, _id: -1 },
         skip: page.offset,
         limit: page.limit,
-        projection: { _id: 1 },
       })
       .toArray(),
   ]);
-  return { total, ids: docs.map((doc) => doc._id as string) };
+  return { total, docs };
 }
