@@ -2,6 +2,7 @@ import { newId } from "../domain/ids.js";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import type { CheckpointDoc, CustomerDoc, OutboxEntryDoc } from "./documents.js";
+import { outboxOf } from "./events.js";
 import { ownedBy } from "./tenant.js";
 
 /** A new checkpoint of a customer, not yet stored. */
@@ -30,6 +31,6 @@ export async function insertCheckpoint(
   doc: CheckpointDoc,
   outbox: OutboxEntryDoc[],
 ): Promise<CheckpointDoc> {
-  await db.checkpoints.insertOne({ ...doc, ...ownedBy(tenant), outbox, outboxPending: true });
+  await db.checkpoints.insertOne({ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) });
   return doc;
 }

@@ -5,6 +5,7 @@ import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import type { CustomerDoc, OutboxEntryDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
+import { withOutbox } from "./events.js";
 import { findIdsNewestFirst, findNewestFirst, type PageRequest } from "./paging.js";
 import { ownedBy } from "./tenant.js";
 
@@ -45,7 +46,7 @@ export async function upsertCustomer(
   newReferralCode: () => string = generateReferralCode,
 ): Promise<CustomerDoc> {
   const now = write.at;
-  const set: Record<string, unknown> = { name: input.name, updatedAt: now, outboxPending: true };
+  const set: Record<string, unknown> = { name: input.name, updatedAt: now };
   const unset: Record<string, ""> = {};
   const onInsert: Record<string, unknown> = {
     organizationId: tenant.organizationId,
@@ -79,11 +80,8 @@ export async function upsertCustomer(
   };
   for (let attempt = 1; ; attempt++) {
     try {
-      const update: Record<string, unknown> = {
-        $set: set,
-        $setOnInsert: { ...onInsert, _id: write.newId, referralCode: newReferralCode() },
-        $push: { outbox: { $each: write.outbox } },
-      };
+      const update = withOutbox({ $set: set }, write.outbox);
+      update.$setOnInsert = { ...onInsert, _id: write.newId, referralCode: newReferralCode() };
       if (Object.keys(unset).length > 0) update.$unset = unset;
       const doc = await db.customers.findOneAndUpdate(filter, update, {
         upsert: true,

@@ -11,6 +11,34 @@ export interface OutboxHolder {
   outboxPending?: true;
 }
 
+/**
+ * The fields that put events in a new document's outbox; none when there
+ * are no events (nobody listens), so the relay has nothing to visit.
+ */
+export function outboxOf(outbox: readonly OutboxEntryDoc[]): {
+  outbox?: OutboxEntryDoc[];
+  outboxPending?: true;
+} {
+  return outbox.length > 0 ? { outbox: [...outbox], outboxPending: true } : {};
+}
+
+/**
+ * An update's operators, with the events appended to the document's
+ * outbox when there are any: `$set` gains the pending flag and `$push` the
+ * entries (an empty operator is an error on MongoDB, so none is added).
+ */
+export function withOutbox(
+  update: { $set: Record<string, unknown>; $push?: Record<string, unknown> },
+  outbox: readonly OutboxEntryDoc[],
+): Record<string, unknown> {
+  if (outbox.length === 0) return update;
+  return {
+    ...update,
+    $set: { ...update.$set, outboxPending: true },
+    $push: { ...update.$push, outbox: { $each: [...outbox] } },
+  };
+}
+
 /** Documents with events waiting, a few at a time. */
 export function findOutboxHolders<T extends OutboxHolder>(
   collection: StoreCollection<T>,

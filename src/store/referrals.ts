@@ -11,6 +11,7 @@ import type {
   SuspectedFraudDoc,
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
+import { outboxOf, withOutbox } from "./events.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
 import { ownedBy } from "./tenant.js";
 
@@ -85,7 +86,7 @@ export async function insertReferral(
   outbox: OutboxEntryDoc[],
 ): Promise<{ doc: ReferralDoc; created: boolean }> {
   try {
-    await db.referrals.insertOne({ ...doc, ...ownedBy(tenant), outbox, outboxPending: true });
+    await db.referrals.insertOne({ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) });
     return { doc, created: true };
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
@@ -132,11 +133,13 @@ export function reattributeReferral(
 ): Promise<ReferralDoc | null> {
   const now = change.changedAt;
   const fields = { referrerId, ...ruled, attributedAt: now, updatedAt: now };
-  const push: Record<string, unknown> = { outbox: { $each: outbox } };
-  if (ruled.status !== current.status) push.statusHistory = change;
+  const statusMoves = ruled.status !== current.status;
   return db.referrals.findOneAndUpdate(
     unchangedSince(tenant, current),
-    { $set: { ...fields, outboxPending: true }, $push: push } as UpdateFilter<ReferralDoc>,
+    withOutbox(
+      { $set: fields, ...(statusMoves ? { $push: { statusHistory: change } } : {}) },
+      outbox,
+    ) as UpdateFilter<ReferralDoc>,
     { returnDocument: "after" },
   );
 }
@@ -167,10 +170,10 @@ export function transitionReferral(
   const fields = { status: change.toStatus, updatedAt: change.changedAt };
   return db.referrals.findOneAndUpdate(
     { ...unchangedSince(tenant, current), status: change.fromStatus },
-    {
-      $set: { ...fields, outboxPending: true },
-      $push: { statusHistory: change, outbox: { $each: outbox } },
-    } as UpdateFilter<ReferralDoc>,
+    withOutbox(
+      { $set: fields, $push: { statusHistory: change } },
+      outbox,
+    ) as UpdateFilter<ReferralDoc>,
     { returnDocument: "after" },
   );
 }

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
-import { type CustomerViews, createCustomerViews } from "./customer-views.js";
+import { createCustomerViews } from "./customer-views.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
 import { defaultEventRetentionMs } from "./retention.js";
@@ -14,7 +14,8 @@ import {
   type SqliteSynchronous,
   StoreOpenError,
 } from "./sqlite.js";
-import { createTenantStore, type TenantStore } from "./tenant-store.js";
+import { createTenantStore, type KeptInMemory, type TenantStore } from "./tenant-store.js";
+import { createWebhookAudience } from "./webhook-audience.js";
 
 /**
  * The data, two ways in: `forTenant` gives one application's repositories
@@ -158,13 +159,17 @@ function openEmbedded(
       for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
     }
     const imported = importNedbDirectory(config.dataDir, db, collections);
-    // This process is the only writer (the lock above), so it can keep
-    // customer views exact: any write to what they show drops them.
-    const views = createCustomerViews(
-      () => collections.customers.version + collections.referrals.version + db.rollbacks,
-    );
+    // This process is the only writer (the lock above), so what it keeps in
+    // memory can be exact: any write to what it was read from drops it.
+    const system = observed(collections as unknown as Collections, observe);
+    const kept: KeptInMemory = {
+      views: createCustomerViews(
+        () => collections.customers.version + collections.referrals.version + db.rollbacks,
+      ),
+      audience: createWebhookAudience(system, () => collections.webhooks.version + db.rollbacks),
+    };
     const store: Store = {
-      ...tenantAccess(observed(collections as unknown as Collections, observe), views),
+      ...tenantAccess(system, kept),
       engine: "embedded",
       ...(imported ? { imported } : {}),
       queryPlans: () => db.queryPlans(),
@@ -237,7 +242,7 @@ function observed(collections: Collections, observe: OperationObserver | undefin
  */
 function tenantAccess(
   system: Collections,
-  views?: CustomerViews,
+  kept?: KeptInMemory,
 ): Pick<Store, "system" | "forTenant"> {
   const tenantStores = new WeakMap<Tenant, TenantStore>();
   return {
@@ -245,7 +250,7 @@ function tenantAccess(
     forTenant(tenant) {
       let tenantStore = tenantStores.get(tenant);
       if (!tenantStore) {
-        tenantStore = createTenantStore(system, tenant, views);
+        tenantStore = createTenantStore(system, tenant, kept);
         tenantStores.set(tenant, tenantStore);
       }
       return tenantStore;

@@ -1,4 +1,5 @@
-import type { Tenant } from "../domain/tenancy.js";
+import type { ReferralStatusName } from "../domain/referral-status.js";
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import {
   findCampaign,
   findCampaigns,
@@ -15,10 +16,18 @@ import {
   findCustomer,
   findCustomerByExternalId,
   findCustomerByReferralCode,
+  type IdentifyInput,
+  type IdentifyWrite,
   upsertCustomer,
 } from "./customers.js";
 import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
-import type { CustomerDoc } from "./documents.js";
+import type {
+  CheckpointDoc,
+  CustomerDoc,
+  OutboxEntryDoc,
+  ReferralDoc,
+  StatusChangeDoc,
+} from "./documents.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -28,9 +37,11 @@ import {
   findReferrals,
   insertReferral,
   isMailboxAlreadyReferred,
+  type RuledStatus,
   reattributeReferral,
   transitionReferral,
 } from "./referrals.js";
+import type { WebhookAudience } from "./webhook-audience.js";
 import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
 
 /** A repository function with the collections and the tenant already given. */
@@ -46,16 +57,44 @@ type Bound<F> = F extends (db: Collections, tenant: Tenant, ...rest: infer A) =>
  */
 export type TenantStore = ReturnType<typeof createTenantStore>;
 
+/**
+ * What the store keeps in memory where it sees every write (the embedded
+ * engine): customers' views, and who listens to webhook events.
+ */
+export interface KeptInMemory {
+  readonly views: CustomerViews;
+  readonly audience: WebhookAudience;
+}
+
 /** The repositories of one tenant over the collections. */
-export function createTenantStore(db: Collections, tenant: Tenant, views?: CustomerViews) {
+export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptInMemory) {
   // biome-ignore lint/suspicious/noExplicitAny: binding is checked by the Bound type above.
   const bind = <F extends (db: Collections, tenant: Tenant, ...rest: any[]) => unknown>(
     repository: F,
   ) => ((...rest: unknown[]) => repository(db, tenant, ...rest)) as Bound<F>;
+  const views = kept?.views;
+  // Writes with events keep only those someone listens to (see
+  // webhook-audience.ts). The decision is made in the step that starts the
+  // write, so no endpoint can be created in between.
+  const listened = async <R>(
+    environment: EnvironmentName,
+    outbox: readonly OutboxEntryDoc[],
+    write: (outbox: OutboxEntryDoc[]) => Promise<R>,
+  ): Promise<R> => {
+    if (!kept) return write([...outbox]);
+    for (;;) {
+      const events = kept.audience.eventsFor(tenant.applicationId, environment, outbox);
+      if (!(events instanceof Promise)) return write([...events]);
+      await events;
+    }
+  };
   return {
     tenant,
     customers: {
-      identify: bind(upsertCustomer),
+      identify: (input: IdentifyInput, write: IdentifyWrite) =>
+        listened(input.environment, write.outbox, (outbox) =>
+          upsertCustomer(db, tenant, input, { ...write, outbox }),
+        ),
       find: bind(findCustomer),
       findByExternalId: bind(findCustomerByExternalId),
       findByReferralCode: bind(findCustomerByReferralCode),
@@ -74,11 +113,31 @@ export function createTenantStore(db: Collections, tenant: Tenant, views?: Custo
       findMany: bind(findReferrals),
       countAttributedSince: bind(countReferralsAttributedSince),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),
-      insert: bind(insertReferral),
-      reattribute: bind(reattributeReferral),
-      transition: bind(transitionReferral),
+      insert: (doc: ReferralDoc, outbox: OutboxEntryDoc[]) =>
+        listened(doc.environment, outbox, (events) => insertReferral(db, tenant, doc, events)),
+      reattribute: (
+        current: ReferralDoc,
+        referrerId: string,
+        ruled: RuledStatus,
+        change: StatusChangeDoc,
+        outbox: OutboxEntryDoc[],
+      ) =>
+        listened(current.environment, outbox, (events) =>
+          reattributeReferral(db, tenant, current, referrerId, ruled, change, events),
+        ),
+      transition: (
+        current: ReferralDoc,
+        change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+        outbox: OutboxEntryDoc[],
+      ) =>
+        listened(current.environment, outbox, (events) =>
+          transitionReferral(db, tenant, current, change, events),
+        ),
     },
-    checkpoints: { insert: bind(insertCheckpoint) },
+    checkpoints: {
+      insert: (doc: CheckpointDoc, outbox: OutboxEntryDoc[]) =>
+        listened(doc.environment, outbox, (events) => insertCheckpoint(db, tenant, doc, events)),
+    },
     campaigns: {
       find: bind(findCampaign),
       findDefault: bind(findDefaultCampaign),
