@@ -6,11 +6,12 @@ import { isSuccessStatus, nextAttemptAt, shouldDisable } from "../domain/webhook
 import {
   type AttemptOutcome,
   claimDueDelivery,
+  type QueuedLease,
   recordAttempt,
   releaseDelivery,
   skipDelivery,
 } from "../store/deliveries.js";
-import type { DeliveryDoc, WebhookDoc } from "../store/documents.js";
+import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import { findEvent } from "../store/events.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
@@ -21,6 +22,19 @@ import {
   recordWebhookSuccess,
 } from "../store/webhooks.js";
 import type { WebhookSender } from "./sender.js";
+
+/** A delivery the relay queued leased to this dispatcher, with its event. */
+interface HandedOver {
+  readonly delivery: DeliveryDoc;
+  readonly event: EventDoc;
+}
+
+/**
+ * Handed-over deliveries waiting at most: past this the relay queues them
+ * unleased, so a slow endpoint holds no more than this in memory and a
+ * lease never outlives its wait.
+ */
+const maxHandedOver = 1_000;
 
 /** Signers kept at most (one per endpoint secret in use). */
 const maxSigners = 1_000;
@@ -56,7 +70,8 @@ export interface DispatcherDeps {
 }
 
 /**
- * Delivers due deliveries: claims one under a lease, signs the event with
+ * Delivers due deliveries: takes one handed over by the relay, or claims
+ * one under a lease, signs the event with
  * the endpoint's secret(s) the Standard Webhooks way, POSTs it, and records
  * the attempt, the next one on the retry schedule, and the endpoint's
  * health. Returns false when nothing was due.
@@ -67,18 +82,55 @@ export function createDispatcher(deps: DispatcherDeps) {
   const owner = newId("wkr");
   const inFlight = new AbortController();
 
+  // Deliveries the relay queued already leased to this dispatcher: attempted
+  // without a claim (a conditional update and a query) or a read of the
+  // event, which the relay hands over with them.
+  const handedOver: HandedOver[] = [];
+
+  /** When a lease taken now ends: after the attempt's timeout, so a live worker never loses it. */
+  const leaseFrom = (now: Date) => new Date(now.getTime() + config.timeoutMs + 30_000);
+
+  /** The next handed-over delivery whose lease still covers a whole attempt. */
+  function takeHandedOver(now: Date): HandedOver | undefined {
+    for (;;) {
+      const next = handedOver.shift();
+      if (!next) return undefined;
+      // One whose lease would end mid-attempt is left to expire and be
+      // claimed from the store like any other.
+      if (next.delivery.leaseUntil.getTime() - now.getTime() > config.timeoutMs) return next;
+    }
+  }
+
+  /**
+   * Attempts one delivery: a handed-over one, else one claimed from the
+   * store. False when none was due.
+   */
   async function deliverOne(): Promise<boolean> {
     const now = clock();
-    // The lease outlives the attempt's timeout, so a live worker never loses it.
-    const leaseUntil = new Date(now.getTime() + config.timeoutMs + 30_000);
-    const delivery = await claimDueDelivery(db, now, owner, leaseUntil);
+    const handed = takeHandedOver(now);
+    if (handed) {
+      const webhook = await findWebhookById(db, handed.delivery.webhookId);
+      await attempt(handed.delivery, webhook, handed.event);
+      return true;
+    }
+    const delivery = await claimDueDelivery(db, now, owner, leaseFrom(now));
     if (!delivery) return false;
     const webhook = await findWebhookById(db, delivery.webhookId);
     const event = await findEvent(db, delivery.eventId);
+    await attempt(delivery, webhook, event);
+    return true;
+  }
+
+  /** Attempts a delivery this dispatcher holds the lease of. */
+  async function attempt(
+    delivery: DeliveryDoc,
+    webhook: WebhookDoc | null,
+    event: EventDoc | null,
+  ): Promise<void> {
     if (!webhook || webhook.deletedAt || !webhook.enabled || !event) {
       await skipDelivery(db, delivery, owner, clock());
       deps.countDelivery?.("skipped");
-      return true;
+      return;
     }
     const attemptedAt = clock();
     const signature = signersOf(webhook, attemptedAt)
@@ -103,7 +155,7 @@ export function createDispatcher(deps: DispatcherDeps) {
       // about the endpoint. Handing the delivery back makes it due at once,
       // not when the lease ends.
       await releaseDelivery(db, delivery, owner, clock());
-      return true;
+      return;
     }
     const succeeded = response.statusCode !== null && isSuccessStatus(response.statusCode);
     await recordAttempt(db, delivery, owner, outcomeOf(delivery, succeeded, attemptedAt, response));
@@ -124,7 +176,6 @@ export function createDispatcher(deps: DispatcherDeps) {
         );
       }
     }
-    return true;
   }
 
   function outcomeOf(
@@ -173,7 +224,24 @@ export function createDispatcher(deps: DispatcherDeps) {
 
   return {
     deliverOne,
+    /**
+     * The lease to queue a delivery with, so that the relay can hand it
+     * over; none while this dispatcher has enough handed over already (the
+     * rest wait in the store, claimed by any worker).
+     */
+    leaseForQueued(now: Date): QueuedLease | undefined {
+      return handedOver.length < maxHandedOver ? { owner, until: leaseFrom(now) } : undefined;
+    },
+    /** Takes a delivery queued with {@link leaseForQueued}'s lease, and its event. */
+    handOver(delivery: DeliveryDoc, event: EventDoc): void {
+      handedOver.push({ delivery, event });
+    },
     /** Aborts attempts in flight (the service is stopping); each is released, not recorded. */
     abort: () => inFlight.abort(),
+    /** Releases the handed-over deliveries no worker started (the service is stopping). */
+    async releaseHandedOver(): Promise<void> {
+      const left = handedOver.splice(0);
+      await Promise.all(left.map(({ delivery }) => releaseDelivery(db, delivery, owner, clock())));
+    },
   };
 }

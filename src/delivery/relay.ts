@@ -2,8 +2,8 @@ import type { Clock, EnvironmentName } from "../domain/tenancy.js";
 import { endpointWants } from "../domain/webhook-events.js";
 import { eventOf, eventTypeOf } from "../events/events.js";
 import type { StoreCollection } from "../store/collection.js";
-import { queueDelivery } from "../store/deliveries.js";
-import type { WebhookDoc } from "../store/documents.js";
+import { type QueuedLease, queueDelivery } from "../store/deliveries.js";
+import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import {
   findOutboxHolders,
   type OutboxHolder,
@@ -22,7 +22,19 @@ const batchSize = 100;
  * idempotent (event ids and (event, endpoint) pairs are unique keys), so a
  * crash at any point only repeats work; the outbox entry is removed last.
  */
-export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
+export function createOutboxRelay(deps: {
+  store: Store;
+  clock: Clock;
+  /**
+   * The local workers, to queue deliveries already leased to them and hand
+   * them over in memory (see `createDispatcher`); without them, workers
+   * claim every delivery from the store.
+   */
+  workers?: {
+    leaseForQueued(now: Date): QueuedLease | undefined;
+    handOver(delivery: DeliveryDoc, event: EventDoc): void;
+  };
+}) {
   const { store, clock } = deps;
 
   const db = store.system;
@@ -48,7 +60,13 @@ export function createOutboxRelay(deps: { store: Store; clock: Clock }) {
           if (wanted.length === 0) continue;
           const event = await storeEvent(db, await eventOf(db, holder, entry, type));
           const now = clock();
-          await Promise.all(wanted.map((webhook) => queueDelivery(db, event, webhook, now)));
+          await Promise.all(
+            wanted.map(async (webhook) => {
+              const lease = deps.workers?.leaseForQueued(now);
+              const delivery = await queueDelivery(db, event, webhook, now, lease);
+              if (delivery && lease) deps.workers?.handOver(delivery, event);
+            }),
+          );
           queued += wanted.length;
         }
         // Last, and all of the holder's entries at once: a crash before this

@@ -35,8 +35,8 @@ export function startWebhookRuntime(deps: {
 }): WebhookRuntime {
   const { store, clock, log } = deps;
   const db = store.system;
-  const relay = createOutboxRelay({ store, clock });
   const dispatcher = createDispatcher({ ...deps, send: deps.send ?? sendWebhook });
+  const relay = createOutboxRelay({ store, clock, workers: dispatcher });
   const relayWake = createWakeup();
   const workerWake = createWakeup();
   let stopped = false;
@@ -102,6 +102,8 @@ export function startWebhookRuntime(deps: {
       clearTimeout(graceTimer);
       dispatcher.abort();
       await finished;
+      // Queued for this instance but never started: due again at once.
+      await dispatcher.releaseHandedOver();
     },
   };
 }

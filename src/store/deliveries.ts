@@ -16,35 +16,49 @@ import { ownedBy } from "./tenant.js";
 /** The lease value of a delivery nobody holds. */
 export const unleased = new Date(0);
 
+/** A lease taken with the delivery as it is queued (see {@link queueDelivery}). */
+export interface QueuedLease {
+  readonly owner: string;
+  readonly until: Date;
+}
+
 /**
- * Queues an event for an endpoint, due now. Relaying the same event again
- * queues nothing: the unique (event, endpoint) index keeps one delivery.
+ * Queues an event for an endpoint, due now, and returns the delivery.
+ * Relaying the same event again queues nothing (null): the unique (event,
+ * endpoint) index keeps one delivery. With `lease`, the delivery is queued
+ * already claimed by that worker, so the worker that queued it attempts it
+ * without claiming it first; should that worker die, the lease expires and
+ * any worker claims it.
  */
 export async function queueDelivery(
   db: Collections,
   event: EventDoc,
   webhook: WebhookDoc,
   now: Date,
-): Promise<void> {
+  lease?: QueuedLease,
+): Promise<DeliveryDoc | null> {
+  const delivery: DeliveryDoc = {
+    _id: newId("whd", now),
+    organizationId: event.organizationId,
+    applicationId: event.applicationId,
+    webhookId: webhook._id,
+    eventId: event._id,
+    eventType: event.type,
+    status: "pending",
+    attempts: [],
+    scheduleAttempts: 0,
+    nextAttemptAt: now,
+    leaseUntil: lease?.until ?? unleased,
+    leaseOwner: lease?.owner ?? null,
+    createdAt: now,
+    updatedAt: now,
+  };
   try {
-    await db.deliveries.insertOne({
-      _id: newId("whd", now),
-      organizationId: event.organizationId,
-      applicationId: event.applicationId,
-      webhookId: webhook._id,
-      eventId: event._id,
-      eventType: event.type,
-      status: "pending",
-      attempts: [],
-      scheduleAttempts: 0,
-      nextAttemptAt: now,
-      leaseUntil: unleased,
-      leaseOwner: null,
-      createdAt: now,
-      updatedAt: now,
-    });
+    await db.deliveries.insertOne(delivery);
+    return delivery;
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
+    return null;
   }
 }
 

@@ -118,3 +118,45 @@ test("an attempt still running after SHUTDOWN_GRACE is aborted and its lease rel
     await server.stop();
   }
 });
+
+test("deliveries handed to this instance's workers but never started are released on close", async (t) => {
+  const endpoint = createSlowEndpoint();
+  const server = await startService({
+    sendWebhook: endpoint.send,
+    // One worker: the first delivery holds it, the others wait in its hands.
+    env: {
+      SHUTDOWN_GRACE: "300ms",
+      WEBHOOK_ALLOW_PRIVATE: "true",
+      WEBHOOK_CONCURRENCY: "1",
+      WEBHOOK_TIMEOUT: "10s",
+    },
+  });
+  try {
+    await queueOneDelivery(server);
+    await endpoint.untilAttempted();
+    for (const externalUserId of ["waiting-1", "waiting-2"]) {
+      await rest(server, "POST", "/customers/identify", {
+        key: keys.public,
+        body: { externalUserId, name: externalUserId, environment: "test" },
+      });
+    }
+    // Each is leased to this instance as the relay queues it.
+    const deadline = performance.now() + 5000;
+    for (;;) {
+      const queued = await server.app.store.system.deliveries.find({}).toArray();
+      if (queued.length === 3 && queued.every((delivery) => delivery.leaseOwner !== null)) break;
+      if (performance.now() > deadline) throw new Error("three leased deliveries never came");
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    await server.app.close();
+    const { deliveries } = await leftBehind(server);
+    t.is(deliveries.length, 3);
+    for (const delivery of deliveries) {
+      t.like(delivery, { status: "pending", leaseOwner: null, attempts: [] });
+      t.is(delivery.leaseUntil.getTime(), 0, "due again at once");
+    }
+  } finally {
+    endpoint.answer();
+    await server.stop();
+  }
+});
