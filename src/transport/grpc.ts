@@ -10,7 +10,13 @@ import type { ConnectionConfig } from "../config.js";
 import { decodeBinaryRequest } from "../contract/decode-request.js";
 import { encodeOnce } from "../contract/shared-messages.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
-import { CallContext, type Pipeline, type Rpc, type ServiceRegistration } from "./pipeline.js";
+import {
+  type Call,
+  CallContext,
+  type Pipeline,
+  type Rpc,
+  type ServiceRegistration,
+} from "./pipeline.js";
 
 /** The gRPC side: the grpc-js server, and the switch of its health service. */
 export interface GrpcTransport {
@@ -98,40 +104,52 @@ function unaryHandler(
   rpc: Rpc,
   deps: { pipeline: Pipeline; log: ErrorLogger },
 ): grpc.handleUnaryCall<unknown, unknown> {
-  const path = `/${rpc.name}`;
-  return (call, callback) => {
-    const header = (name: string) => {
-      const value = call.metadata.get(name)[0];
-      return typeof value === "string" ? value : undefined;
-    };
-    const context = new CallContext(rpc.method, "grpc", "POST", path, () => {
+  return (raw, callback) => {
+    const call = new GrpcCall(rpc, raw);
+    raw.on("cancelled", () => call.context.abort());
+    deps.pipeline(call).then(
+      (response) => {
+        if (call.responseHeaders.size > 0) raw.sendMetadata(metadataOf(call.responseHeaders));
+        callback(null, response);
+      },
+      // The pipeline gives ConnectErrors; this only guards the encoding.
+      (error: unknown) => callback(grpcError(toConnectError(error, rpc.name, deps.log))),
+    );
+  };
+}
+
+/** A gRPC call as the pipeline sees it: one object, with no closure per call. */
+class GrpcCall implements Call {
+  readonly protocol = "grpc";
+  readonly responseHeaders = new Map<string, string>();
+  readonly context: CallContext;
+  request?: Message;
+
+  constructor(
+    readonly rpc: Rpc,
+    private readonly raw: grpc.ServerUnaryCall<unknown, unknown>,
+  ) {
+    this.context = new CallContext(rpc.method, "grpc", "POST", `/${rpc.name}`, () => {
       const headers = new Headers();
-      for (const [name, value] of Object.entries(call.metadata.getMap())) {
+      for (const [name, value] of Object.entries(raw.metadata.getMap())) {
         if (typeof value === "string") headers.set(name, value);
       }
       return headers;
     });
-    call.on("cancelled", () => context.abort());
-    const responseHeaders = new Map<string, string>();
-    deps
-      .pipeline({
-        rpc,
-        protocol: "grpc",
-        clientAddress: addressOfPeer(call.getPeer()),
-        responseHeaders,
-        header,
-        decode: () => decodeBinaryRequest(rpc.method.input, call.request as Buffer),
-        context,
-      })
-      .then(
-        (response) => {
-          if (responseHeaders.size > 0) call.sendMetadata(metadataOf(responseHeaders));
-          callback(null, response);
-        },
-        // The pipeline gives ConnectErrors; this only guards the encoding.
-        (error: unknown) => callback(grpcError(toConnectError(error, rpc.name, deps.log))),
-      );
-  };
+  }
+
+  get clientAddress(): string {
+    return addressOfPeer(this.raw.getPeer());
+  }
+
+  header(name: string): string | undefined {
+    const value = this.raw.metadata.get(name)[0];
+    return typeof value === "string" ? value : undefined;
+  }
+
+  decode(): Message {
+    return decodeBinaryRequest(this.rpc.method.input, this.raw.request as Buffer);
+  }
 }
 
 /** The IP address of a grpc-js peer (`1.2.3.4:5678`, `[::1]:5678`). */
