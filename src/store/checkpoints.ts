@@ -29,7 +29,7 @@ export async function insertCheckpoint(
   db: Collections,
   tenant: Tenant,
   doc: CheckpointDoc,
-  outbox: OutboxEntryDoc[],
+  outbox: readonly OutboxEntryDoc[],
 ): Promise<CheckpointDoc> {
   await db.checkpoints.insertOne({ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) });
   return doc;

@@ -34,22 +34,15 @@ const emptyReferralFields = {
 /**
  * Customers as the API shows them: stored fields plus the referral fields
  * derived from the referrals collection, for a whole page in a fixed number
- * of queries. With `views`, kept views are used and the others kept.
+ * of queries. Built from the documents given, never kept: they may have been
+ * read before a write that a kept view would then hide.
  */
-export async function customerMessages(
+export function customerMessages(
   db: Collections,
   tenant: Tenant,
   docs: readonly CustomerDoc[],
-  views?: CustomerViews,
 ): Promise<Customer[]> {
-  if (!views) return buildCustomerMessages(db, tenant, docs);
-  const readAt = views.version();
-  const kept = docs.map((doc) => views.get(doc._id, tenant.applicationId));
-  const missing = docs.filter((_, index) => kept[index] === undefined);
-  if (missing.length === 0) return kept as Customer[];
-  const built = await buildCustomerMessages(db, tenant, missing);
-  let next = 0;
-  return kept.map((view) => view ?? views.keep(built[next++] as Customer, readAt));
+  return buildCustomerMessages(db, tenant, docs);
 }
 
 /**
@@ -62,13 +55,12 @@ export async function customerView(
   id: string,
   views?: CustomerViews,
 ): Promise<Customer | null> {
-  const kept = views?.get(id, tenant.applicationId);
-  if (kept) return kept;
-  const readAt = views?.version();
-  const doc = await findCustomer(db, tenant, id);
-  if (!doc) return null;
-  const [view] = (await buildCustomerMessages(db, tenant, [doc])) as [Customer];
-  return views && readAt !== undefined ? views.keep(view, readAt) : view;
+  const read = async () => {
+    const doc = await findCustomer(db, tenant, id);
+    return doc ? buildCustomerMessages(db, tenant, [doc]) : [];
+  };
+  const [view] = views ? await keptOrRead(tenant, [id], views, read) : await read();
+  return view ?? null;
 }
 
 /**
@@ -87,21 +79,31 @@ export async function customerPage(
     const { total, docs } = await findCustomers(db, tenant, filter, page);
     return { total, customers: await buildCustomerMessages(db, tenant, docs) };
   }
-  const readAt = views.version();
   const { total, ids } = await findCustomerIds(db, tenant, filter, page);
+  const customers = await keptOrRead(tenant, ids, views, async (missing) =>
+    buildCustomerMessages(db, tenant, await findCustomersByIds(db, tenant, missing)),
+  );
+  return { total, customers };
+}
+
+/**
+ * The views of `ids`, in order: the kept ones, and the others as `read`
+ * builds them (from reads made after the version is taken), kept in turn.
+ * A customer `read` does not find (removed meanwhile) is left out, as a
+ * read a moment later would leave it out.
+ */
+async function keptOrRead(
+  tenant: Tenant,
+  ids: readonly string[],
+  views: CustomerViews,
+  read: (missing: readonly string[]) => Promise<Customer[]>,
+): Promise<Customer[]> {
+  const readAt = views.version();
   const kept = ids.map((id) => views.get(id, tenant.applicationId));
   const missing = ids.filter((_, index) => kept[index] === undefined);
-  if (missing.length === 0) return { total, customers: kept as Customer[] };
-  const built = await buildCustomerMessages(
-    db,
-    tenant,
-    await findCustomersByIds(db, tenant, missing),
-  );
-  const byId = new Map(built.map((view) => [view.id, views.keep(view, readAt)]));
-  // A customer removed between the two reads is left out, as a read a
-  // moment later would leave it out.
-  const customers = ids.flatMap((id, index) => kept[index] ?? byId.get(id) ?? []);
-  return { total, customers };
+  if (missing.length === 0) return kept as Customer[];
+  const built = new Map((await read(missing)).map((view) => [view.id, views.keep(view, readAt)]));
+  return ids.flatMap((id, index) => kept[index] ?? built.get(id) ?? []);
 }
 
 async function buildCustomerMessages(

@@ -83,7 +83,7 @@ export async function insertReferral(
   db: Collections,
   tenant: Tenant,
   doc: ReferralDoc,
-  outbox: OutboxEntryDoc[],
+  outbox: readonly OutboxEntryDoc[],
 ): Promise<{ doc: ReferralDoc; created: boolean }> {
   try {
     await db.referrals.insertOne({ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) });
@@ -129,7 +129,7 @@ export function reattributeReferral(
   referrerId: string,
   ruled: RuledStatus,
   change: StatusChangeDoc,
-  outbox: OutboxEntryDoc[],
+  outbox: readonly OutboxEntryDoc[],
 ): Promise<ReferralDoc | null> {
   const now = change.changedAt;
   const fields = { referrerId, ...ruled, attributedAt: now, updatedAt: now };
@@ -165,7 +165,7 @@ export function transitionReferral(
   tenant: Tenant,
   current: ReferralDoc,
   change: StatusChangeDoc & { fromStatus: ReferralStatusName },
-  outbox: OutboxEntryDoc[],
+  outbox: readonly OutboxEntryDoc[],
 ): Promise<ReferralDoc | null> {
   const fields = { status: change.toStatus, updatedAt: change.changedAt };
   return db.referrals.findOneAndUpdate(

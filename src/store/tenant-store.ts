@@ -21,13 +21,7 @@ import {
   upsertCustomer,
 } from "./customers.js";
 import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
-import type {
-  CheckpointDoc,
-  CustomerDoc,
-  OutboxEntryDoc,
-  ReferralDoc,
-  StatusChangeDoc,
-} from "./documents.js";
+import type { CheckpointDoc, OutboxEntryDoc, ReferralDoc, StatusChangeDoc } from "./documents.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -79,12 +73,12 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
   const listened = async <R>(
     environment: EnvironmentName,
     outbox: readonly OutboxEntryDoc[],
-    write: (outbox: OutboxEntryDoc[]) => Promise<R>,
+    write: (outbox: readonly OutboxEntryDoc[]) => Promise<R>,
   ): Promise<R> => {
-    if (!kept) return write([...outbox]);
+    if (!kept) return write(outbox);
     for (;;) {
       const events = kept.audience.eventsFor(tenant.applicationId, environment, outbox);
-      if (!(events instanceof Promise)) return write([...events]);
+      if (!(events instanceof Promise)) return write(events);
       await events;
     }
   };
@@ -99,7 +93,7 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
       findByExternalId: bind(findCustomerByExternalId),
       findByReferralCode: bind(findCustomerByReferralCode),
       /** The API's view of customers: stored fields and referral facts. */
-      messages: (docs: readonly CustomerDoc[]) => customerMessages(db, tenant, docs, views),
+      messages: bind(customerMessages),
       /** The API's view of one customer by id (kept in memory where the engine allows). */
       view: (id: string) => customerView(db, tenant, id, views),
       /** A page of ListCustomers as the API shows it (kept views where the engine allows). */
@@ -113,14 +107,14 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
       findMany: bind(findReferrals),
       countAttributedSince: bind(countReferralsAttributedSince),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),
-      insert: (doc: ReferralDoc, outbox: OutboxEntryDoc[]) =>
+      insert: (doc: ReferralDoc, outbox: readonly OutboxEntryDoc[]) =>
         listened(doc.environment, outbox, (events) => insertReferral(db, tenant, doc, events)),
       reattribute: (
         current: ReferralDoc,
         referrerId: string,
         ruled: RuledStatus,
         change: StatusChangeDoc,
-        outbox: OutboxEntryDoc[],
+        outbox: readonly OutboxEntryDoc[],
       ) =>
         listened(current.environment, outbox, (events) =>
           reattributeReferral(db, tenant, current, referrerId, ruled, change, events),
@@ -128,14 +122,14 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
       transition: (
         current: ReferralDoc,
         change: StatusChangeDoc & { fromStatus: ReferralStatusName },
-        outbox: OutboxEntryDoc[],
+        outbox: readonly OutboxEntryDoc[],
       ) =>
         listened(current.environment, outbox, (events) =>
           transitionReferral(db, tenant, current, change, events),
         ),
     },
     checkpoints: {
-      insert: (doc: CheckpointDoc, outbox: OutboxEntryDoc[]) =>
+      insert: (doc: CheckpointDoc, outbox: readonly OutboxEntryDoc[]) =>
         listened(doc.environment, outbox, (events) => insertCheckpoint(db, tenant, doc, events)),
     },
     campaigns: {

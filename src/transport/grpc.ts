@@ -10,13 +10,7 @@ import type { ConnectionConfig } from "../config.js";
 import { decodeBinaryRequest } from "../contract/decode-request.js";
 import { encodeOnce } from "../contract/shared-messages.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
-import {
-  type Call,
-  CallContext,
-  type Pipeline,
-  type Rpc,
-  type ServiceRegistration,
-} from "./pipeline.js";
+import { type Pipeline, type Rpc, type ServiceRegistration, TransportCall } from "./pipeline.js";
 
 /** The gRPC side: the grpc-js server, and the switch of its health service. */
 export interface GrpcTransport {
@@ -118,18 +112,13 @@ function unaryHandler(
   };
 }
 
-/** A gRPC call as the pipeline sees it: one object, with no closure per call. */
-class GrpcCall implements Call {
-  readonly protocol = "grpc";
-  readonly responseHeaders = new Map<string, string>();
-  readonly context: CallContext;
-  request?: Message;
-
+/** A gRPC call as the pipeline sees it. */
+class GrpcCall extends TransportCall {
   constructor(
-    readonly rpc: Rpc,
+    rpc: Rpc,
     private readonly raw: grpc.ServerUnaryCall<unknown, unknown>,
   ) {
-    this.context = new CallContext(rpc.method, "grpc", "POST", `/${rpc.name}`, () => {
+    super(rpc, "grpc", "POST", `/${rpc.name}`, () => {
       const headers = new Headers();
       for (const [name, value] of Object.entries(raw.metadata.getMap())) {
         if (typeof value === "string") headers.set(name, value);

@@ -24,7 +24,7 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
   // A call adds one to its series' count; the counter takes the counts at
   // each scrape. prom-client's own inc() validates and hashes the labels
   // every time, which a call should not pay twice (the histogram pays once).
-  const finished = new Map<CallCount, number>();
+  const series: CallCount[] = [];
   const calls: CallMetrics = {
     total: new Counter({
       name: "rpc_calls_total",
@@ -32,9 +32,11 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       labelNames: ["rpc", "protocol", "code"],
       registers: [registry],
       collect() {
-        for (const [series, counted] of finished) {
-          if (series.count > counted) this.inc(series.labels, series.count - counted);
-          finished.set(series, series.count);
+        for (const counted of series) {
+          if (counted.count > counted.reported) {
+            this.inc(counted.labels, counted.count - counted.reported);
+            counted.reported = counted.count;
+          }
         }
       },
     }),
@@ -47,9 +49,9 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
     }),
     inFlight: 0,
     count(labels) {
-      const series = { labels, count: 0 };
-      finished.set(series, 0);
-      return series;
+      const counted = { labels, count: 0, reported: 0 };
+      series.push(counted);
+      return counted;
     },
   };
   // Read at each scrape, so a call only moves a number.
@@ -180,10 +182,11 @@ export function measureCalls(calls: CallMetrics): CallObserver {
 /** The labels of a call's series. */
 type CallLabels = Record<"rpc" | "protocol" | "code", string>;
 
-/** One series of `rpc_calls_total`: its labels and the calls counted so far. */
+/** One series of `rpc_calls_total`: its labels, the calls counted, and those the counter has. */
 export interface CallCount {
   readonly labels: CallLabels;
   count: number;
+  reported: number;
 }
 
 interface CallInstruments {

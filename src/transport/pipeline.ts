@@ -141,6 +141,31 @@ export function createPipeline(interceptors: readonly Interceptor[]): Pipeline {
 }
 
 /**
+ * A call as REST and grpc-js hand it to the pipeline, one object per call:
+ * what every transport fills alike. Each transport says how it reads a
+ * header, its client's address and its request.
+ */
+export abstract class TransportCall implements Call {
+  readonly responseHeaders = new Map<string, string>();
+  readonly context: CallContext;
+  request?: Message;
+
+  constructor(
+    readonly rpc: Rpc,
+    readonly protocol: ProtocolName,
+    requestMethod: string,
+    url: string,
+    readRequestHeader: () => Headers,
+  ) {
+    this.context = new CallContext(rpc.method, protocol, requestMethod, url, readRequestHeader);
+  }
+
+  abstract get clientAddress(): string;
+  abstract header(name: string): string | undefined;
+  abstract decode(): Message;
+}
+
+/**
  * The HandlerContext of a call that did not come through the Connect router
  * (REST, grpc-js). Services read only its values, so headers and the signal
  * are made when first asked for, not on every call.

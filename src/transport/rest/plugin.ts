@@ -3,13 +3,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { checkJsonDepth } from "../../contract/json-depth.js";
 import { restSuccessStatus } from "../../contract/options.js";
 import { limits } from "../../domain/limits.js";
-import {
-  type Call,
-  CallContext,
-  type Pipeline,
-  type Rpc,
-  type ServiceRegistration,
-} from "../pipeline.js";
+import { type Pipeline, type Rpc, type ServiceRegistration, TransportCall } from "../pipeline.js";
 import { rpcsOf } from "../routes.js";
 import { type HttpRoute, httpRouteOf } from "./http-rules.js";
 import { type RestRequestReader, requestReader, restBodyFromResponse } from "./transcode.js";
@@ -85,21 +79,14 @@ export async function registerRest(
   return registered;
 }
 
-/** A REST call as the pipeline sees it: one object, with no closure per call. */
-class RestCall implements Call {
-  readonly protocol = "rest";
-  readonly responseHeaders = new Map<string, string>();
-  readonly context: CallContext;
-  request?: Message;
-
+/** A REST call as the pipeline sees it. */
+class RestCall extends TransportCall {
   constructor(
-    readonly rpc: Rpc,
+    rpc: Rpc,
     private readonly raw: FastifyRequest,
     private readonly readRequest: RestRequestReader,
   ) {
-    this.context = new CallContext(rpc.method, "rest", raw.method, raw.url, () =>
-      headersOf(raw.headers),
-    );
+    super(rpc, "rest", raw.method, raw.url, () => headersOf(raw.headers));
   }
 
   get clientAddress(): string {
