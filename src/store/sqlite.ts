@@ -35,6 +35,7 @@ import {
   project,
   UnsupportedQueryError,
 } from "./sqlite-query.js";
+import { rewindSignal } from "./sqlite-rewind-signal.js";
 
 /**
  * How hard SQLite works to make a commit durable (`PRAGMA synchronous`, in
@@ -87,10 +88,16 @@ export class SqliteDatabase {
    * Opens (or creates) the database file. A file that is not a readable
    * SQLite database is refused with its name; nothing is skipped.
    */
-  static open(file: string, synchronous: SqliteSynchronous): SqliteDatabase {
+  static open(
+    file: string,
+    synchronous: SqliteSynchronous,
+    wal: WalPolicy = defaultWalPolicy,
+  ): SqliteDatabase {
     let db: DatabaseSync | undefined;
     try {
-      db = new DatabaseSync(file);
+      // A write waits (rather than fails) while the checkpoint worker
+      // holds the write lock to rewind the log: about a millisecond.
+      db = new DatabaseSync(file, { timeout: writeLockWaitMs });
       db.exec("PRAGMA journal_mode = WAL");
       db.exec(`PRAGMA synchronous = ${synchronous === "full" ? "FULL" : "NORMAL"}`);
       // Reading the schema fails fast on a file that is not a database or
@@ -114,9 +121,9 @@ export class SqliteDatabase {
     db.exec("PRAGMA temp_store = MEMORY");
     // Checkpoints run on a worker thread (see sqlite-checkpointer.ts); this
     // connection checkpoints itself only if the WAL outgrows what the
-    // worker keeps up with (10,000 pages, 40 MiB).
-    db.exec(`PRAGMA wal_autocheckpoint = ${backstopCheckpointPages}`);
-    return new SqliteDatabase(db, file, startCheckpointer(file, synchronous));
+    // worker keeps up with.
+    db.exec(`PRAGMA wal_autocheckpoint = ${wal.backstopPages}`);
+    return new SqliteDatabase(db, file, startCheckpointer(file, synchronous, wal));
   }
 
   /** The table of a collection, created on first use. */
@@ -169,6 +176,7 @@ export class SqliteDatabase {
    */
   write<R>(work: () => R): Promise<R> {
     if (!this.group) {
+      this.checkpointer?.letRewind();
       this.db.exec("BEGIN IMMEDIATE");
       this.group = [];
       setImmediate(() => this.commitGroup());
@@ -208,6 +216,7 @@ export class SqliteDatabase {
   /** Runs `work` in one transaction of its own: all of it is committed, or none. */
   transaction<R>(work: () => R): R {
     this.commitGroup();
+    this.checkpointer?.letRewind();
     this.db.exec("BEGIN IMMEDIATE");
     try {
       const result = work();
@@ -263,33 +272,64 @@ export class SqliteDatabase {
   }
 }
 
-// The pages of WAL past which the service's own connection checkpoints.
-const backstopCheckpointPages = 10_000;
+/** How long a write waits for the write lock before failing as busy. */
+const writeLockWaitMs = 5_000;
 
-/** How often the worker checkpoints: often enough that each one is short. */
-const checkpointIntervalMs = 100;
+/** How the write-ahead log is kept short (see `sqlite-checkpointer.ts`). */
+export interface WalPolicy {
+  /** How often the worker checkpoints: often enough that each one is short. */
+  readonly checkpointIntervalMs: number;
+  /** The length of log, in frames (pages), from which the worker rewinds it. */
+  readonly restartFrames: number;
+  /** The length of log past which the service's own connection checkpoints, if the worker falls behind. */
+  readonly backstopPages: number;
+}
+
+/** 24 MiB of log before a rewind; 40 MiB before the backstop. */
+export const defaultWalPolicy: WalPolicy = {
+  checkpointIntervalMs: 100,
+  restartFrames: 6_000,
+  backstopPages: 10_000,
+};
 
 /** The checkpoint worker, as the database holds it. */
 interface Checkpointer {
+  /**
+   * Called before each transaction begins: if the worker is about to rewind
+   * the log, waits (at most {@link rewindWaitMs}) while it does. A rewind
+   * needs the write lock, and a busy writer frees it only between a commit
+   * and its next BEGIN, too briefly for SQLite's sleeping busy handler.
+   */
+  letRewind(): void;
   /** Closes the worker's connection (waiting up to a second), then ends it. */
   close(): void;
 }
+
+/** The longest a transaction waits for the worker's rewind: a rewind takes about a millisecond. */
+const rewindWaitMs = 100;
 
 /**
  * Starts the worker that checkpoints the WAL (`sqlite-checkpointer.ts`). It
  * keeps no event loop alive; if it cannot start, SQLite's own automatic
  * checkpoints (the backstop) do the work.
  */
-function startCheckpointer(file: string, synchronous: SqliteSynchronous): Checkpointer | undefined {
+function startCheckpointer(
+  file: string,
+  synchronous: SqliteSynchronous,
+  wal: WalPolicy,
+): Checkpointer | undefined {
   // Compiled, this module is .js beside the worker's .js; run from sources
   // (tests, through tsx), both are .ts and the worker inherits the loader.
   const extension = import.meta.url.endsWith(".ts") ? "ts" : "js";
   const closed = new SharedArrayBuffer(4);
+  const rewind = new Int32Array(new SharedArrayBuffer(8));
   const data: CheckpointerData = {
     file,
     synchronous: synchronous === "full" ? "FULL" : "NORMAL",
-    intervalMs: checkpointIntervalMs,
+    intervalMs: wal.checkpointIntervalMs,
+    restartFrames: wal.restartFrames,
     closed,
+    rewind: rewind.buffer as SharedArrayBuffer,
   };
   let worker: Worker;
   try {
@@ -303,6 +343,13 @@ function startCheckpointer(file: string, synchronous: SqliteSynchronous): Checkp
   // A worker that fails leaves checkpoints to the backstop.
   worker.on("error", () => {});
   return {
+    letRewind() {
+      if (Atomics.load(rewind, rewindSignal.wanted) === 0) return;
+      Atomics.store(rewind, rewindSignal.parked, 1);
+      Atomics.notify(rewind, rewindSignal.parked);
+      Atomics.wait(rewind, rewindSignal.wanted, 1, rewindWaitMs);
+      Atomics.store(rewind, rewindSignal.parked, 0);
+    },
     close() {
       worker.postMessage("close");
       Atomics.wait(new Int32Array(closed), 0, 0, 1000);
