@@ -54,7 +54,10 @@ export function createSharedPortServer(deps: {
     if (draining) closeAfter(response, request.socket);
   });
 
-  const tcp: TcpServer = createTcpServer((socket) => {
+  // Responses go out as soon as they are written (Nagle off), as Node's own
+  // HTTP server sets for the connections it accepts; this listener accepts
+  // them for both sides.
+  const tcp: TcpServer = createTcpServer({ noDelay: true }, (socket) => {
     sockets.add(socket);
     undecided.add(socket);
     // A fixed deadline, not an idle timer: a client trickling a byte at a
