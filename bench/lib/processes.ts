@@ -45,6 +45,17 @@ function buildOnce(): void {
   built = true;
 }
 
+/** The Node flags of `npm start` (`exec node <flags> dist/src/main.js`), so the bench runs what it runs. */
+function startNodeFlags(): string[] {
+  const manifest = JSON.parse(readFileSync(join(repoRoot, "package.json"), "utf8")) as {
+    scripts: { start: string };
+  };
+  const command = /^exec node (.*?)\s*dist\/src\/main\.js$/.exec(manifest.scripts.start);
+  if (!command)
+    throw new Error(`npm start is not "exec node … dist/src/main.js": ${manifest.scripts.start}`);
+  return command[1]?.split(/\s+/).filter(Boolean) ?? [];
+}
+
 /**
  * Starts the real entry (`dist/src/main.js`, compiled, as `npm start` runs it) in
  * its own process, so the load generator never shares its event loop, and
@@ -58,7 +69,7 @@ export async function startService(
   buildOnce();
   const port = await freePort();
   const started = performance.now();
-  const child = spawn(process.execPath, ["dist/src/main.js"], {
+  const child = spawn(process.execPath, [...startNodeFlags(), "dist/src/main.js"], {
     cwd: repoRoot,
     env: {
       ...process.env,

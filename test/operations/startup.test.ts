@@ -148,7 +148,7 @@ test("npm start runs the compiled service, and SIGTERM to npm stops it", async (
       else if (child.exitCode !== null) throw new Error(`npm start exited:\n${stdout}\n${stderr}`);
       else await new Promise((resolve) => setTimeout(resolve, 50));
     }
-    t.regex(stdout, /node dist\/src\/main\.js/, "the compiled entry");
+    t.regex(stdout, /exec node (--\S+ )*dist\/src\/main\.js/, "the compiled entry");
     t.is((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
 
     process.kill(group, "SIGTERM");
