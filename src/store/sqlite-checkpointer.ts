@@ -14,8 +14,8 @@
  * checkpoint runs. So once the log is long, the worker copies it again
  * (only what came in meanwhile is left), asks the service's connection to
  * wait before its next transaction (`rewindSignal`), and checkpoints in
- * RESTART mode: the write lock for the last few frames and a sync, about a
- * millisecond, after which the next commit writes from the start of the
+ * RESTART mode: the write lock for the last frames and two syncs, a few
+ * milliseconds, after which the next commit writes from the start of the
  * log. Without the wait, a writer that begins its next transaction right
  * after each commit never leaves the lock free long enough.
  */

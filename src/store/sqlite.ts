@@ -96,7 +96,7 @@ export class SqliteDatabase {
     let db: DatabaseSync | undefined;
     try {
       // A write waits (rather than fails) while the checkpoint worker
-      // holds the write lock to rewind the log: about a millisecond.
+      // holds the write lock to rewind the log: a few milliseconds.
       db = new DatabaseSync(file, { timeout: writeLockWaitMs });
       db.exec("PRAGMA journal_mode = WAL");
       db.exec(`PRAGMA synchronous = ${synchronous === "full" ? "FULL" : "NORMAL"}`);
@@ -305,7 +305,7 @@ interface Checkpointer {
   close(): void;
 }
 
-/** The longest a transaction waits for the worker's rewind: a rewind takes about a millisecond. */
+/** The longest a transaction waits for the worker's rewind (measured: 3–14 ms). */
 const rewindWaitMs = 100;
 
 /**
