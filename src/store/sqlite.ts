@@ -286,7 +286,7 @@ export interface WalPolicy {
 }
 
 /** 24 MiB of log before a rewind; 40 MiB before the backstop. */
-export const defaultWalPolicy: WalPolicy = {
+const defaultWalPolicy: WalPolicy = {
   checkpointIntervalMs: 100,
   restartFrames: 6_000,
   backstopPages: 10_000,
