@@ -7,6 +7,7 @@
 import { createContext } from "./lib/context.js";
 import { type BenchOptions, parseOptions, type Suite, usage } from "./lib/options.js";
 import { machineInfo, machineLine, resultPaths, writeResults } from "./lib/report.js";
+import { operationsTable, runOperations } from "./suites/operations.js";
 import { readsTable, runReads } from "./suites/reads.js";
 import { runScale, scaleTable } from "./suites/scale.js";
 import { runWebhooks, webhookTables } from "./suites/webhooks.js";
@@ -34,6 +35,7 @@ const headings: Record<Suite, string> = {
   reads: "Reads: the service against bare ceilings serving the same bytes",
   writes: "Writes: peak, and p99 at half the peak rate",
   webhooks: "Writes with a webhook subscribed to every event (REST)",
+  operations: "The operations steps: the service with and without them",
   scale: "Scale: one request at a time on stores of growing size (REST)",
 };
 
@@ -52,6 +54,10 @@ for (const suite of options.suites) {
     const webhooks = await runWebhooks(context);
     results.webhooks = webhooks;
     table = webhookTables(webhooks);
+  } else if (suite === "operations") {
+    const rows = await runOperations(context);
+    results.operations = rows;
+    table = operationsTable(rows);
   } else {
     const rows = await runScale(context);
     results.scale = rows;

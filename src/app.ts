@@ -52,13 +52,21 @@ export async function buildApp(
      * implementation (the drain tests hold calls in flight with one).
      */
     extraInterceptors?: readonly Interceptor[];
+    /**
+     * Bench-only (`bench/service-without-operations.ts`): false leaves out
+     * the operations steps around each call (request log, metrics, rate
+     * limits, idempotency keys) and the store's timings, to measure what
+     * they cost. `npm start` always runs them.
+     */
+    operations?: boolean;
   } = {},
 ): Promise<App> {
   const clock = options.clock ?? (() => new Date());
   const logger = pino({ level: config.logLevel }, options.logTo);
   const metrics = createMetrics();
+  const operations = options.operations ?? true;
   const store = await openStore(config.store, {
-    observe: metrics.observeStore,
+    observe: operations ? metrics.observeStore : undefined,
     eventRetentionMs: config.eventRetentionMs,
   });
   let webhooks: WebhookRuntime | undefined;
@@ -79,7 +87,11 @@ export async function buildApp(
         onKeyRevoked: (hash) => authenticator.forget(hash),
       },
       { authenticator, logger, metrics },
-      { isDraining: () => draining, extraInterceptors: options.extraInterceptors ?? [] },
+      {
+        isDraining: () => draining,
+        extraInterceptors: options.extraInterceptors ?? [],
+        operations,
+      },
     );
     if (store.imported) {
       logger.info(
@@ -161,7 +173,11 @@ async function buildTransports(
     logger: Logger;
     metrics: ReturnType<typeof createMetrics>;
   },
-  serving: { isDraining: () => boolean; extraInterceptors: readonly Interceptor[] },
+  serving: {
+    isDraining: () => boolean;
+    extraInterceptors: readonly Interceptor[];
+    operations: boolean;
+  },
 ) {
   const { store } = deps;
   const { authenticator, logger, metrics } = observability;
@@ -180,6 +196,7 @@ async function buildTransports(
       calls: metrics.calls,
       rateLimits,
       idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
+      operations: serving.operations,
     }),
     ...serving.extraInterceptors,
   ]);

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LoadResult } from "./measure.js";
 import type { BenchOptions } from "./options.js";
-import { type ServiceProcess, startService } from "./processes.js";
+import { type ServiceProcess, type ServiceVariant, startService } from "./processes.js";
 import { type SeededData, type SeedPlan, seedStore } from "./seed.js";
 
 /** What the suites share within one `npm run bench`. */
@@ -46,12 +46,13 @@ export async function startSeededService(
   context: BenchContext,
   plan: SeedPlan,
   env: Record<string, string> = {},
+  variant: ServiceVariant = "deployed",
 ): Promise<SeededService> {
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-bench-"));
   try {
     const seeded = await seedStore(dataDir, plan);
     context.engine ??= seeded.engine;
-    let service = await startService(dataDir, env);
+    let service = await startService(dataDir, env, variant);
     return {
       get service() {
         return service;
@@ -60,7 +61,7 @@ export async function startSeededService(
       dataDir,
       async restart() {
         await stopService(context, service);
-        service = await startService(dataDir, env);
+        service = await startService(dataDir, env, variant);
       },
       async dispose() {
         await stopService(context, service);

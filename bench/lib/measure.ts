@@ -19,6 +19,8 @@ export interface LoadResult {
   readonly exhausted?: boolean;
   /** The rate asked for, on a rate-limited run. */
   readonly targetRate?: number;
+  /** The service's CPU time per successful call in microseconds, where a suite measured it. */
+  readonly serviceCpuUs?: number;
 }
 
 /**
@@ -98,5 +100,19 @@ export function medianResult(runs: readonly LoadResult[]): LoadResult {
     p99Ms: median(runs.map((run) => run.p99Ms)),
     ...(runs.some((run) => run.exhausted) ? { exhausted: true } : {}),
     ...(runs[0]?.targetRate !== undefined ? { targetRate: runs[0].targetRate } : {}),
+    ...(runs.every((run) => run.serviceCpuUs !== undefined) && runs.length > 0
+      ? { serviceCpuUs: median(runs.map((run) => run.serviceCpuUs as number)) }
+      : {}),
   };
+}
+
+/** A load run with the service's CPU time per successful call over it. */
+export async function withServiceCpu(
+  cpuSeconds: () => number,
+  run: () => Promise<LoadResult>,
+): Promise<LoadResult> {
+  const before = cpuSeconds();
+  const result = await run();
+  const used = cpuSeconds() - before;
+  return result.ok > 0 ? { ...result, serviceCpuUs: (used * 1e6) / result.ok } : result;
 }

@@ -1,10 +1,10 @@
 import { parseArgs } from "node:util";
 
 /** The suites `npm run bench` can run. */
-export type Suite = "reads" | "writes" | "webhooks" | "scale";
+export type Suite = "reads" | "writes" | "webhooks" | "operations" | "scale";
 
-const allSuites: readonly Suite[] = ["reads", "writes", "webhooks", "scale"];
-const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks"];
+const allSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations", "scale"];
+const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations"];
 
 /** The bench's settings, from the command line. */
 export interface BenchOptions {
@@ -33,7 +33,7 @@ export interface BenchOptions {
 /** What `npm run bench -- --help` prints. */
 export const usage = `npm run bench -- [suite ...] [options]
 
-suites: reads, writes, webhooks (the default: all three), scale
+suites: reads, writes, webhooks, operations (the default: all four), scale
 
   --quick              short runs to try it out: 1 repeat of 3 s, 1 s warm-up
   --repeats N          runs per figure, median reported (default 3)

@@ -27,6 +27,8 @@ export interface ServiceProcess {
   readonly readyMs: number;
   /** Resident memory now, in bytes. */
   rssBytes(): number;
+  /** CPU time the process has used so far (user and system), in seconds. */
+  cpuSeconds(): number;
   /** What the service wrote to stderr, and the error lines of its log, most recent last. */
   problems(): string;
   /** False once the process has exited (on a shared machine, something may kill it). */
@@ -34,6 +36,17 @@ export interface ServiceProcess {
   /** SIGTERM, then waits for the exit (SIGKILL after 30 s). */
   stop(): Promise<void>;
 }
+
+/**
+ * Which service: `npm start`'s (`deployed`), or the same compiled service
+ * built without its operations steps (request log, metrics, rate limits,
+ * idempotency keys; `bench/service-without-operations.ts`), to measure what
+ * those cost.
+ */
+export type ServiceVariant = "deployed" | "without-operations";
+
+// Seeding 1M customers then starting on them takes minutes, not seconds.
+const readyTimeoutMs = 15 * 60_000;
 
 let built = false;
 
@@ -64,12 +77,16 @@ function startNodeFlags(): string[] {
 export async function startService(
   dataDir: string,
   env: Record<string, string> = {},
-  readyTimeoutMs = 15 * 60_000,
+  variant: ServiceVariant = "deployed",
 ): Promise<ServiceProcess> {
   buildOnce();
   const port = await freePort();
   const started = performance.now();
-  const child = spawn(process.execPath, [...startNodeFlags(), "dist/src/main.js"], {
+  const entry =
+    variant === "deployed"
+      ? ["dist/src/main.js"]
+      : ["--import", "tsx", "bench/service-without-operations.ts"];
+  const child = spawn(process.execPath, [...startNodeFlags(), ...entry], {
     cwd: repoRoot,
     env: {
       ...process.env,
@@ -112,6 +129,7 @@ export async function startService(
     pid: child.pid as number,
     readyMs,
     rssBytes: () => rssOf(child.pid as number),
+    cpuSeconds: () => cpuSecondsOf(child.pid as number),
     problems: () => errors.join(""),
     alive: () => child.exitCode === null && child.signalCode === null,
     stop: () => {
@@ -187,6 +205,21 @@ export function rssOf(pid: number): number {
   try {
     const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
     return match ? Number(match[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+// Linux reports CPU times in clock ticks of 1/100 s (USER_HZ) on every common architecture.
+const ticksPerSecond = 100;
+
+/** User and system CPU time of a process from /proc (Linux); 0 where that does not exist. */
+export function cpuSecondsOf(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the command name (which may hold spaces), from the state on: utime is the 12th, stime the 13th.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
   } catch {
     return 0;
   }

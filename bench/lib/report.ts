@@ -5,6 +5,7 @@ import { dirname, join, resolve } from "node:path";
 import { grpcGenerator } from "./load.js";
 import type { LoadResult } from "./measure.js";
 import { repoRoot } from "./processes.js";
+import type { Protocol } from "./scenarios.js";
 
 /** The machine and build a run measured, printed above the tables and kept in the JSON. */
 export interface MachineInfo {
@@ -91,6 +92,13 @@ export function markdownTable(
 }
 
 /** Requests per second as the tables show them. */
+/** How the tables name a protocol. */
+export const protocolLabel: Record<Protocol, string> = {
+  rest: "REST",
+  grpc: "gRPC",
+  connect: "Connect",
+};
+
 export function formatRate(value: number): string {
   if (!Number.isFinite(value)) return "-";
   return value >= 100 ? Math.round(value).toLocaleString("en-US") : value.toFixed(1);

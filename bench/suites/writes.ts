@@ -5,9 +5,17 @@ import {
   startSeededService,
 } from "../lib/context.js";
 import { load } from "../lib/load.js";
-import { type LoadResult, median, medianResult } from "../lib/measure.js";
+import { type LoadResult, median, medianResult, withServiceCpu } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
-import { failureNote, formatMs, formatRate, markdownTable, resultCells } from "../lib/report.js";
+import type { ServiceVariant } from "../lib/processes.js";
+import {
+  failureNote,
+  formatMs,
+  formatRate,
+  markdownTable,
+  protocolLabel,
+  resultCells,
+} from "../lib/report.js";
 import {
   type Protocol,
   poolOf,
@@ -107,6 +115,8 @@ export interface WriteRunOptions {
   readonly rate?: number;
   /** More service configuration. */
   readonly env?: Record<string, string>;
+  /** `npm start`'s service, or the same without its operations steps. */
+  readonly variant?: ServiceVariant;
   /** Runs on the started service before the load (subscribing a webhook). */
   readonly prepare?: (target: SeededService) => Promise<void>;
 }
@@ -157,7 +167,7 @@ async function seededRun(
     `writes ${kind}/${protocol}`,
     () => alive,
     async () => {
-      const target = await startSeededService(context, plan, run.env);
+      const target = await startSeededService(context, plan, run.env, run.variant);
       try {
         await run.prepare?.(target);
         // New customers of the warm-up and of the measurement get different ids.
@@ -173,12 +183,16 @@ async function seededRun(
             options,
           );
         }
-        const result = await load(
-          protocol,
-          target.service.origin,
-          offset(phase("m"), warmupCount),
-          { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
-          options,
+        const result = await withServiceCpu(
+          () => target.service.cpuSeconds(),
+          () =>
+            load(
+              protocol,
+              target.service.origin,
+              offset(phase("m"), warmupCount),
+              { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
+              options,
+            ),
         );
         alive = target.service.alive();
         return result;
@@ -246,7 +260,7 @@ export function writesTable(rows: readonly WriteRow[]): string {
     ],
     rows.map((row) => [
       row.kind,
-      row.protocol === "rest" ? "REST" : "gRPC",
+      protocolLabel[row.protocol],
       ...resultCells(row.peak),
       row.goalRps === undefined
         ? "-"

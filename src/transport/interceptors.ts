@@ -23,7 +23,16 @@ export function interceptors(deps: {
   rateLimits: RateLimits;
   /** Idempotency keys (see `idempotency.ts`): last, as it needs the caller and the request. */
   idempotency: Interceptor;
+  /**
+   * False leaves out the operations steps (request log and id, metrics,
+   * rate limits, idempotency keys), so the bench can measure what they
+   * cost; the service always runs them.
+   */
+  operations?: boolean;
 }): Interceptor[] {
+  if (deps.operations === false) {
+    return [normaliseErrors(deps.log), authenticate(deps.authenticator), decodeRequest];
+  }
   return [
     observeCalls([logCalls(deps.logger), measureCalls(deps.calls)]),
     normaliseErrors(deps.log),

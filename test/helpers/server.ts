@@ -50,6 +50,8 @@ export interface ServerOptions {
   readonly clock?: Clock;
   /** Receives every log line (set LOG_LEVEL in `env` too: tests default to silent). */
   readonly logTo?: { write(line: string): void };
+  /** False builds the bench's variant without the operations steps (see `buildApp`). */
+  readonly operations?: boolean;
 }
 
 /** Starts the service as `npm start` would, on port 0, with the test keys. */
@@ -78,7 +80,11 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     RATE_LIMIT_UNAUTHENTICATED: "1000000/1s",
     ...options.env,
   });
-  const app = await buildApp(config, { clock: options.clock, logTo: options.logTo });
+  const app = await buildApp(config, {
+    clock: options.clock,
+    logTo: options.logTo,
+    operations: options.operations,
+  });
   const port = await app.listen(0, "127.0.0.1");
   return {
     app,

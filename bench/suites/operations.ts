@@ -1,0 +1,232 @@
+import { cpSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { type BenchContext, measureWhileAlive, stopService } from "../lib/context.js";
+import { load } from "../lib/load.js";
+import { type LoadResult, medianResult, withServiceCpu } from "../lib/measure.js";
+import { selected } from "../lib/options.js";
+import { type ServiceProcess, type ServiceVariant, startService } from "../lib/processes.js";
+import {
+  failureNote,
+  formatMs,
+  formatPercent,
+  formatRate,
+  markdownTable,
+  protocolLabel,
+} from "../lib/report.js";
+import { type Protocol, readScenarios, type WriteKind } from "../lib/scenarios.js";
+import { seedStore } from "../lib/seed.js";
+import { writeRun } from "./writes.js";
+
+/** The operations issue's goal: the steps around each call keep this share of the throughput. */
+export const operationsGoal = 0.9;
+
+/** One call on one protocol, with and without the operations steps. */
+export interface OperationsRow {
+  readonly call: string;
+  readonly protocol: Protocol;
+  readonly without: LoadResult;
+  readonly with: LoadResult;
+  /** req/s with over req/s without (medians). */
+  readonly kept: number;
+  readonly runs: { readonly without: LoadResult[]; readonly with: LoadResult[] };
+}
+
+// The reads served most (a kept customer, the campaign list) on every
+// protocol, and the write apps make most on the two protocols writes use.
+const reads: readonly { scenario: string; protocols: readonly Protocol[] }[] = [
+  { scenario: "GetCustomer", protocols: ["rest", "grpc", "connect"] },
+  { scenario: "ListCampaigns", protocols: ["rest", "grpc"] },
+];
+const writes: readonly { kind: WriteKind; protocols: readonly Protocol[] }[] = [
+  { kind: "identify-new", protocols: ["rest", "grpc"] },
+];
+
+const variants: readonly ServiceVariant[] = ["without-operations", "deployed"];
+
+/**
+ * What the operations steps around every call (request log and id, metrics,
+ * rate limits counted, idempotency keys, store timings) cost in throughput:
+ * `npm start`'s service against the same compiled service built without
+ * them, closed loop, alternating within every repeat.
+ */
+export async function runOperations(context: BenchContext): Promise<OperationsRow[]> {
+  const rows = await readRows(context);
+  for (const { kind, protocols } of writes.filter(({ kind }) => selected(context.options, kind))) {
+    for (const protocol of protocols) {
+      const runs: Record<ServiceVariant, LoadResult[]> = { deployed: [], "without-operations": [] };
+      for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+        for (const variant of alternate(repeat)) {
+          const result = await writeRun(context, kind, protocol, { variant });
+          runs[variant].push(result);
+          logRun(context, repeat, `${kind}/${protocol}`, variant, result);
+        }
+      }
+      rows.push(rowOf(kind, protocol, runs));
+    }
+  }
+  return rows;
+}
+
+/**
+ * Each service on its own copy of one seeded store (the embedded store has
+ * one writer), so both serve the same customers. Both processes are
+ * started anew for every repeat, in turns: on this two-core machine two
+ * processes running the same build differ by up to a third in CPU per
+ * call for as long as they live (where the scheduler and the network
+ * interrupts put them), so one pair of processes for all repeats would
+ * measure that pair.
+ */
+async function readRows(context: BenchContext): Promise<OperationsRow[]> {
+  const { options } = context;
+  const wanted = reads.filter(({ scenario }) => selected(options, scenario));
+  if (wanted.length === 0) return [];
+  context.log(`operations: seeding ${options.baseCustomers} customers`);
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-bench-"));
+  const running: Partial<Record<ServiceVariant, ServiceProcess>> = {};
+  const start = async (variant: ServiceVariant) => {
+    running[variant] = await startService(join(dataDir, variant), {}, variant);
+  };
+  const stop = async (variant: ServiceVariant) => {
+    const service = running[variant];
+    running[variant] = undefined;
+    if (service) await stopService(context, service);
+  };
+  try {
+    const seeded = await seedStore(join(dataDir, "deployed"), {
+      customers: options.baseCustomers,
+    });
+    context.engine ??= seeded.engine;
+    cpSync(join(dataDir, "deployed"), join(dataDir, "without-operations"), { recursive: true });
+    const serviceOf = (variant: ServiceVariant) => running[variant] as ServiceProcess;
+    const scenarios = readScenarios(seeded);
+    const measure = (
+      name: string,
+      protocol: Protocol,
+      variant: ServiceVariant,
+      seconds: number,
+    ) => {
+      const scenario = scenarios.find((candidate) => candidate.name === name);
+      if (!scenario) throw new Error(`no read scenario ${name}`);
+      return measureWhileAlive(
+        context,
+        `operations ${name}/${protocol} ${variant}`,
+        () => serviceOf(variant).alive(),
+        () =>
+          withServiceCpu(
+            () => serviceOf(variant).cpuSeconds(),
+            () => load(protocol, serviceOf(variant).origin, scenario, { seconds }, options),
+          ),
+        async () => {
+          await stop(variant);
+          await start(variant);
+        },
+      );
+    };
+    const targets = wanted.flatMap(({ scenario, protocols }) =>
+      protocols.map((protocol) => ({ scenario, protocol })),
+    );
+    const runs = new Map<string, Record<ServiceVariant, LoadResult[]>>();
+    for (let repeat = 0; repeat < options.repeats; repeat++) {
+      const order = alternate(repeat);
+      for (const variant of order) await start(variant);
+      for (const { scenario, protocol } of targets) {
+        for (const variant of order) {
+          if (options.warmupSeconds > 0) {
+            await measure(scenario, protocol, variant, options.warmupSeconds);
+          }
+        }
+      }
+      for (const { scenario, protocol } of targets) {
+        const key = `${scenario}/${protocol}`;
+        const entry = runs.get(key) ?? { deployed: [], "without-operations": [] };
+        runs.set(key, entry);
+        for (const variant of order) {
+          const result = await measure(scenario, protocol, variant, options.seconds);
+          entry[variant].push(result);
+          logRun(context, repeat, key, variant, result);
+        }
+      }
+      for (const variant of order) await stop(variant);
+    }
+    return targets.map(({ scenario, protocol }) =>
+      rowOf(
+        scenario,
+        protocol,
+        runs.get(`${scenario}/${protocol}`) ?? { deployed: [], "without-operations": [] },
+      ),
+    );
+  } finally {
+    for (const variant of variants) await stop(variant);
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+/** Which variant runs first in this repeat: they take turns, so drift falls on both. */
+function alternate(repeat: number): readonly ServiceVariant[] {
+  return repeat % 2 === 0 ? variants : [...variants].reverse();
+}
+
+function logRun(
+  context: BenchContext,
+  repeat: number,
+  key: string,
+  variant: ServiceVariant,
+  result: LoadResult,
+): void {
+  context.log(
+    `operations ${repeat + 1}/${context.options.repeats} ${key} ${variant}: ` +
+      `${formatRate(result.rps)} req/s${failureNote(result)}`,
+  );
+}
+
+function rowOf(
+  call: string,
+  protocol: Protocol,
+  runs: Record<ServiceVariant, LoadResult[]>,
+): OperationsRow {
+  const without = medianResult(runs["without-operations"]);
+  const deployed = medianResult(runs.deployed);
+  return {
+    call,
+    protocol,
+    without,
+    with: deployed,
+    kept: deployed.rps / without.rps,
+    runs: { without: runs["without-operations"], with: runs.deployed },
+  };
+}
+
+function formatMicros(value: number | undefined): string {
+  return value === undefined ? "-" : value.toFixed(1);
+}
+
+/** The operations table in Markdown. */
+export function operationsTable(rows: readonly OperationsRow[]): string {
+  return markdownTable(
+    [
+      "call",
+      "protocol",
+      "req/s without",
+      "req/s with",
+      "kept",
+      `goal ≥ ${formatPercent(operationsGoal)}`,
+      "service CPU µs/call without",
+      "with",
+      "p99 ms without",
+      "with",
+    ],
+    rows.map((row) => [
+      row.call,
+      protocolLabel[row.protocol],
+      formatRate(row.without.rps),
+      formatRate(row.with.rps),
+      formatPercent(row.kept),
+      row.kept >= operationsGoal ? "met" : "missed",
+      formatMicros(row.without.serviceCpuUs),
+      formatMicros(row.with.serviceCpuUs),
+      formatMs(row.without.p99Ms),
+      formatMs(row.with.p99Ms),
+    ]),
+  );
+}
