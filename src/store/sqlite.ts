@@ -115,9 +115,11 @@ export class SqliteDatabase {
       "CREATE TABLE IF NOT EXISTS counters (name TEXT NOT NULL, key TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (name, key)) WITHOUT ROWID, STRICT;" +
         "CREATE TABLE IF NOT EXISTS counter_definitions (name TEXT PRIMARY KEY NOT NULL) STRICT",
     );
-    // A 32 MiB page cache: list pages and lookups stay in memory without
-    // letting RSS grow with the data.
-    db.exec("PRAGMA cache_size = -32768");
+    // An 8 MiB page cache: it holds the upper levels of every index, and the
+    // rest of the file is a read from the operating system's cache away. At
+    // 1M customers 32 MiB added ~22 MB of RSS and served no lookup, list page
+    // or identify faster (the deepest list page was 12% slower).
+    db.exec("PRAGMA cache_size = -8192");
     db.exec("PRAGMA temp_store = MEMORY");
     // Checkpoints run on a worker thread (see sqlite-checkpointer.ts); this
     // connection checkpoints itself only if the WAL outgrows what the
