@@ -4,14 +4,21 @@
  * and prints Markdown tables (results also go to bench/results/ as JSON).
  * `npm run bench -- --help` lists the suites and options.
  */
+import { readFileSync } from "node:fs";
 import { createContext } from "./lib/context.js";
 import { type BenchOptions, parseOptions, type Suite, usage } from "./lib/options.js";
-import { machineInfo, machineLine, resultPaths, writeResults } from "./lib/report.js";
-import { operationsTable, runOperations } from "./suites/operations.js";
-import { readsTable, runReads } from "./suites/reads.js";
-import { runScale, scaleTable } from "./suites/scale.js";
-import { runWebhooks, webhookTables } from "./suites/webhooks.js";
-import { runWrites, writesTable } from "./suites/writes.js";
+import {
+  type MachineInfo,
+  machineInfo,
+  machineLine,
+  resultPaths,
+  writeResults,
+} from "./lib/report.js";
+import { type OperationsRow, operationsTable, runOperations } from "./suites/operations.js";
+import { type ReadRow, readsTable, runReads } from "./suites/reads.js";
+import { runScale, type ScaleRow, scaleTable } from "./suites/scale.js";
+import { runWebhooks, type WebhookResults, webhookTables } from "./suites/webhooks.js";
+import { runWrites, type WriteRow, writesTable } from "./suites/writes.js";
 
 if (process.argv.includes("--help")) {
   process.stdout.write(usage);
@@ -25,12 +32,6 @@ try {
   process.exit(2);
 }
 
-const context = createContext(options);
-const machine = machineInfo();
-const results: Record<string, unknown> = { machine, options };
-const sections: string[] = [];
-const paths = resultPaths(options.out, options.suites);
-
 const headings: Record<Suite, string> = {
   reads: "Reads: the service against bare ceilings serving the same bytes",
   writes: "Writes: peak, and p99 at half the peak rate",
@@ -39,45 +40,64 @@ const headings: Record<Suite, string> = {
   scale: "Scale: one request at a time on stores of growing size (REST)",
 };
 
+/** What a run writes to its JSON file, and what `--tables` reads back. */
+interface BenchResults {
+  machine: MachineInfo;
+  options: BenchOptions;
+  engine?: string;
+  reads?: ReadRow[];
+  writes?: WriteRow[];
+  webhooks?: WebhookResults;
+  operations?: OperationsRow[];
+  scale?: ScaleRow[];
+}
+
+const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } = {
+  reads: (results) => results.reads && readsTable(results.reads),
+  writes: (results) => results.writes && writesTable(results.writes),
+  webhooks: (results) => results.webhooks && webhookTables(results.webhooks),
+  operations: (results) => results.operations && operationsTable(results.operations),
+  scale: (results) => results.scale && scaleTable(results.scale),
+};
+
+/** The machine line and a table per suite measured, as Markdown. */
+function report(results: BenchResults): string {
+  const sections = results.options.suites.flatMap((suite) => {
+    const table = tableOf[suite](results);
+    return table === undefined ? [] : [`### ${headings[suite]}\n\n${table}`];
+  });
+  const line = machineLine(results.machine, {
+    repeats: results.options.repeats,
+    seconds: results.options.seconds,
+    ...(results.engine === undefined ? {} : { engine: results.engine }),
+  });
+  let text = `\n${line}\n\n${sections.join("\n\n")}\n\n`;
+  if (sections.some((section) => /\d\*/.test(section))) {
+    text += "req/s marked * ran out of seeded referees before the end of the run (see the JSON).\n";
+  }
+  return text;
+}
+
+if (options.tables !== undefined) {
+  process.stdout.write(report(JSON.parse(readFileSync(options.tables, "utf8")) as BenchResults));
+  process.exit(0);
+}
+
+const context = createContext(options);
+const results: BenchResults = { machine: machineInfo(), options };
+const paths = resultPaths(options.out, options.suites);
+
 for (const suite of options.suites) {
   context.log(`suite ${suite}`);
-  let table: string;
-  if (suite === "reads") {
-    const rows = await runReads(context);
-    results.reads = rows;
-    table = readsTable(rows);
-  } else if (suite === "writes") {
-    const rows = await runWrites(context);
-    results.writes = rows;
-    table = writesTable(rows);
-  } else if (suite === "webhooks") {
-    const webhooks = await runWebhooks(context);
-    results.webhooks = webhooks;
-    table = webhookTables(webhooks);
-  } else if (suite === "operations") {
-    const rows = await runOperations(context);
-    results.operations = rows;
-    table = operationsTable(rows);
-  } else {
-    const rows = await runScale(context);
-    results.scale = rows;
-    table = scaleTable(rows);
-  }
-  sections.push(`### ${headings[suite]}\n\n${table}`);
+  if (suite === "reads") results.reads = await runReads(context);
+  else if (suite === "writes") results.writes = await runWrites(context);
+  else if (suite === "webhooks") results.webhooks = await runWebhooks(context);
+  else if (suite === "operations") results.operations = await runOperations(context);
+  else results.scale = await runScale(context);
   results.engine = context.engine;
   // After every suite, so a later failure does not lose what was measured.
   writeResults(paths, results);
 }
 
-const line = machineLine(machine, {
-  repeats: options.repeats,
-  seconds: options.seconds,
-  engine: context.engine,
-});
-process.stdout.write(`\n${line}\n\n${sections.join("\n\n")}\n\n`);
-if (sections.some((section) => /\d\*/.test(section))) {
-  process.stdout.write(
-    "req/s marked * ran out of seeded referees before the end of the run (see the JSON).\n",
-  );
-}
+process.stdout.write(report(results));
 context.log(`results: ${paths.join(", ")}`);

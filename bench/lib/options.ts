@@ -28,6 +28,8 @@ export interface BenchOptions {
   /** Where the JSON results go. */
   readonly out: string;
   readonly quick: boolean;
+  /** A results file to print the tables of, instead of running anything. */
+  readonly tables?: string;
 }
 
 /** What `npm run bench -- --help` prints. */
@@ -45,6 +47,7 @@ suites: reads, writes, webhooks, operations (the default: all four), scale
   --sizes LIST         scale suite sizes, e.g. 10k,100k,1M (default 10k,100k,1M)
   --only LIST          only scenarios whose names contain one of these, e.g. GetCustomer,identify-new
   --out FILE           JSON results (default bench/results/latest.json)
+  --tables FILE        print the tables of a results file written before; runs nothing
 `;
 
 /** Parses `process.argv`-style arguments; throws with the usage on a mistake. */
@@ -71,6 +74,7 @@ function optionsFrom(args: readonly string[]): BenchOptions {
       sizes: { type: "string" },
       only: { type: "string" },
       out: { type: "string" },
+      tables: { type: "string" },
     },
   });
   const suites = positionals.length > 0 ? positionals : defaultSuites;
@@ -90,6 +94,7 @@ function optionsFrom(args: readonly string[]): BenchOptions {
     only: values.only ? values.only.split(",").map((name) => name.trim()) : [],
     out: values.out ?? "bench/results/latest.json",
     quick,
+    ...(values.tables === undefined ? {} : { tables: values.tables }),
   };
 }
 
