@@ -169,7 +169,7 @@ async function timeCall(
 /** The scale table in Markdown: one column per size. */
 export function scaleTable(rows: readonly ScaleRow[]): string {
   const names = Object.keys(rows[0]?.figures ?? {});
-  const megabytes = (bytes: number) => `${Math.round(bytes / 2 ** 20).toLocaleString("en-US")} MB`;
+  const mebibytes = (bytes: number) => `${Math.round(bytes / 2 ** 20).toLocaleString("en-US")} MiB`;
   return markdownTable(
     [
       "customers (referrals)",
@@ -186,8 +186,8 @@ export function scaleTable(rows: readonly ScaleRow[]): string {
       ]),
       ["restart to /readyz 200", ...rows.map((row) => `${formatMs(row.restartMs / 1000)} s`)],
       ["first start after seeding", ...rows.map((row) => `${formatMs(row.firstStartMs / 1000)} s`)],
-      ["server RSS", ...rows.map((row) => megabytes(row.rssBytes))],
-      ["DATA_DIR on disk", ...rows.map((row) => megabytes(row.diskBytes))],
+      ["server RSS", ...rows.map((row) => mebibytes(row.rssBytes))],
+      ["DATA_DIR on disk", ...rows.map((row) => mebibytes(row.diskBytes))],
       ["seeding (store API)", ...rows.map((row) => `${formatMs(row.seedSeconds)} s`)],
     ],
   );
