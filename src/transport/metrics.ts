@@ -108,8 +108,9 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       this.set(oldestDueAt ? Math.max(0, (Date.now() - oldestDueAt.getTime()) / 1000) : 0);
     },
   });
-  // prom-client hashes a labels object on every observation; the children
-  // of the few label sets in use are kept instead.
+  // The children of the few label sets in use are kept, so an operation
+  // builds no labels object (prom-client still checks and hashes the
+  // child's labels on every observation, about 0.3 µs).
   const storeChildren = new Map<string, ReturnType<typeof store.labels>>();
   return {
     registry,
@@ -144,8 +145,9 @@ export interface CallMetrics {
 /** Counts and times every call, whatever its outcome. */
 export function measureCalls(calls: CallMetrics): CallObserver {
   // The instruments of each (rpc, protocol, code), made on first use and
-  // found without building a key: an observation then skips prom-client's
-  // hashing of the labels.
+  // found without building a key or a labels object. The count skips
+  // prom-client entirely (see `CallCount`); the histogram's child still
+  // checks and hashes its labels on every observation.
   const byRpc = new Map<Rpc, Map<ProtocolName, Map<string, CallInstruments>>>();
   const instrumentsOf = (rpc: Rpc, protocol: ProtocolName, code: string) => {
     let byProtocol = byRpc.get(rpc);
