@@ -114,5 +114,6 @@ export async function withServiceCpu(
   const before = cpuSeconds();
   const result = await run();
   const used = cpuSeconds() - before;
-  return result.ok > 0 ? { ...result, serviceCpuUs: (used * 1e6) / result.ok } : result;
+  // Nothing used means nothing read (no /proc): no figure rather than 0 µs.
+  return result.ok > 0 && used > 0 ? { ...result, serviceCpuUs: (used * 1e6) / result.ok } : result;
 }

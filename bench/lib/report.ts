@@ -91,7 +91,6 @@ export function markdownTable(
   );
 }
 
-/** Requests per second as the tables show them. */
 /** How the tables name a protocol. */
 export const protocolLabel: Record<Protocol, string> = {
   rest: "REST",
@@ -99,6 +98,7 @@ export const protocolLabel: Record<Protocol, string> = {
   connect: "Connect",
 };
 
+/** Requests per second as the tables show them. */
 export function formatRate(value: number): string {
   if (!Number.isFinite(value)) return "-";
   return value >= 100 ? Math.round(value).toLocaleString("en-US") : value.toFixed(1);

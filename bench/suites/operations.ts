@@ -44,6 +44,11 @@ const writes: readonly { kind: WriteKind; protocols: readonly Protocol[] }[] = [
 
 const variants: readonly ServiceVariant[] = ["without-operations", "deployed"];
 
+const noRuns = (): Record<ServiceVariant, LoadResult[]> => ({
+  deployed: [],
+  "without-operations": [],
+});
+
 /**
  * What the operations steps around every call (request log and id, metrics,
  * rate limits counted, idempotency keys, store timings) cost in throughput:
@@ -54,7 +59,7 @@ export async function runOperations(context: BenchContext): Promise<OperationsRo
   const rows = await readRows(context);
   for (const { kind, protocols } of writes.filter(({ kind }) => selected(context.options, kind))) {
     for (const protocol of protocols) {
-      const runs: Record<ServiceVariant, LoadResult[]> = { deployed: [], "without-operations": [] };
+      const runs = noRuns();
       for (let repeat = 0; repeat < context.options.repeats; repeat++) {
         for (const variant of alternate(repeat)) {
           const result = await writeRun(context, kind, protocol, { variant });
@@ -139,7 +144,7 @@ async function readRows(context: BenchContext): Promise<OperationsRow[]> {
       }
       for (const { scenario, protocol } of targets) {
         const key = `${scenario}/${protocol}`;
-        const entry = runs.get(key) ?? { deployed: [], "without-operations": [] };
+        const entry = runs.get(key) ?? noRuns();
         runs.set(key, entry);
         for (const variant of order) {
           const result = await measure(scenario, protocol, variant, options.seconds);
@@ -150,11 +155,7 @@ async function readRows(context: BenchContext): Promise<OperationsRow[]> {
       for (const variant of order) await stop(variant);
     }
     return targets.map(({ scenario, protocol }) =>
-      rowOf(
-        scenario,
-        protocol,
-        runs.get(`${scenario}/${protocol}`) ?? { deployed: [], "without-operations": [] },
-      ),
+      rowOf(scenario, protocol, runs.get(`${scenario}/${protocol}`) ?? noRuns()),
     );
   } finally {
     for (const variant of variants) await stop(variant);

@@ -117,8 +117,8 @@ export class SqliteDatabase {
     );
     // An 8 MiB page cache: it holds the upper levels of every index, and the
     // rest of the file is a read from the operating system's cache away. At
-    // 1M customers 32 MiB added ~22 MB of RSS and served no lookup, list page
-    // or identify faster (the deepest list page was 12% slower).
+    // 1M customers 32 MiB added about 25 MiB of RSS and served no lookup,
+    // list page or identify faster (the deepest list page was 12% slower).
     db.exec("PRAGMA cache_size = -8192");
     db.exec("PRAGMA temp_store = MEMORY");
     // Checkpoints run on a worker thread (see sqlite-checkpointer.ts); this
