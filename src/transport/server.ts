@@ -41,16 +41,29 @@ export function createSharedPortServer(deps: {
   const sockets = new Set<Socket>();
   /** Connections whose first bytes have not said which protocol they speak yet. */
   const undecided = new Set<Socket>();
-  const http1Sockets = new Set<Socket>();
-  const http1InFlight = new Map<ServerResponse, Socket>();
+  /**
+   * The HTTP/1.1 connections, each with the response it owes last (a pipelined
+   * request's answer is written after the ones before it), if any. Kept per
+   * connection rather than per request: a map that gains and loses a key on
+   * every request reallocates its table over and over, and tables held by a
+   * long-lived map outlive two young-generation collections, so every one
+   * was promoted; that promotion alone set off a full collection every few
+   * seconds under load.
+   */
+  const http1Sockets = new Map<Socket, { owed: ServerResponse | undefined }>();
   let draining = false;
   let onHttp1Drained: (() => void) | undefined;
 
   // Sees every HTTP/1.1 request before Fastify does: the drain needs to know
   // which connections are busy, and to end them once their response is out.
   httpServer.prependListener("request", (request: IncomingMessage, response: ServerResponse) => {
-    http1InFlight.set(response, request.socket);
-    response.once("close", () => http1InFlight.delete(response));
+    const connection = http1Sockets.get(request.socket);
+    if (connection) {
+      connection.owed = response;
+      response.once("close", () => {
+        if (connection.owed === response) connection.owed = undefined;
+      });
+    }
     if (draining) closeAfter(response, request.socket);
   });
 
@@ -75,7 +88,7 @@ export function createSharedPortServer(deps: {
         injector.injectConnection(socket);
         return;
       }
-      http1Sockets.add(socket);
+      http1Sockets.set(socket, { owed: undefined });
       socket.once("close", () => {
         http1Sockets.delete(socket);
         if (http1Sockets.size === 0) onHttp1Drained?.();
@@ -112,7 +125,7 @@ export function createSharedPortServer(deps: {
         onHttp1Drained = resolve;
         if (http1Sockets.size === 0) resolve();
       });
-      for (const [response, socket] of http1InFlight) closeAfter(response, socket);
+      for (const [socket, { owed }] of http1Sockets) if (owed) closeAfter(owed, socket);
       // Connections between requests would otherwise wait for their keep-alive timeout.
       httpServer.closeIdleConnections();
       // Sends every HTTP/2 connection a GOAWAY; its open streams go on.
