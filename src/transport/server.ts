@@ -45,10 +45,10 @@ export function createSharedPortServer(deps: {
    * The HTTP/1.1 connections, each with the response it owes last (a pipelined
    * request's answer is written after the ones before it), if any. Kept per
    * connection rather than per request: a map that gains and loses a key on
-   * every request reallocates its table over and over, and tables held by a
-   * long-lived map outlive two young-generation collections, so every one
-   * was promoted; that promotion alone set off a full collection every few
-   * seconds under load.
+   * every request reallocates its table over and over, and a table held by a
+   * long-lived map outlives two young-generation collections, so each was
+   * promoted: the old generation grew by 184 bytes a REST read that way,
+   * and by about 30 this way.
    */
   const http1Sockets = new Map<Socket, { owed: ServerResponse | undefined }>();
   let draining = false;
