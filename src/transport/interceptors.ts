@@ -30,20 +30,21 @@ export function interceptors(deps: {
    */
   operations?: boolean;
 }): Interceptor[] {
-  if (deps.operations === false) {
-    return [normaliseErrors(deps.log), authenticate(deps.authenticator), decodeRequest];
-  }
-  return [
-    observeCalls([logCalls(deps.logger), measureCalls(deps.calls)]),
+  // The bench's variant without the operations steps keeps the others, in
+  // the same order: one list, so the two cannot drift apart.
+  const operations = deps.operations !== false;
+  const steps: (Interceptor | false)[] = [
+    operations && observeCalls([logCalls(deps.logger), measureCalls(deps.calls)]),
     normaliseErrors(deps.log),
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.
-    deps.rateLimits.byAddress,
+    operations && deps.rateLimits.byAddress,
     authenticate(deps.authenticator),
-    deps.rateLimits.byKey,
+    operations && deps.rateLimits.byKey,
     decodeRequest,
-    deps.idempotency,
+    operations && deps.idempotency,
   ];
+  return steps.filter((step): step is Interceptor => step !== false);
 }
 
 /** Whatever goes wrong leaves as a ConnectError (see `toConnectError`). */
