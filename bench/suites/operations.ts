@@ -76,11 +76,11 @@ export async function runOperations(context: BenchContext): Promise<OperationsRo
 /**
  * Each service on its own copy of one seeded store (the embedded store has
  * one writer), so both serve the same customers. Both processes are
- * started anew for every repeat, in turns: on this two-core machine two
- * processes running the same build differ by up to a third in CPU per
- * call for as long as they live (where the scheduler and the network
- * interrupts put them), so one pair of processes for all repeats would
- * measure that pair.
+ * started anew for every repeat, in turns: two processes running the same
+ * build differ by up to a third in CPU per call for as long as they live
+ * (not because of where the scheduler puts them: pinned, they differ the
+ * same way; see the README's bounds), so one pair of processes for all
+ * repeats would measure that pair.
  */
 async function readRows(context: BenchContext): Promise<OperationsRow[]> {
   const { options } = context;
