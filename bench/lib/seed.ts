@@ -34,6 +34,12 @@ export interface SeedPlan {
    * instead: one referrer with many referrals, as a popular one has.
    */
   readonly busyReferrer?: boolean;
+  /**
+   * Every customer but the oldest was referred (as many referrals as
+   * customers, less one), each by the customer of half its number, instead
+   * of the newer half only: the scale run's "1M customers and 1M referrals".
+   */
+  readonly everyoneReferred?: boolean;
 }
 
 /** What a seeded store holds, for building requests. */
@@ -45,6 +51,8 @@ export interface SeededData {
   /** The trigger that converts a pending referral of the default campaign. */
   readonly rewardTrigger: string;
   readonly customers: number;
+  /** Referrals of the base customers (the `c-<i>`). */
+  readonly referrals: number;
   /** A customer that was referred and refers others: a read that derives every field. */
   readonly sampleCustomerId: string;
   /** The oldest customer: with `busyReferrer`, the referrer of a tenth of the referrals. */
@@ -107,14 +115,20 @@ export async function seedStore(
       progress,
     );
     // The newer half was referred, each by a slightly older customer of that
-    // half (two referees each), so some customers are both referee and referrer.
+    // half (two referees each), so some customers are both referee and referrer;
+    // or, with everyoneReferred, every customer after the first, by the one of
+    // half its number.
     const half = Math.floor(base / 2);
-    const referrerOf = (i: number) => half + Math.floor((i - half) / 2);
+    const firstReferred = plan.everyoneReferred ? 1 : half + 1;
+    const referrerOf = plan.everyoneReferred
+      ? (i: number) => Math.floor(i / 2)
+      : (i: number) => half + Math.floor((i - half) / 2);
+    const referrals = Math.max(0, base - firstReferred);
     await insertAll(
       store.system.referrals,
-      Math.max(0, base - half - 1),
+      referrals,
       (k) => {
-        const i = half + 1 + k;
+        const i = firstReferred + k;
         const status: ReferralStatusName = k % 3 === 0 ? "accepted" : "pending";
         const referrer = plan.busyReferrer && k % 10 === 0 ? 0 : referrerOf(i);
         return referralDoc(tenant, baseIds[referrer] as string, baseIds[i] as string, {
@@ -166,7 +180,8 @@ export async function seedStore(
       defaultCampaignId: campaign._id,
       rewardTrigger,
       customers: base,
-      // Referred by customer `half`, and the referrer of the next two.
+      referrals,
+      // A referred customer that refers others (two, unless everyoneReferred).
       sampleCustomerId: baseIds[Math.min(half + 1, base - 1)] as string,
       oldestCustomerId: baseIds[0] as string,
     };

@@ -61,8 +61,8 @@ function scaleCalls(seeded: SeededData, customers: number, referrals: number, ta
 }
 
 /**
- * For each size: seeds that many customers (and about half as many
- * referrals) straight into a new store, starts the service once, then
+ * For each size: seeds that many customers (and as many referrals, less
+ * one) straight into a new store, starts the service once, then
  * `repeats` times restarts it and times every call one at a time.
  */
 export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
@@ -76,7 +76,8 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       log(`scale ${label}: seeding`);
       const seedStarted = performance.now();
       let reported = 0;
-      const seeded = await seedStore(dataDir, { customers, busyReferrer: true }, (inserted) => {
+      const plan = { customers, busyReferrer: true, everyoneReferred: true };
+      const seeded = await seedStore(dataDir, plan, (inserted) => {
         if (inserted - reported >= customers / 4) {
           reported = inserted;
           log(`scale ${label}: ${inserted.toLocaleString("en-US")} documents`);
@@ -84,7 +85,7 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       });
       context.engine ??= seeded.engine;
       const seedSeconds = (performance.now() - seedStarted) / 1000;
-      const referrals = Math.max(0, customers - Math.floor(customers / 2) - 1);
+      const { referrals } = seeded;
       const first = await startService(dataDir);
       await stopService(context, first);
       log(
