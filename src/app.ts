@@ -14,9 +14,10 @@ import { createGrpcServer } from "./transport/grpc.js";
 import { buildHttpApp } from "./transport/http-app.js";
 import { idempotencyKeys } from "./transport/idempotency.js";
 import { interceptors } from "./transport/interceptors.js";
-import { createMetrics } from "./transport/metrics.js";
-import { createPipeline, type Interceptor } from "./transport/pipeline.js";
+import { createMetrics, measureCalls } from "./transport/metrics.js";
+import { createPipeline, type Interceptor, observeCalls } from "./transport/pipeline.js";
 import { createRateLimits } from "./transport/rate-limit.js";
+import { logCalls } from "./transport/request-log.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
 
@@ -150,6 +151,7 @@ export async function buildApp(
           const graceMs = config.connections.shutdownGraceMs;
           logger.info({ graceMs }, "draining");
           await Promise.all([server.close(graceMs), runtime.stop(graceMs)]);
+          transports.settleCalls();
           await retention?.stop();
           await store.close();
         })();
@@ -188,12 +190,12 @@ async function buildTransports(
     store,
     countRateLimited: metrics.countRateLimited,
   });
+  const observedCalls = observeCalls([logCalls(logger), measureCalls(metrics.calls)]);
   const pipeline = createPipeline([
     ...interceptors({
       authenticator,
       log,
-      logger,
-      calls: metrics.calls,
+      observeCalls: observedCalls.step,
       rateLimits,
       idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
       operations: serving.operations,
@@ -206,7 +208,14 @@ async function buildTransports(
     store,
     log,
     logger,
-    metrics: metrics.registry,
+    metrics: {
+      contentType: metrics.registry.contentType,
+      // Outcomes not yet counted (see observeCalls) are counted first.
+      metrics: () => {
+        observedCalls.settle();
+        return metrics.registry.metrics();
+      },
+    },
     metricsToken: config.metricsToken,
     maxBodyBytes: config.maxBodyBytes,
     isDraining: serving.isDraining,
@@ -220,7 +229,7 @@ async function buildTransports(
     limits: config.connections,
   });
   await http.ready();
-  return { http, grpc };
+  return { http, grpc, settleCalls: observedCalls.settle };
 }
 
 /** WEBHOOK_SECRET_KEY, or on the embedded store the key file in DATA_DIR (config requires the former with MongoDB). */

@@ -31,7 +31,7 @@ export interface HttpAppOptions {
   readonly log: ErrorLogger;
   readonly logger: Logger;
   /** What `GET /metrics` serves, to callers with `metricsToken`. */
-  readonly metrics: Registry;
+  readonly metrics: Pick<Registry, "contentType" | "metrics">;
   readonly metricsToken: string | undefined;
   readonly maxBodyBytes: number;
   /** True once the service is draining: `/readyz` answers 503. */

@@ -1,12 +1,9 @@
-import type { Logger } from "pino";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import type { Authenticator } from "../services/authentication.js";
 import { callerKey } from "../services/context.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
-import { type CallMetrics, measureCalls } from "./metrics.js";
-import { type Interceptor, observeCalls } from "./pipeline.js";
+import type { Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
-import { logCalls } from "./request-log.js";
 
 /**
  * Every step a call takes before its implementation, in order, for every
@@ -18,8 +15,8 @@ import { logCalls } from "./request-log.js";
 export function interceptors(deps: {
   authenticator: Authenticator;
   log: ErrorLogger;
-  logger: Logger;
-  calls: CallMetrics;
+  /** The request log and the call metrics (`observeCalls`). */
+  observeCalls: Interceptor;
   rateLimits: RateLimits;
   /** Idempotency keys (see `idempotency.ts`): last, as it needs the caller and the request. */
   idempotency: Interceptor;
@@ -34,7 +31,7 @@ export function interceptors(deps: {
   // the same order: one list, so the two cannot drift apart.
   const operations = deps.operations !== false;
   const steps: (Interceptor | false)[] = [
-    operations && observeCalls([logCalls(deps.logger), measureCalls(deps.calls)]),
+    operations && deps.observeCalls,
     normaliseErrors(deps.log),
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.

@@ -84,7 +84,8 @@ function addressStep(
 ): Interceptor {
   if (!admin && !failures) return (call, next) => next(call);
   return async (call, next) => {
-    if (failures) {
+    if (failures && !blocked.isEmpty()) {
+      // Only now: finding a gRPC caller's address is a string parse per call.
       const blockedMs = blocked.remainingMs(call.clientAddress);
       if (blockedMs > 0) {
         const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
@@ -241,6 +242,7 @@ export function addressKey(address: string): string {
 
 /** Addresses over the failed-authentication limit, checked on every call before authentication. */
 interface BlockedAddresses {
+  isEmpty(): boolean;
   remainingMs(address: string): number;
   add(address: string, ms: number): void;
 }
@@ -250,16 +252,17 @@ const blockedSweepSize = 10_000;
 
 /**
  * The addresses this process saw use their failure limit up, until when.
- * Every call reads it, so it is a Map in memory: empty (one size check)
- * unless an address is blocked, and no store round trip. On several
+ * Every call reads it, so it is a Map in memory: empty (one size check,
+ * before the caller's address is even read) unless an address is blocked,
+ * and no store round trip. On several
  * instances each learns of a block from the shared counter at its own next
  * failure from that address.
  */
 function blockedAddresses(): BlockedAddresses {
   const until = new Map<string, number>();
   return {
+    isEmpty: () => until.size === 0,
     remainingMs(address) {
-      if (until.size === 0) return 0;
       const key = addressKey(address);
       const end = until.get(key);
       if (end === undefined) return 0;

@@ -1,4 +1,5 @@
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import {
@@ -7,6 +8,7 @@ import {
   ListCampaignsRequestSchema,
   ListCampaignsResponseSchema,
 } from "../../gen/referral/v1/campaigns_pb.js";
+import { type Call, observeCalls } from "../../src/transport/pipeline.js";
 import { connectClient, type Json, keys, rest, useServer } from "../helpers/server.js";
 
 // Request logs and metrics, on every protocol.
@@ -103,6 +105,27 @@ test.serial("every protocol writes one line per call and returns the request id"
     t.regex(entry.keyId, /^key_/, "the key's id is logged");
     t.is(typeof entry.durationMs, "number");
   }
+});
+
+test("observers hear of an outcome after its response, or at once when settled", async (t) => {
+  const heard: string[] = [];
+  const observed = observeCalls([
+    { enter: () => heard.push("enter"), leave: (_call, code) => heard.push(code) },
+  ]);
+  const call = {} as Call;
+  const response = {} as Awaited<ReturnType<Parameters<typeof observed.step>[1]>>;
+  t.is(await observed.step(call, async () => response), response);
+  t.deepEqual(heard, ["enter"], "the outcome waits for the turn's responses to be written");
+  observed.settle();
+  t.deepEqual(heard, ["enter", "ok"], "a scrape or the shutdown hears it at once");
+  const failed = observed.step(call, async () => {
+    throw new ConnectError("gone", Code.NotFound);
+  });
+  await t.throwsAsync(failed);
+  await new Promise((resolve) => setImmediate(resolve));
+  t.deepEqual(heard, ["enter", "ok", "enter", "not_found"], "and every outcome by the next turn");
+  observed.settle();
+  t.is(heard.length, 4, "each outcome once");
 });
 
 test.serial("no log line holds a key, the admin token or the metrics token", async (t) => {
