@@ -79,20 +79,58 @@ export async function startService(
   env: Record<string, string> = {},
   variant: ServiceVariant = "deployed",
 ): Promise<ServiceProcess> {
-  buildOnce();
-  const port = await freePort();
-  const started = performance.now();
   const entry =
     variant === "deployed"
       ? ["dist/src/main.js"]
       : ["--import", "tsx", "bench/service-without-operations.ts"];
+  const port = await freePort();
+  const [service] = await spawnService(entry, [port], { ...env, DATA_DIR: dataDir });
+  return service as ServiceProcess;
+}
+
+/**
+ * Both variants in one process (`bench/service-with-and-without-operations.ts`),
+ * each on its own port and store: one process, so one speed for both (see
+ * the README's bounds, *Two processes of one build*). Each view has its own
+ * origin; they share the process, its CPU time and its stop.
+ */
+export async function startServicePair(
+  dataDirs: Record<ServiceVariant, string>,
+): Promise<Record<ServiceVariant, ServiceProcess>> {
+  const ports = [await freePort(), await freePort()];
+  const [deployed, without] = await spawnService(
+    ["--import", "tsx", "bench/service-with-and-without-operations.ts"],
+    ports,
+    {
+      DATA_DIR: dataDirs.deployed,
+      DATA_DIR_WITHOUT_OPERATIONS: dataDirs["without-operations"],
+      PORT_WITHOUT_OPERATIONS: String(ports[1]),
+    },
+  );
+  return {
+    deployed: deployed as ServiceProcess,
+    "without-operations": without as ServiceProcess,
+  };
+}
+
+/**
+ * Spawns a service entry with `npm start`'s Node flags, serving on `ports`
+ * (the first is `PORT`), and waits until every port's `/readyz` answers
+ * 200: one view of the process per port.
+ */
+async function spawnService(
+  entry: readonly string[],
+  ports: readonly number[],
+  env: Record<string, string>,
+): Promise<ServiceProcess[]> {
+  buildOnce();
+  const started = performance.now();
   const child = spawn(process.execPath, [...startNodeFlags(), ...entry], {
     cwd: repoRoot,
     env: {
       ...process.env,
-      PORT: String(port),
+      PORT: String(ports[0]),
       HOST: "127.0.0.1",
-      DATA_DIR: dataDir,
       LOG_LEVEL: "warn",
       // One key drives tens of thousands of calls a second: limits that never
       // refuse it, yet are counted, so the runs include the limiter's cost.
@@ -114,7 +152,6 @@ export async function startService(
       if (/"level":(50|60)/.test(line)) keep(`${line}\n`);
     }
   });
-  const origin = `http://127.0.0.1:${port}`;
   const exited = exitOf(child);
   let stopping = false;
   // A service that dies mid-run (or is killed from outside) turns every
@@ -122,21 +159,30 @@ export async function startService(
   child.once("exit", (code, signal) => {
     if (!stopping) keep(`the service exited during the run (${signal ?? `code ${code}`})\n`);
   });
-  await waitUntilReady(origin, exited, readyTimeoutMs, () => errors.join(""));
+  const origins = ports.map((port) => `http://127.0.0.1:${port}`);
+  for (const origin of origins) {
+    await waitUntilReady(origin, exited, readyTimeoutMs, () => errors.join(""));
+  }
   const readyMs = performance.now() - started;
-  return {
+  let reported = false;
+  return origins.map((origin) => ({
     origin,
     pid: child.pid as number,
     readyMs,
     rssBytes: () => rssOf(child.pid as number),
     cpuSeconds: () => cpuSecondsOf(child.pid as number),
-    problems: () => errors.join(""),
+    // Told once, whichever view of the process asks first.
+    problems: () => {
+      if (reported) return "";
+      reported = true;
+      return errors.join("");
+    },
     alive: () => child.exitCode === null && child.signalCode === null,
     stop: () => {
       stopping = true;
       return stopChild(child, exited);
     },
-  };
+  }));
 }
 
 async function waitUntilReady(

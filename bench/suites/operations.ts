@@ -5,7 +5,12 @@ import { type BenchContext, measureWhileAlive, stopService } from "../lib/contex
 import { load } from "../lib/load.js";
 import { type LoadResult, medianResult, withServiceCpu } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
-import { type ServiceProcess, type ServiceVariant, startService } from "../lib/processes.js";
+import {
+  type ServiceProcess,
+  type ServiceVariant,
+  startService,
+  startServicePair,
+} from "../lib/processes.js";
 import {
   failureNote,
   formatMs,
@@ -21,10 +26,17 @@ import { writeRun } from "./writes.js";
 /** The operations issue's goal: the steps around each call keep this share of the throughput. */
 export const operationsGoal = 0.9;
 
+/**
+ * Where the two variants run: each in its own process (as deployed), or
+ * both in one process, on two ports (one speed for both; see `readRows`).
+ */
+export type VariantProcesses = "separate" | "shared";
+
 /** One call on one protocol, with and without the operations steps. */
 export interface OperationsRow {
   readonly call: string;
   readonly protocol: Protocol;
+  readonly processes: VariantProcesses;
   readonly without: LoadResult;
   readonly with: LoadResult;
   /** req/s with over req/s without (medians). */
@@ -53,10 +65,11 @@ const noRuns = (): Record<ServiceVariant, LoadResult[]> => ({
  * What the operations steps around every call (request log and id, metrics,
  * rate limits counted, idempotency keys, store timings) cost in throughput:
  * `npm start`'s service against the same compiled service built without
- * them, closed loop, alternating within every repeat.
+ * them, closed loop, alternating within every repeat; the reads again with
+ * both variants in one process.
  */
 export async function runOperations(context: BenchContext): Promise<OperationsRow[]> {
-  const rows = await readRows(context);
+  const rows = await readRows(context, "separate");
   for (const { kind, protocols } of writes.filter(({ kind }) => selected(context.options, kind))) {
     for (const protocol of protocols) {
       const runs = noRuns();
@@ -67,35 +80,55 @@ export async function runOperations(context: BenchContext): Promise<OperationsRo
           logRun(context, repeat, `${kind}/${protocol}`, variant, result);
         }
       }
-      rows.push(rowOf(kind, protocol, runs));
+      rows.push(rowOf(kind, protocol, "separate", runs));
     }
   }
+  rows.push(...(await readRows(context, "shared")));
   return rows;
 }
 
 /**
  * Each service on its own copy of one seeded store (the embedded store has
- * one writer), so both serve the same customers. Both processes are
- * started anew for every repeat, in turns: two processes running the same
- * build differ by up to a third in CPU per call for as long as they live
- * (not because of where the scheduler puts them: pinned, they differ the
- * same way; see the README's bounds), so one pair of processes for all
- * repeats would measure that pair.
+ * one writer), so both serve the same customers. Both are started anew for
+ * every repeat, in turns: two processes running the same build differ by
+ * up to a third in CPU per call for as long as they live (not because of
+ * where the scheduler puts them: pinned, they differ the same way; see the
+ * README's bounds), so one pair of processes for all repeats would measure
+ * that pair. With `shared`, both variants run in one process on two ports,
+ * loaded one at a time: the process's speed is then the same for both, and
+ * the difference is the steps'.
  */
-async function readRows(context: BenchContext): Promise<OperationsRow[]> {
+async function readRows(
+  context: BenchContext,
+  processes: VariantProcesses,
+): Promise<OperationsRow[]> {
   const { options } = context;
   const wanted = reads.filter(({ scenario }) => selected(options, scenario));
   if (wanted.length === 0) return [];
-  context.log(`operations: seeding ${options.baseCustomers} customers`);
+  context.log(`operations (${processes} processes): seeding ${options.baseCustomers} customers`);
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-bench-"));
   const running: Partial<Record<ServiceVariant, ServiceProcess>> = {};
-  const start = async (variant: ServiceVariant) => {
-    running[variant] = await startService(join(dataDir, variant), {}, variant);
+  const startAll = async (order: readonly ServiceVariant[]) => {
+    if (processes === "shared") {
+      Object.assign(
+        running,
+        await startServicePair({
+          deployed: join(dataDir, "deployed"),
+          "without-operations": join(dataDir, "without-operations"),
+        }),
+      );
+      return;
+    }
+    for (const variant of order) {
+      running[variant] = await startService(join(dataDir, variant), {}, variant);
+    }
   };
-  const stop = async (variant: ServiceVariant) => {
-    const service = running[variant];
-    running[variant] = undefined;
-    if (service) await stopService(context, service);
+  const stopAll = async (order: readonly ServiceVariant[]) => {
+    for (const variant of order) {
+      const service = running[variant];
+      running[variant] = undefined;
+      if (service) await stopService(context, service);
+    }
   };
   try {
     const seeded = await seedStore(join(dataDir, "deployed"), {
@@ -110,21 +143,23 @@ async function readRows(context: BenchContext): Promise<OperationsRow[]> {
       protocol: Protocol,
       variant: ServiceVariant,
       seconds: number,
+      order: readonly ServiceVariant[],
     ) => {
       const scenario = scenarios.find((candidate) => candidate.name === name);
       if (!scenario) throw new Error(`no read scenario ${name}`);
       return measureWhileAlive(
         context,
-        `operations ${name}/${protocol} ${variant}`,
+        `operations ${name}/${protocol} ${variant} (${processes} processes)`,
         () => serviceOf(variant).alive(),
         () =>
           withServiceCpu(
             () => serviceOf(variant).cpuSeconds(),
             () => load(protocol, serviceOf(variant).origin, scenario, { seconds }, options),
           ),
+        // One process may serve both: both start again.
         async () => {
-          await stop(variant);
-          await start(variant);
+          await stopAll(order);
+          await startAll(order);
         },
       );
     };
@@ -134,11 +169,11 @@ async function readRows(context: BenchContext): Promise<OperationsRow[]> {
     const runs = new Map<string, Record<ServiceVariant, LoadResult[]>>();
     for (let repeat = 0; repeat < options.repeats; repeat++) {
       const order = alternate(repeat);
-      for (const variant of order) await start(variant);
+      await startAll(order);
       for (const { scenario, protocol } of targets) {
         for (const variant of order) {
           if (options.warmupSeconds > 0) {
-            await measure(scenario, protocol, variant, options.warmupSeconds);
+            await measure(scenario, protocol, variant, options.warmupSeconds, order);
           }
         }
       }
@@ -147,18 +182,18 @@ async function readRows(context: BenchContext): Promise<OperationsRow[]> {
         const entry = runs.get(key) ?? noRuns();
         runs.set(key, entry);
         for (const variant of order) {
-          const result = await measure(scenario, protocol, variant, options.seconds);
+          const result = await measure(scenario, protocol, variant, options.seconds, order);
           entry[variant].push(result);
-          logRun(context, repeat, key, variant, result);
+          logRun(context, repeat, `${key} (${processes} processes)`, variant, result);
         }
       }
-      for (const variant of order) await stop(variant);
+      await stopAll(order);
     }
     return targets.map(({ scenario, protocol }) =>
-      rowOf(scenario, protocol, runs.get(`${scenario}/${protocol}`) ?? noRuns()),
+      rowOf(scenario, protocol, processes, runs.get(`${scenario}/${protocol}`) ?? noRuns()),
     );
   } finally {
-    for (const variant of variants) await stop(variant);
+    await stopAll(variants);
     rmSync(dataDir, { recursive: true, force: true });
   }
 }
@@ -184,6 +219,7 @@ function logRun(
 function rowOf(
   call: string,
   protocol: Protocol,
+  processes: VariantProcesses,
   runs: Record<ServiceVariant, LoadResult[]>,
 ): OperationsRow {
   const without = medianResult(runs["without-operations"]);
@@ -191,6 +227,7 @@ function rowOf(
   return {
     call,
     protocol,
+    processes,
     without,
     with: deployed,
     kept: deployed.rps / without.rps,
@@ -208,6 +245,7 @@ export function operationsTable(rows: readonly OperationsRow[]): string {
     [
       "call",
       "protocol",
+      "processes",
       "req/s without",
       "req/s with",
       "kept",
@@ -220,6 +258,8 @@ export function operationsTable(rows: readonly OperationsRow[]): string {
     rows.map((row) => [
       row.call,
       protocolLabel[row.protocol],
+      // Results written before the shared runs existed had separate processes only.
+      row.processes === "shared" ? "one for both" : "one each",
       formatRate(row.without.rps),
       formatRate(row.with.rps),
       formatPercent(row.kept),
