@@ -49,8 +49,9 @@ export async function buildApp(
     /** Where log lines go; stdout when unset (tests read them). */
     logTo?: DestinationStream;
     /**
-     * Test-only: interceptors run after the standard ones, next to the
-     * implementation (the drain tests hold calls in flight with one).
+     * Tests and the bench: interceptors run after the standard ones, next
+     * to the implementation (the drain tests hold calls in flight with one;
+     * the bench's calibration burns a known amount of CPU in one).
      */
     extraInterceptors?: readonly Interceptor[];
     /**

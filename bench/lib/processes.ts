@@ -88,28 +88,40 @@ export async function startService(
   return service as ServiceProcess;
 }
 
+/** CPU the calibration service burns in each call before its response, in µs. */
+export const calibrationMicros = 4;
+
+/** The shared process's services: both variants, and the calibration service. */
+export type SharedServices = Record<ServiceVariant | "calibration", ServiceProcess>;
+
 /**
  * Both variants in one process (`bench/service-with-and-without-operations.ts`),
- * each on its own port and store: one process, so one speed for both (see
- * the README's bounds, *Two processes of one build*). Each view has its own
- * origin; they share the process, its CPU time and its stop.
+ * and the one without operations again with a step that burns
+ * `calibrationMicros` of CPU before each call goes on, each on its own port
+ * and store: one process, so one speed for all three (see the README's
+ * bounds, *Two processes of one build*). Each view has its own origin; they
+ * share the process, its CPU time and its stop.
  */
-export async function startServicePair(
-  dataDirs: Record<ServiceVariant, string>,
-): Promise<Record<ServiceVariant, ServiceProcess>> {
-  const ports = [await freePort(), await freePort()];
-  const [deployed, without] = await spawnService(
+export async function startSharedServices(
+  dataDirs: Record<keyof SharedServices, string>,
+): Promise<SharedServices> {
+  const ports = [await freePort(), await freePort(), await freePort()];
+  const [deployed, without, calibration] = await spawnService(
     ["--import", "tsx", "bench/service-with-and-without-operations.ts"],
     ports,
     {
       DATA_DIR: dataDirs.deployed,
       DATA_DIR_WITHOUT_OPERATIONS: dataDirs["without-operations"],
       PORT_WITHOUT_OPERATIONS: String(ports[1]),
+      DATA_DIR_CALIBRATION: dataDirs.calibration,
+      PORT_CALIBRATION: String(ports[2]),
+      CALIBRATION_MICROS: String(calibrationMicros),
     },
   );
   return {
     deployed: deployed as ServiceProcess,
     "without-operations": without as ServiceProcess,
+    calibration: calibration as ServiceProcess,
   };
 }
 

@@ -6,10 +6,12 @@ import { load } from "../lib/load.js";
 import { type LoadResult, medianResult, withServiceCpu } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
 import {
+  calibrationMicros,
   type ServiceProcess,
   type ServiceVariant,
+  type SharedServices,
   startService,
-  startServicePair,
+  startSharedServices,
 } from "../lib/processes.js";
 import {
   failureNote,
@@ -32,6 +34,9 @@ export const operationsGoal = 0.9;
  */
 export type VariantProcesses = "separate" | "shared";
 
+/** What a run loads: a variant, or (in the shared process) the calibration service. */
+type Measured = keyof SharedServices;
+
 /** One call on one protocol, with and without the operations steps. */
 export interface OperationsRow {
   readonly call: string;
@@ -41,7 +46,17 @@ export interface OperationsRow {
   readonly with: LoadResult;
   /** req/s with over req/s without (medians). */
   readonly kept: number;
-  readonly runs: { readonly without: LoadResult[]; readonly with: LoadResult[] };
+  /**
+   * Shared process only: the service without the steps, plus a step that
+   * burns `calibrationMicros` of CPU before each call goes on; `kept` as above.
+   */
+  readonly calibration?: LoadResult;
+  readonly calibrationKept?: number;
+  readonly runs: {
+    readonly without: LoadResult[];
+    readonly with: LoadResult[];
+    readonly calibration?: LoadResult[];
+  };
 }
 
 // The reads served most (a kept customer, the campaign list) on every
@@ -56,9 +71,16 @@ const writes: readonly { kind: WriteKind; protocols: readonly Protocol[] }[] = [
 
 const variants: readonly ServiceVariant[] = ["without-operations", "deployed"];
 
-const noRuns = (): Record<ServiceVariant, LoadResult[]> => ({
+/** What each kind of run loads, in the first repeat's order. */
+const measuredIn: Record<VariantProcesses, readonly Measured[]> = {
+  separate: variants,
+  shared: [...variants, "calibration"],
+};
+
+const noRuns = (): Record<Measured, LoadResult[]> => ({
   deployed: [],
   "without-operations": [],
+  calibration: [],
 });
 
 /**
@@ -74,7 +96,7 @@ export async function runOperations(context: BenchContext): Promise<OperationsRo
     for (const protocol of protocols) {
       const runs = noRuns();
       for (let repeat = 0; repeat < context.options.repeats; repeat++) {
-        for (const variant of alternate(repeat)) {
+        for (const variant of alternate(variants, repeat)) {
           const result = await writeRun(context, kind, protocol, { variant });
           runs[variant].push(result);
           logRun(context, repeat, `${kind}/${protocol}`, variant, result);
@@ -96,7 +118,9 @@ export async function runOperations(context: BenchContext): Promise<OperationsRo
  * README's bounds), so one pair of processes for all repeats would measure
  * that pair. With `shared`, both variants run in one process on two ports,
  * loaded one at a time: the process's speed is then the same for both, and
- * the difference is the steps'.
+ * the difference is the steps'. The shared process also serves the
+ * calibration service on a third port: what `calibrationMicros` of work
+ * before each response costs in the same run.
  */
 async function readRows(
   context: BenchContext,
@@ -107,23 +131,26 @@ async function readRows(
   if (wanted.length === 0) return [];
   context.log(`operations (${processes} processes): seeding ${options.baseCustomers} customers`);
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-bench-"));
-  const running: Partial<Record<ServiceVariant, ServiceProcess>> = {};
-  const startAll = async (order: readonly ServiceVariant[]) => {
+  const running: Partial<Record<Measured, ServiceProcess>> = {};
+  const measured = measuredIn[processes];
+  const startAll = async (order: readonly Measured[]) => {
     if (processes === "shared") {
       Object.assign(
         running,
-        await startServicePair({
+        await startSharedServices({
           deployed: join(dataDir, "deployed"),
           "without-operations": join(dataDir, "without-operations"),
+          calibration: join(dataDir, "calibration"),
         }),
       );
       return;
     }
     for (const variant of order) {
+      if (variant === "calibration") throw new Error("calibration runs in the shared process");
       running[variant] = await startService(join(dataDir, variant), {}, variant);
     }
   };
-  const stopAll = async (order: readonly ServiceVariant[]) => {
+  const stopAll = async (order: readonly Measured[]) => {
     for (const variant of order) {
       const service = running[variant];
       running[variant] = undefined;
@@ -135,15 +162,17 @@ async function readRows(
       customers: options.baseCustomers,
     });
     context.engine ??= seeded.engine;
-    cpSync(join(dataDir, "deployed"), join(dataDir, "without-operations"), { recursive: true });
-    const serviceOf = (variant: ServiceVariant) => running[variant] as ServiceProcess;
+    for (const copy of measured.filter((variant) => variant !== "deployed")) {
+      cpSync(join(dataDir, "deployed"), join(dataDir, copy), { recursive: true });
+    }
+    const serviceOf = (variant: Measured) => running[variant] as ServiceProcess;
     const scenarios = readScenarios(seeded);
     const measure = (
       name: string,
       protocol: Protocol,
-      variant: ServiceVariant,
+      variant: Measured,
       seconds: number,
-      order: readonly ServiceVariant[],
+      order: readonly Measured[],
     ) => {
       const scenario = scenarios.find((candidate) => candidate.name === name);
       if (!scenario) throw new Error(`no read scenario ${name}`);
@@ -166,9 +195,9 @@ async function readRows(
     const targets = wanted.flatMap(({ scenario, protocols }) =>
       protocols.map((protocol) => ({ scenario, protocol })),
     );
-    const runs = new Map<string, Record<ServiceVariant, LoadResult[]>>();
+    const runs = new Map<string, Record<Measured, LoadResult[]>>();
     for (let repeat = 0; repeat < options.repeats; repeat++) {
-      const order = alternate(repeat);
+      const order = alternate(measured, repeat);
       await startAll(order);
       for (const { scenario, protocol } of targets) {
         for (const variant of order) {
@@ -193,21 +222,21 @@ async function readRows(
       rowOf(scenario, protocol, processes, runs.get(`${scenario}/${protocol}`) ?? noRuns()),
     );
   } finally {
-    await stopAll(variants);
+    await stopAll(measured);
     rmSync(dataDir, { recursive: true, force: true });
   }
 }
 
 /** Which variant runs first in this repeat: they take turns, so drift falls on both. */
-function alternate(repeat: number): readonly ServiceVariant[] {
-  return repeat % 2 === 0 ? variants : [...variants].reverse();
+function alternate<T>(order: readonly T[], repeat: number): readonly T[] {
+  return repeat % 2 === 0 ? order : [...order].reverse();
 }
 
 function logRun(
   context: BenchContext,
   repeat: number,
   key: string,
-  variant: ServiceVariant,
+  variant: Measured,
   result: LoadResult,
 ): void {
   context.log(
@@ -220,10 +249,11 @@ function rowOf(
   call: string,
   protocol: Protocol,
   processes: VariantProcesses,
-  runs: Record<ServiceVariant, LoadResult[]>,
+  runs: Record<Measured, LoadResult[]>,
 ): OperationsRow {
   const without = medianResult(runs["without-operations"]);
   const deployed = medianResult(runs.deployed);
+  const calibration = runs.calibration.length > 0 ? medianResult(runs.calibration) : undefined;
   return {
     call,
     protocol,
@@ -231,7 +261,12 @@ function rowOf(
     without,
     with: deployed,
     kept: deployed.rps / without.rps,
-    runs: { without: runs["without-operations"], with: runs.deployed },
+    ...(calibration && { calibration, calibrationKept: calibration.rps / without.rps }),
+    runs: {
+      without: runs["without-operations"],
+      with: runs.deployed,
+      ...(calibration && { calibration: runs.calibration }),
+    },
   };
 }
 
@@ -254,6 +289,7 @@ export function operationsTable(rows: readonly OperationsRow[]): string {
       "with",
       "p99 ms without",
       "with",
+      `a ${calibrationMicros} µs step kept`,
     ],
     rows.map((row) => [
       row.call,
@@ -268,6 +304,7 @@ export function operationsTable(rows: readonly OperationsRow[]): string {
       formatMicros(row.with.serviceCpuUs),
       formatMs(row.without.p99Ms),
       formatMs(row.with.p99Ms),
+      row.calibrationKept === undefined ? "-" : formatPercent(row.calibrationKept),
     ]),
   );
 }
