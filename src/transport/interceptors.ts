@@ -1,8 +1,9 @@
+import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import type { Authenticator } from "../services/authentication.js";
-import { callerKey } from "../services/context.js";
+import { type Caller, callerKey } from "../services/context.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
-import type { Interceptor } from "./pipeline.js";
+import type { Call, Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
 
 /**
@@ -36,7 +37,10 @@ export function interceptors(deps: {
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.
     operations && deps.rateLimits.byAddress,
-    authenticate(deps.authenticator),
+    authenticate(
+      deps.authenticator,
+      operations ? (call) => deps.rateLimits.authenticationFailed(call) : undefined,
+    ),
     operations && deps.rateLimits.byKey,
     decodeRequest,
     operations && deps.idempotency,
@@ -59,11 +63,24 @@ function normaliseErrors(log: ErrorLogger): Interceptor {
 
 /**
  * Checks the credential against the RPC's `(referral.v1.access)` before the
- * request is decoded, and gives the implementation its caller.
+ * request is decoded, and gives the implementation its caller. A credential
+ * refused (`unauthenticated`) is told to `failed` (the rate limit by
+ * address), which may refuse the call instead.
  */
-function authenticate(authenticator: Authenticator): Interceptor {
+function authenticate(
+  authenticator: Authenticator,
+  failed: ((call: Call) => Promise<void>) | undefined,
+): Interceptor {
   return async (call, next) => {
-    const caller = await authenticator.authenticate(call.rpc.method, call.header("authorization"));
+    let caller: Caller | undefined;
+    try {
+      caller = await authenticator.authenticate(call.rpc.method, call.header("authorization"));
+    } catch (error) {
+      if (failed && error instanceof ConnectError && error.code === Code.Unauthenticated) {
+        await failed(call);
+      }
+      throw error;
+    }
     if (caller) call.context.values.set(callerKey, caller);
     return next(call);
   };

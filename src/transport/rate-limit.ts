@@ -11,16 +11,25 @@ import type { RateLimit, RateLimitConfig } from "../config.js";
 import { methodAccess } from "../contract/options.js";
 import { callerKey } from "../services/context.js";
 import type { Store } from "../store/store.js";
-import type { Call, Interceptor } from "./pipeline.js";
+import type { Call, Interceptor, Next } from "./pipeline.js";
 
-/** The rate limits as two steps of the pipeline, on either side of authentication. */
+/**
+ * The rate limits as two steps of the pipeline, on either side of
+ * authentication, and the count authentication makes of its failures.
+ */
 export interface RateLimits {
   /**
    * Before authentication, by client address: refuses an address that is
    * over its failed-authentication limit before its credential is checked,
-   * counts admin calls, and counts the calls that fail authentication.
+   * and counts admin calls.
    */
   readonly byAddress: Interceptor;
+  /**
+   * Counts a failed authentication against the caller's address (the
+   * authentication step calls it): once the address is over its limit, the
+   * call is refused instead, and so are its next calls until the window ends.
+   */
+  authenticationFailed(call: Call): Promise<void>;
   /** After authentication: counts the call against its API key, by the key's kind. */
   readonly byKey: Interceptor;
 }
@@ -70,12 +79,23 @@ export async function createRateLimits(
     throw new ConnectError(`${counter.refusal}: retry in ${retryAfter} s`, Code.ResourceExhausted);
   };
   const blocked = blockedAddresses();
+  const failures = counters.unauthenticated;
   return {
-    byAddress: addressStep(counters.admin, counters.unauthenticated, blocked, refuse),
+    byAddress: addressStep(counters.admin, failures, blocked, refuse),
+    async authenticationFailed(call) {
+      if (!failures) return;
+      const verdict = await failures.consume(addressKey(call.clientAddress));
+      announce(call, failures, verdict);
+      if (verdict.remaining === 0) blocked.add(call.clientAddress, verdict.resetMs);
+      // Counted elsewhere first (another instance): over the limit, whatever this credential was.
+      if (!verdict.allowed) refuse(call, failures, verdict);
+    },
     byKey: keyStep(counters.public, counters.secret, refuse),
   };
 }
 
+// Async only where it waits for a counter: most calls pass through without
+// a promise of this step's own.
 function addressStep(
   admin: Counter | undefined,
   failures: Counter | undefined,
@@ -83,37 +103,27 @@ function addressStep(
   refuse: (call: Call, counter: Counter, verdict: Verdict) => never,
 ): Interceptor {
   if (!admin && !failures) return (call, next) => next(call);
-  return async (call, next) => {
+  const refuseBlocked = async (call: Call, counter: Counter, blockedMs: number) => {
+    const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
+    announce(call, counter, verdict);
+    return refuse(call, counter, verdict);
+  };
+  const countAdmin = async (call: Call, next: Next, counter: Counter) => {
+    const verdict = await counter.consume(addressKey(call.clientAddress));
+    announce(call, counter, verdict);
+    if (!verdict.allowed) refuse(call, counter, verdict);
+    return next(call);
+  };
+  return (call, next) => {
     if (failures && !blocked.isEmpty()) {
       // Only now: finding a gRPC caller's address is a string parse per call.
       const blockedMs = blocked.remainingMs(call.clientAddress);
-      if (blockedMs > 0) {
-        const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
-        announce(call, failures, verdict);
-        refuse(call, failures, verdict);
-      }
+      if (blockedMs > 0) return refuseBlocked(call, failures, blockedMs);
     }
     if (admin && methodAccess(call.rpc.method) === Access.ADMIN) {
-      const verdict = await admin.consume(addressKey(call.clientAddress));
-      announce(call, admin, verdict);
-      if (!verdict.allowed) refuse(call, admin, verdict);
+      return countAdmin(call, next, admin);
     }
-    if (!failures) return next(call);
-    try {
-      return await next(call);
-    } catch (error) {
-      const authenticationFailed =
-        error instanceof ConnectError &&
-        error.code === Code.Unauthenticated &&
-        !call.context.values.get(callerKey);
-      if (!authenticationFailed) throw error;
-      const verdict = await failures.consume(addressKey(call.clientAddress));
-      announce(call, failures, verdict);
-      if (verdict.remaining === 0) blocked.add(call.clientAddress, verdict.resetMs);
-      // Counted elsewhere first (another instance): over the limit, whatever this credential was.
-      if (!verdict.allowed) refuse(call, failures, verdict);
-      throw error;
-    }
+    return next(call);
   };
 }
 
