@@ -31,9 +31,10 @@ const required = (name: string): string => {
   if (!value) throw new Error(`needs ${name}`);
   return value;
 };
-const calibrationSeconds = Number(required("CALIBRATION_MICROS")) / 1e6;
+// performance.now() counts milliseconds.
+const calibrationMs = Number(required("CALIBRATION_MICROS")) / 1000;
 const burnCalibration: Interceptor = (call, next) => {
-  const end = performance.now() + calibrationSeconds * 1000;
+  const end = performance.now() + calibrationMs;
   while (performance.now() < end) {
     // Only CPU: what any step's work costs before the response.
   }
