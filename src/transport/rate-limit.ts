@@ -138,10 +138,15 @@ function keyStep(
     // Admin calls have no key: they are limited by address.
     const counter = caller && (caller.keyKind === "secret" ? secretKeys : publicKeys);
     if (!counter) return next(call);
-    const verdict = await counter.consume(caller.keyId);
+    let verdict: Verdict;
+    try {
+      verdict = allowedVerdict(await counter.limiter.consume(caller.keyId));
+    } catch (error) {
+      verdict = refusedVerdict(error);
+    }
     announce(call, counter, verdict);
     if (!verdict.allowed) refuse(call, counter, verdict);
-    return next(call);
+    return await next(call);
   };
 }
 
@@ -196,20 +201,18 @@ function createCounter(
     limiter,
     policy: `"${name}";q=${limit.calls};w=${limit.windowSeconds}`,
     refusal: `${refusals[name]} (${limit.calls} calls per ${limit.windowSeconds} s)`,
-    consume: (key) =>
-      limiter.consume(key).then(
-        (result) => ({
-          allowed: true,
-          remaining: result.remainingPoints,
-          resetMs: result.msBeforeNext,
-        }),
-        (error: unknown) => {
-          // The library rejects with its result when over the limit, with an Error when the store fails.
-          if (!(error instanceof RateLimiterRes)) throw error;
-          return { allowed: false, remaining: 0, resetMs: error.msBeforeNext };
-        },
-      ),
+    consume: (key) => limiter.consume(key).then(allowedVerdict, refusedVerdict),
   };
+}
+
+function allowedVerdict(result: RateLimiterRes): Verdict {
+  return { allowed: true, remaining: result.remainingPoints, resetMs: result.msBeforeNext };
+}
+
+/** The library rejects with its result when over the limit, with an Error when the store fails. */
+function refusedVerdict(error: unknown): Verdict {
+  if (!(error instanceof RateLimiterRes)) throw error;
+  return { allowed: false, remaining: 0, resetMs: error.msBeforeNext };
 }
 
 /**
