@@ -38,6 +38,7 @@ export function createGrpcServer(deps: {
     "grpc.max_connection_idle_ms": limits.http2IdleTimeoutMs,
     "grpc.keepalive_time_ms": limits.keepaliveTimeMs,
     "grpc.keepalive_timeout_ms": limits.keepaliveTimeoutMs,
+    interceptors: [framingRefusalsInOurWords(deps.maxMessageBytes)],
   });
   for (const { rpcs } of deps.registrations) {
     const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
@@ -140,6 +141,50 @@ class GrpcCall extends TransportCall {
     return decodeBinaryRequest(this.rpc.method.input, this.raw.request as Buffer);
   }
 }
+
+/**
+ * grpc-js refuses some requests before any handler runs: a message that
+ * does not decompress (INTERNAL), a unary call with no message or two
+ * (UNIMPLEMENTED), a frame longer than the limit (its length read from
+ * whatever bytes came). Those are the caller's faults, so they are answered
+ * as the other protocols answer the same input: INVALID_ARGUMENT, or
+ * RESOURCE_EXHAUSTED for the size, in our words rather than grpc-js's. The
+ * call sends those statuses to itself, past any interceptor's responder,
+ * so it is its own `sendStatus` that translates; every other status passes
+ * as it is.
+ */
+function framingRefusalsInOurWords(maxMessageBytes: number): grpc.ServerInterceptor {
+  const translate = (status: SentStatus): SentStatus => {
+    const { code, details = "" } = status;
+    if (code === grpc.status.INTERNAL && details === "Failed to decompress message") {
+      return { ...status, code: grpc.status.INVALID_ARGUMENT, details: notDecompressed };
+    }
+    if (code === grpc.status.UNIMPLEMENTED && details.startsWith("Received no request message")) {
+      return { ...status, code: grpc.status.INVALID_ARGUMENT, details: noMessage };
+    }
+    if (code === grpc.status.UNIMPLEMENTED && details.startsWith("Received a second request")) {
+      return { ...status, code: grpc.status.INVALID_ARGUMENT, details: secondMessage };
+    }
+    if (code === grpc.status.RESOURCE_EXHAUSTED && details.startsWith("Received message")) {
+      return {
+        ...status,
+        details: `message size is larger than the ${maxMessageBytes} bytes allowed`,
+      };
+    }
+    return status;
+  };
+  return (_method, call) => {
+    const send = call.sendStatus;
+    call.sendStatus = (status) => send.call(call, translate(status));
+    return call as grpc.ServerInterceptingCall;
+  };
+}
+
+type SentStatus = Parameters<grpc.ServerInterceptingCall["sendStatus"]>[0];
+
+const notDecompressed = "the request message does not decompress with its grpc-encoding";
+const noMessage = "the call sent no request message: a unary call takes exactly one";
+const secondMessage = "the call sent a second request message: a unary call takes exactly one";
 
 /** The IP address of a grpc-js peer (`1.2.3.4:5678`, `[::1]:5678`). */
 function addressOfPeer(peer: string): string {

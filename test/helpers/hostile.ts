@@ -1,3 +1,4 @@
+import { connect } from "node:http2";
 import { Code } from "@connectrpc/connect";
 import { codeToHttpStatus } from "@connectrpc/connect/protocol-connect";
 import { checkRestResponse } from "./openapi.js";
@@ -65,7 +66,7 @@ export async function postRaw(
   };
 }
 
-/** A message in gRPC-Web's envelope (flags 0: uncompressed data). */
+/** A message in gRPC-Web's envelope, which is gRPC's too (flags 0: uncompressed data). */
 export function grpcWebFrame(message: Uint8Array, flags = 0): Uint8Array {
   const framed = Buffer.alloc(5 + message.byteLength);
   framed[0] = flags;
@@ -110,4 +111,48 @@ export function grpcWebStatus(response: RawResponse): { code: Code; message: str
 /** True for a code Connect's table answers with a 5xx (internal, unknown, unavailable, ...). */
 export function isServerErrorCode(code: Code | 0): boolean {
   return code !== 0 && code !== Code.Canceled && codeToHttpStatus(code) >= 500;
+}
+
+/**
+ * POSTs bytes to a gRPC method over HTTP/2 as they are, unframed unless the
+ * caller framed them (no gRPC client would send most of what tests send
+ * here), and reads the status from the headers or trailers.
+ */
+export async function postGrpcRaw(
+  server: TestServer,
+  path: string,
+  options: { body: Uint8Array; key?: string; headers?: Record<string, string> },
+): Promise<{ code: number; message: string }> {
+  const session = connect(`http://127.0.0.1:${server.port}`);
+  try {
+    return await new Promise((resolve, reject) => {
+      const stream = session.request({
+        ":method": "POST",
+        ":path": path,
+        "content-type": "application/grpc",
+        te: "trailers",
+        ...(options.key ? { authorization: options.key } : {}),
+        ...options.headers,
+      });
+      let status: { code: number; message: string } | undefined;
+      const read = (headers: Record<string, unknown>) => {
+        if (headers["grpc-status"] === undefined) return;
+        status = {
+          code: Number(headers["grpc-status"]),
+          message: decodeURIComponent(String(headers["grpc-message"] ?? "")),
+        };
+      };
+      stream.on("response", read);
+      stream.on("trailers", read);
+      stream.on("data", () => {});
+      stream.on("error", reject);
+      stream.on("close", () =>
+        status ? resolve(status) : reject(new Error(`no grpc-status on ${path}`)),
+      );
+      stream.setTimeout(5_000, () => stream.close());
+      stream.end(options.body);
+    });
+  } finally {
+    session.close();
+  }
 }
