@@ -1,3 +1,6 @@
+import { STATUS_CODES } from "node:http";
+import type { Duplex } from "node:stream";
+import { Code, ConnectError } from "@connectrpc/connect";
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
@@ -59,6 +62,7 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     // any route: they get the error handler's body like every other error.
     frameworkErrors: (error, request, reply) =>
       reply.server.errorHandler(routerError(error, reply.server), request, reply),
+    clientErrorHandler: answerClientError,
   });
   // Only the REST and Connect scopes read bodies, with parsers of their own;
   // without one here, a JSON body sent to no route is a 404, not a parse error.
@@ -114,7 +118,9 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
         `${request.method} is not allowed on ${path}; use ${allowed.join(" or ")}`,
       );
     }
-    throw httpError(404, `no route for ${request.method} ${path}`);
+    // A path is echoed as far as a real one could go, not the megabytes sent.
+    const shown = path.length > 200 ? `${path.slice(0, 200)}...` : path;
+    throw httpError(404, `no route for ${request.method} ${shown}`);
   });
 
   return app;
@@ -133,6 +139,31 @@ function routerError(error: FastifyError, app: FastifyInstance): Error {
     default:
       return error;
   }
+}
+
+/**
+ * Node's HTTP parser refuses what is not an HTTP/1.1 request (an unknown
+ * method, a byte a header may not hold, a request line and headers over
+ * Node's 16 KB, a request not sent in time) before Fastify has a request:
+ * the answer, with the REST error body, is written on the socket, which is
+ * then closed.
+ */
+function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
+  if (error.code === "ECONNRESET" || socket.destroyed) return;
+  const [status, code, message] =
+    error.code === "ERR_HTTP_REQUEST_TIMEOUT"
+      ? [408, Code.DeadlineExceeded, "the request was not received in time"]
+      : error.code === "HPE_HEADER_OVERFLOW"
+        ? [431, Code.ResourceExhausted, "the request line and headers are over 16 KB"]
+        : [400, Code.InvalidArgument, "the request is not valid HTTP/1.1"];
+  const body = JSON.stringify(restErrorBody(new ConnectError(message, code)));
+  if (socket.writable) {
+    socket.write(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\n` +
+        `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+  }
+  socket.destroy();
 }
 
 function allowedVerbs(routes: readonly RegisteredRestRoute[], path: string): string[] {
