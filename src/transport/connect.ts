@@ -9,7 +9,6 @@ import {
 } from "@connectrpc/connect";
 import type { Compression } from "@connectrpc/connect/protocol";
 import {
-  codeToHttpStatus,
   errorToJson,
   parseContentType as parseConnectContentType,
 } from "@connectrpc/connect/protocol-connect";
@@ -21,7 +20,7 @@ import { fastifyConnectPlugin } from "@connectrpc/connect-fastify";
 import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { decodeBinaryRequest, decodeJsonRequest } from "../contract/decode-request.js";
-import { type ErrorLogger, toConnectError } from "./errors.js";
+import { type ErrorLogger, httpError, httpStatusOf, toConnectError } from "./errors.js";
 import type { Pipeline, Rpc, ServiceRegistration } from "./pipeline.js";
 
 /**
@@ -59,9 +58,24 @@ export async function registerConnect(
           .send();
       }
       return reply
-        .code(codeToHttpStatus(connectError.code))
+        .code(httpStatusOf(connectError, error))
         .type("application/json")
         .send(errorToJson(connectError, undefined));
+    });
+    // What connect-es would refuse with an empty body (a method other than
+    // POST, a media type it does not take) is refused here, with the body
+    // of every other error.
+    scope.addHook("onRequest", async (request, reply) => {
+      const path = request.url.split("?")[0] ?? "";
+      if (!inputByPath.has(path)) return;
+      if (request.method !== "POST") {
+        reply.header("allow", "POST");
+        throw httpError(405, `${request.method} is not allowed on ${path}; use POST`);
+      }
+      const contentType = request.headers["content-type"] ?? null;
+      if (!parseConnectContentType(contentType) && !parseGrpcWebContentType(contentType)) {
+        throw httpError(415, connectMediaTypes);
+      }
     });
     // connect-es decodes before any handler, and answers a body it cannot
     // decode with INTERNAL and the parser's words ("parse binary: premature
@@ -118,6 +132,9 @@ export async function registerConnect(
     });
   });
 }
+
+const connectMediaTypes =
+  "Content-Type must be application/json or application/proto (Connect), or application/grpc-web+proto or application/grpc-web+json (gRPC-Web)";
 
 /** The client's address, which connect-es does not give handlers. */
 const clientAddressKey = createContextKey("", { description: "the client's IP address" });

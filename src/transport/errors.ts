@@ -84,6 +84,9 @@ function httpErrorCode(status: number): Code {
   return Code.InvalidArgument;
 }
 
+// Fastify's own 415 names the type it got; REST's routes take JSON only.
 function httpErrorMessage(status: number, error: Error): string {
-  return status === 415 ? "Content-Type must be application/json" : error.message;
+  return status === 415 && (error as { code?: unknown }).code === "FST_ERR_CTP_INVALID_MEDIA_TYPE"
+    ? "Content-Type must be application/json"
+    : error.message;
 }
