@@ -63,7 +63,7 @@ function checkDataDir(config: Config): void {
   if (!("dataDir" in config.store)) return;
   const { dataDir } = config.store;
   try {
-    mkdirSync(dataDir, { recursive: true });
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
     accessSync(dataDir, constants.W_OK);
   } catch (error) {
     exitWith(`DATA_DIR ${dataDir} is not writable (${(error as Error).message})`);

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { closeSync, openSync } from "node:fs";
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
 import { Worker } from "node:worker_threads";
 import * as mingoUpdateOperators from "mingo/operators/update";
@@ -93,6 +94,7 @@ export class SqliteDatabase {
     synchronous: SqliteSynchronous,
     wal: WalPolicy = defaultWalPolicy,
   ): SqliteDatabase {
+    createPrivately(file);
     let db: DatabaseSync | undefined;
     try {
       // A write waits (rather than fails) while the checkpoint worker
@@ -857,4 +859,18 @@ function isIdsOnly(projection: Document | undefined): boolean {
 /** A limit as SQL: a positive integer, or -1 (none). */
 function sqlLimit(limit: number | undefined): number {
   return limit !== undefined && Number.isSafeInteger(limit) && limit > 0 ? limit : -1;
+}
+
+/**
+ * Creates a new database file readable by this user only, before SQLite
+ * would create it with the umask's mode: it holds key hashes and sealed
+ * secrets. SQLite gives its log and shared-memory files the database
+ * file's mode. An existing file is left as it is.
+ */
+function createPrivately(file: string): void {
+  try {
+    closeSync(openSync(file, "wx", 0o600));
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
+  }
 }

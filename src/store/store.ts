@@ -265,7 +265,7 @@ function tenantAccess(
  * second; a lock whose process is gone is taken over.
  */
 function acquireLock(dataDir: string): () => void {
-  mkdirSync(dataDir, { recursive: true });
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const path = join(dataDir, "LOCK");
   for (let attempt = 0; attempt < 2; attempt++) {
     try {

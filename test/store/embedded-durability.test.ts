@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
@@ -108,6 +108,28 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
     }
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("a new data directory and its database files are this user's only", async (t) => {
+  const parent = mkdtempSync(join(tmpdir(), "referrals-private-"));
+  t.teardown(() => rmSync(parent, { recursive: true, force: true }));
+  const dataDir = join(parent, "data");
+  const { store } = await tenantOfDemo(dataDir);
+  await store.system.applications.insertOne({
+    _id: "app_private",
+    organizationId: "org_private",
+    name: "Private",
+    createdAt: new Date(),
+    updatedAt: new Date(),
+  });
+  const modes = Object.fromEntries(
+    readdirSync(dataDir).map((name) => [name, statSync(join(dataDir, name)).mode & 0o777]),
+  );
+  await store.close();
+  t.is(statSync(dataDir).mode & 0o777, 0o700);
+  for (const name of [embeddedDatabaseFile, `${embeddedDatabaseFile}-wal`]) {
+    t.is(modes[name], 0o600, `${name}: ${modes[name]?.toString(8)}`);
   }
 });
 
