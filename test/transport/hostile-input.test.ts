@@ -8,7 +8,13 @@ import { limits } from "../../src/domain/limits.js";
 import { isPublicAddress, webhookUrlProblem } from "../../src/domain/webhook-delivery.js";
 import { call, callMessage, type Outcome, wireProtocols } from "../helpers/callers.js";
 import { engineNames } from "../helpers/engines.js";
-import { grpcWebFrame, grpcWebStatus, internalText, postRaw } from "../helpers/hostile.js";
+import {
+  grpcWebFrame,
+  grpcWebStatus,
+  internalText,
+  postGrpcRaw,
+  postRaw,
+} from "../helpers/hostile.js";
 import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 
 /**
@@ -370,6 +376,67 @@ test.serial("gRPC-Web framing that is not one whole message is INVALID_ARGUMENT"
   await assertUnchanged(t, countBefore);
 });
 
+test.serial(
+  "gRPC framing grpc-js refuses before any handler is answered in our words",
+  async (t) => {
+    const countBefore = await customerCount();
+    const valid = toBinary(
+      identify.input,
+      create(identify.input, { externalUserId: "framed", name: "F" }),
+    );
+    const garbage = Buffer.from("hello");
+    const cases: Array<[string, Uint8Array, Record<string, string>, Code, string]> = [
+      ...(["gzip", "deflate"] as const).map(
+        (encoding): [string, Uint8Array, Record<string, string>, Code, string] => [
+          `${encoding} data that does not decompress`,
+          grpcWebFrame(garbage, 0x01),
+          { "grpc-encoding": encoding },
+          Code.InvalidArgument,
+          "the request message does not decompress with its grpc-encoding",
+        ],
+      ),
+      [
+        "no message",
+        new Uint8Array(),
+        {},
+        Code.InvalidArgument,
+        "the call sent no request message: a unary call takes exactly one",
+      ],
+      [
+        "a message cut off",
+        grpcWebFrame(valid).subarray(0, 8),
+        {},
+        Code.InvalidArgument,
+        "the call sent no request message: a unary call takes exactly one",
+      ],
+      [
+        "two messages",
+        Buffer.concat([grpcWebFrame(valid), grpcWebFrame(valid)]),
+        {},
+        Code.InvalidArgument,
+        "the call sent a second request message: a unary call takes exactly one",
+      ],
+      [
+        "bytes with no frame",
+        Buffer.from("hello world garbage"),
+        {},
+        Code.ResourceExhausted,
+        // The default MAX_BODY_BYTES: its length is read from the first bytes.
+        "message size is larger than the 1048576 bytes allowed",
+      ],
+    ];
+    for (const [name, body, headers, code, message] of cases) {
+      for (const key of [keys.secret, undefined]) {
+        const status = await postGrpcRaw(server, identifyPath, { body, headers, key });
+        t.is(status.code, code, `${name}: ${status.message}`);
+        t.is(status.message, message, name);
+        t.notRegex(status.message, internalText, name);
+      }
+    }
+    await assertUnchanged(t, countBefore);
+  },
+);
+
 test.serial("router errors answer the REST error body", async (t) => {
   const long = await rest(server, "GET", `/customers/${"x".repeat(150)}`, { key: keys.secret });
   t.is(long.status, 414);
@@ -385,6 +452,57 @@ test.serial("router errors answer the REST error body", async (t) => {
   t.deepEqual(bad.body.details, []);
 });
 
+test.serial("what Node's HTTP parser refuses gets the REST error body", async (t) => {
+  const longPath = `/customers/${"a".repeat(20_000)}`;
+  for (const [request, status, code] of [
+    ["FOO /customers HTTP/1.1\r\nHost: x\r\n\r\n", 400, "invalid_argument"],
+    [
+      "GET /customers HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\x7fb\r\n\r\n",
+      400,
+      "invalid_argument",
+    ],
+    [`GET ${longPath} HTTP/1.1\r\nHost: x\r\n\r\n`, 431, "resource_exhausted"],
+  ] as const) {
+    const answer = await rawHttp(server.port, request);
+    t.regex(answer, new RegExp(`^HTTP/1\\.1 ${status} `), answer.slice(0, 80));
+    const body = JSON.parse(answer.slice(answer.indexOf("\r\n\r\n") + 4));
+    t.is(body.code, code);
+    t.deepEqual(body.details, []);
+    t.notRegex(answer, internalText);
+  }
+});
+
+test.serial("Connect paths refuse another method or media type with the error body", async (t) => {
+  for (const method of ["GET", "PUT", "DELETE"]) {
+    const response = await postRaw(server, identifyPath, {
+      method,
+      contentType: "application/json",
+      key: keys.secret,
+      ...(method === "GET" ? {} : { body: "{}" }),
+    });
+    t.is(response.status, 405, method);
+    t.is(response.headers.get("allow"), "POST");
+    t.is(JSON.parse(response.text).code, "unimplemented");
+  }
+  const plain = await postRaw(server, identifyPath, {
+    contentType: "text/plain",
+    body: "hello",
+    key: keys.secret,
+  });
+  t.is(plain.status, 415);
+  t.regex(
+    JSON.parse(plain.text).message,
+    /^Content-Type must be application\/json or application\/proto/,
+  );
+  const rest415 = await postRaw(server, "/customers/identify", {
+    contentType: "text/plain",
+    body: "hello",
+    key: keys.secret,
+  });
+  t.is(rest415.status, 415);
+  t.is(JSON.parse(rest415.text).message, "Content-Type must be application/json");
+});
+
 test.serial("a JSON body on a path with no route is 404, empty or not", async (t) => {
   for (const rawBody of ["", "{", '{"a":1}']) {
     for (const method of ["POST", "PUT", "DELETE"]) {
@@ -398,7 +516,23 @@ test.serial("a JSON body on a path with no route is 404, empty or not", async (t
   }
   const wrongVerb = await rest(server, "PUT", "/customers/identify", { rawBody: "" });
   t.is(wrongVerb.status, 405);
+  const long = await rest(server, "GET", `/${"a".repeat(5_000)}`, { key: keys.secret });
+  t.is(long.status, 404);
+  t.is(long.body.message, `no route for GET /${"a".repeat(199)}...`, "the path is cut short");
 });
+
+/** Writes a request on a new connection as it is, and reads until the server closes it. */
+async function rawHttp(port: number, request: string): Promise<string> {
+  const { connect } = await import("node:net");
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, "127.0.0.1", () => socket.end(request));
+    const chunks: Buffer[] = [];
+    socket.on("data", (chunk) => chunks.push(chunk));
+    socket.on("error", reject);
+    socket.on("close", () => resolve(Buffer.concat(chunks).toString("utf8")));
+    socket.setTimeout(5_000, () => socket.destroy());
+  });
+}
 
 test.serial("webhook URLs on IPv4-compatible IPv6 addresses are refused", async (t) => {
   const createWebhook: DescMethod = WebhooksService.method.createWebhook;
