@@ -95,9 +95,40 @@ export const sendWebhook: WebhookSender = (input) => {
     const timer = setTimeout(() => {
       request.destroy(new Error(`timed out after ${input.timeoutMs} ms`));
     }, input.timeoutMs);
-    request.on("error", (error) => finish({ statusCode: null, error: error.message }));
+    request.on("error", (error) => finish({ statusCode: null, error: failureOf(error) }));
     request.end(input.body);
   });
+};
+
+/**
+ * Why no response came, in words an endpoint's owner can act on, with the
+ * system's code for a search: not the resolver's or the socket's own text
+ * ("getaddrinfo ENOTFOUND hooks.example.com").
+ */
+function failureOf(error: NodeJS.ErrnoException): string {
+  const code = error.code ?? "";
+  const words = networkFailures[code];
+  if (words) return `${words} (${code})`;
+  if (error.message === refusedAddress || error.message.startsWith("timed out after")) {
+    return error.message;
+  }
+  if (error.name === "AbortError") return "the attempt was cut short: the service was stopping";
+  if (code.startsWith("ERR_TLS") || /CERT|SELF_SIGNED|UNABLE_TO_VERIFY/.test(code)) {
+    return `the endpoint's TLS certificate was not accepted (${code})`;
+  }
+  return code ? `the request failed (${code})` : "the request failed";
+}
+
+const networkFailures: Record<string, string> = {
+  ENOTFOUND: "the endpoint's host does not resolve",
+  EAI_AGAIN: "the endpoint's host could not be resolved for now",
+  ECONNREFUSED: "the endpoint refused the connection",
+  ECONNRESET: "the endpoint reset the connection",
+  EPIPE: "the endpoint closed the connection",
+  ETIMEDOUT: "the connection to the endpoint timed out",
+  EHOSTUNREACH: "the endpoint's host is unreachable",
+  ENETUNREACH: "the endpoint's network is unreachable",
+  EPROTO: "the endpoint does not speak TLS as expected",
 };
 
 function errorOf(response: IncomingMessage): string | null {

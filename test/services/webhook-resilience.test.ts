@@ -200,6 +200,34 @@ test.serial("at delivery time, a host resolving to a private address is refused"
   t.is(allowed.statusCode, 200, "the same request is sent when private addresses are allowed");
 });
 
+test.serial(
+  "a failed attempt says why in plain words, not the resolver's or socket's",
+  async (t) => {
+    const { createServer } = await import("node:net");
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
+    const { port } = closed.address() as { port: number };
+    await new Promise((resolve) => closed.close(resolve));
+    // Without a reachable DNS server the resolver says "try again", not "no such host".
+    const unresolved =
+      /^the endpoint's host (does not resolve \(ENOTFOUND\)|could not be resolved for now \(EAI_AGAIN\))$/;
+    for (const [url, error] of [
+      ["http://no-such-host.invalid/in", unresolved],
+      [`http://127.0.0.1:${port}/in`, /^the endpoint refused the connection \(ECONNREFUSED\)$/],
+    ] as const) {
+      const response = await sendWebhook({
+        url,
+        headers: {},
+        body: "{}",
+        timeoutMs: 2000,
+        allowPrivate: true,
+      });
+      t.is(response.statusCode, null);
+      t.regex(response.error ?? "", error);
+    }
+  },
+);
+
 test.serial("signing secrets are encrypted at rest with a key file in DATA_DIR", async (t) => {
   const server = await startServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
   try {
