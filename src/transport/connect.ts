@@ -224,7 +224,13 @@ async function decompressed(
   try {
     return await compression.decompress(bytes, maxBytes);
   } catch (error) {
-    if (error instanceof ConnectError && error.code === Code.ResourceExhausted) throw error;
+    if (error instanceof ConnectError && error.code === Code.ResourceExhausted) {
+      // In the words of the same limit on a body sent as it is, not connect-es's option name.
+      throw new ConnectError(
+        `message size is larger than the ${maxBytes} bytes allowed once decompressed`,
+        Code.ResourceExhausted,
+      );
+    }
     throw new ConnectError(`the body is not valid ${compression.name} data`, Code.InvalidArgument);
   }
 }

@@ -339,6 +339,30 @@ test.serial("a compressed Connect or gRPC-Web body that is valid still works", a
   t.is(found.body.total, 1, "every call identified the one customer");
 });
 
+test.serial(
+  "a Connect or gRPC-Web body that decompresses past the limit is refused in our words",
+  async (t) => {
+    const { gzipSync } = await import("node:zlib");
+    const bomb = gzipSync(Buffer.alloc(2 * 1024 * 1024));
+    const message = "message size is larger than the 1048576 bytes allowed once decompressed";
+    const connect = await postRaw(server, identifyPath, {
+      contentType: "application/proto",
+      headers: { "content-encoding": "gzip" },
+      body: bomb,
+      key: keys.secret,
+    });
+    t.is(connect.status, 429, connect.text);
+    t.deepEqual(JSON.parse(connect.text), { code: "resource_exhausted", message });
+    const web = await postRaw(server, identifyPath, {
+      contentType: "application/grpc-web+proto",
+      headers: { "grpc-encoding": "gzip" },
+      body: grpcWebFrame(bomb, 0x01),
+      key: keys.secret,
+    });
+    t.deepEqual(grpcWebStatus(web), { code: Code.ResourceExhausted, message });
+  },
+);
+
 test.serial("gRPC-Web framing that is not one whole message is INVALID_ARGUMENT", async (t) => {
   const countBefore = await customerCount();
   const valid = toBinary(
