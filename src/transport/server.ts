@@ -51,8 +51,17 @@ export function createSharedPortServer(deps: {
    * and by about 30 this way.
    */
   const http1Sockets = new Map<Socket, { owed: ServerResponse | undefined }>();
+  /**
+   * The HTTP/2 connections. grpc-js's `tryShutdown` reports an injected
+   * connection closed as soon as it has sent its GOAWAY (Node's server
+   * close marks the session closed first), while its streams go on; the
+   * session ends its connection once the last stream is done, so the drain
+   * waits for these to close.
+   */
+  const http2Sockets = new Set<Socket>();
   let draining = false;
   let onHttp1Drained: (() => void) | undefined;
+  let onHttp2Drained: (() => void) | undefined;
 
   // Sees every HTTP/1.1 request before Fastify does: the drain needs to know
   // which connections are busy, and to end them once their response is out.
@@ -85,6 +94,11 @@ export function createSharedPortServer(deps: {
       clearTimeout(prefaceTimer);
       undecided.delete(socket);
       if (protocol === "h2") {
+        http2Sockets.add(socket);
+        socket.once("close", () => {
+          http2Sockets.delete(socket);
+          if (http2Sockets.size === 0) onHttp2Drained?.();
+        });
         injector.injectConnection(socket);
         return;
       }
@@ -129,7 +143,12 @@ export function createSharedPortServer(deps: {
       // Connections between requests would otherwise wait for their keep-alive timeout.
       httpServer.closeIdleConnections();
       // Sends every HTTP/2 connection a GOAWAY; its open streams go on.
-      const grpcDrained = new Promise<void>((resolve) => deps.grpc.tryShutdown(() => resolve()));
+      const grpcShutDown = new Promise<void>((resolve) => deps.grpc.tryShutdown(() => resolve()));
+      const http2Drained = new Promise<void>((resolve) => {
+        onHttp2Drained = resolve;
+        if (http2Sockets.size === 0) resolve();
+      });
+      const grpcDrained = Promise.all([grpcShutDown, http2Drained]);
 
       const drained = await settlesWithin(Promise.all([http1Drained, grpcDrained]), graceMs);
       if (!drained) deps.grpc.forceShutdown();

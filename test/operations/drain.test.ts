@@ -193,6 +193,29 @@ test("calls in flight on every protocol finish during the drain; health, /readyz
   }
 });
 
+test("a gRPC call alone in flight holds the drain until it is answered", async (t) => {
+  // grpc-js reports its connections closed once each has its GOAWAY, while
+  // their calls go on: nothing on HTTP/1.1 keeps this drain open.
+  const hold = createHold();
+  const server = await startService({ extraInterceptors: [hold.interceptor] });
+  try {
+    const call = grpcCall(server.port);
+    await hold.until(1);
+    let closed = false;
+    const closing = server.app.close().then(() => {
+      closed = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    t.false(closed, "the drain waits for the call");
+    hold.release();
+    t.is(await call, 2);
+    await closing;
+  } finally {
+    hold.release();
+    await server.stop();
+  }
+});
+
 test("the drain waits SHUTDOWN_GRACE at most, then closes what is left", async (t) => {
   const hold = createHold();
   const server = await startService({
