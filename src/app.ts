@@ -218,6 +218,7 @@ async function buildTransports(
       },
     },
     metricsToken: config.metricsToken,
+    checkCredential: rateLimits.checkCredential,
     maxBodyBytes: config.maxBodyBytes,
     isDraining: serving.isDraining,
     corsOrigins: config.corsOrigins,

@@ -36,6 +36,11 @@ export interface HttpAppOptions {
   /** What `GET /metrics` serves, to callers with `metricsToken`. */
   readonly metrics: Pick<Registry, "contentType" | "metrics">;
   readonly metricsToken: string | undefined;
+  /**
+   * Checks a credential against the failed-authentication limit of its
+   * address (see `RateLimits.checkCredential`): a wrong metrics token counts.
+   */
+  readonly checkCredential: (address: string, valid: () => boolean) => Promise<boolean>;
   readonly maxBodyBytes: number;
   /** True once the service is draining: `/readyz` answers 503. */
   readonly isDraining?: () => boolean;
@@ -91,8 +96,11 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     if (!options.metricsToken) {
       throw httpError(404, "metrics are off: set METRICS_TOKEN to serve them");
     }
+    const { metricsToken } = options;
     const credential = request.headers.authorization?.replace(/^bearer\s+/i, "") ?? "";
-    if (!secretsEqual(credential, options.metricsToken)) {
+    if (
+      !(await options.checkCredential(request.ip, () => secretsEqual(credential, metricsToken)))
+    ) {
       throw httpError(401, "metrics need the METRICS_TOKEN as a bearer token");
     }
     return reply.type(options.metrics.contentType).send(await options.metrics.metrics());

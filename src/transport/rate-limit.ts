@@ -30,6 +30,14 @@ export interface RateLimits {
    * call is refused instead, and so are its next calls until the window ends.
    */
   authenticationFailed(call: Call): Promise<void>;
+  /**
+   * The same for a credential checked outside the pipeline (the metrics
+   * token): a blocked address is refused before `valid` is asked, and a
+   * wrong credential counts as a failed authentication. Says whether it
+   * was valid; throws RESOURCE_EXHAUSTED, the limit's headers in its
+   * metadata, once the address is over its limit.
+   */
+  checkCredential(address: string, valid: () => boolean): Promise<boolean>;
   /** After authentication: counts the call against its API key, by the key's kind. */
   readonly byKey: Interceptor;
 }
@@ -72,7 +80,7 @@ export async function createRateLimits(
   // library in the background, so a failure stops the start.
   if (mongoLimiter) await mongoLimiter.createIndexes();
 
-  const refuse = (call: Call, counter: Counter, verdict: Verdict): never => {
+  const refuse = (call: Answered, counter: Counter, verdict: Verdict): never => {
     deps.countRateLimited(counter.name);
     const retryAfter = secondsUntil(verdict.resetMs);
     call.responseHeaders.set("retry-after", String(retryAfter));
@@ -80,19 +88,44 @@ export async function createRateLimits(
   };
   const blocked = blockedAddresses();
   const failures = counters.unauthenticated;
+  const countFailure = async (call: Answered, failures: Counter, address: string) => {
+    const verdict = await failures.consume(addressKey(address));
+    announce(call, failures, verdict);
+    if (verdict.remaining === 0) blocked.add(address, verdict.resetMs);
+    // Counted elsewhere first (another instance): over the limit, whatever this credential was.
+    if (!verdict.allowed) refuse(call, failures, verdict);
+  };
   return {
     byAddress: addressStep(counters.admin, failures, blocked, refuse),
     async authenticationFailed(call) {
-      if (!failures) return;
-      const verdict = await failures.consume(addressKey(call.clientAddress));
-      announce(call, failures, verdict);
-      if (verdict.remaining === 0) blocked.add(call.clientAddress, verdict.resetMs);
-      // Counted elsewhere first (another instance): over the limit, whatever this credential was.
-      if (!verdict.allowed) refuse(call, failures, verdict);
+      if (failures) await countFailure(call, failures, call.clientAddress);
+    },
+    async checkCredential(address, valid) {
+      if (!failures) return valid();
+      const answered: Answered = { responseHeaders: new Map() };
+      try {
+        const blockedMs = blocked.remainingMs(address);
+        if (blockedMs > 0) {
+          const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
+          announce(answered, failures, verdict);
+          refuse(answered, failures, verdict);
+        }
+        if (valid()) return true;
+        await countFailure(answered, failures, address);
+        return false;
+      } catch (error) {
+        if (error instanceof ConnectError) {
+          for (const [name, value] of answered.responseHeaders) error.metadata.set(name, value);
+        }
+        throw error;
+      }
     },
     byKey: keyStep(counters.public, counters.secret, refuse),
   };
 }
+
+/** Where the limits' headers go: a call's response headers. */
+type Answered = Pick<Call, "responseHeaders">;
 
 // Async only where it waits for a counter: most calls pass through without
 // a promise of this step's own.
@@ -100,7 +133,7 @@ function addressStep(
   admin: Counter | undefined,
   failures: Counter | undefined,
   blocked: BlockedAddresses,
-  refuse: (call: Call, counter: Counter, verdict: Verdict) => never,
+  refuse: (call: Answered, counter: Counter, verdict: Verdict) => never,
 ): Interceptor {
   if (!admin && !failures) return (call, next) => next(call);
   const refuseBlocked = async (call: Call, counter: Counter, blockedMs: number) => {
@@ -130,7 +163,7 @@ function addressStep(
 function keyStep(
   publicKeys: Counter | undefined,
   secretKeys: Counter | undefined,
-  refuse: (call: Call, counter: Counter, verdict: Verdict) => never,
+  refuse: (call: Answered, counter: Counter, verdict: Verdict) => never,
 ): Interceptor {
   if (!publicKeys && !secretKeys) return (call, next) => next(call);
   return async (call, next) => {
@@ -221,7 +254,7 @@ function refusedVerdict(error: unknown): Verdict {
  * and window, `RateLimit` for the calls left and the seconds until the
  * window ends. A call that two limits count lists both.
  */
-function announce(call: Call, counter: Counter, verdict: Verdict): void {
+function announce(call: Answered, counter: Counter, verdict: Verdict): void {
   appendHeader(call, "ratelimit-policy", counter.policy);
   appendHeader(
     call,
@@ -230,7 +263,7 @@ function announce(call: Call, counter: Counter, verdict: Verdict): void {
   );
 }
 
-function appendHeader(call: Call, name: string, item: string): void {
+function appendHeader(call: Answered, name: string, item: string): void {
   const existing = call.responseHeaders.get(name);
   call.responseHeaders.set(name, existing === undefined ? item : `${existing}, ${item}`);
 }

@@ -1,3 +1,4 @@
+import { get as httpGet } from "node:http";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { ConnectError, createClient, type Interceptor, type Transport } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
@@ -132,13 +133,45 @@ async function newApplication(
 }
 
 async function rateLimitedCount(server: TestServer, limit: string): Promise<number> {
-  const text = await (
-    await fetch(`${server.baseUrl}/metrics`, {
-      headers: { authorization: `Bearer ${metricsToken}` },
-    })
-  ).text();
-  const match = new RegExp(`rpc_rate_limited_total\\{limit="${limit}"\\} (\\d+)`).exec(text);
+  // From another address than the calls, as a Prometheus server's scrape
+  // would come: the calls' address may be over its failure limit.
+  const text = await scrape(server, `Bearer ${metricsToken}`, "127.0.0.2");
+  const match = new RegExp(`rpc_rate_limited_total\\{limit="${limit}"\\} (\\d+)`).exec(text.body);
   return match ? Number(match[1]) : 0;
+}
+
+/** GET /metrics from `localAddress`: status, Retry-After and body. */
+function scrape(
+  server: TestServer,
+  authorization: string,
+  localAddress = "127.0.0.1",
+): Promise<{ status: number; retryAfter: string | undefined; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpGet(
+      {
+        host: "127.0.0.1",
+        port: server.port,
+        path: "/metrics",
+        localAddress,
+        headers: { authorization },
+      },
+      (response) => {
+        let body = "";
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => {
+          body += chunk;
+        });
+        response.on("end", () =>
+          resolve({
+            status: response.statusCode ?? 0,
+            retryAfter: response.headers["retry-after"],
+            body,
+          }),
+        );
+      },
+    );
+    request.on("error", reject);
+  });
 }
 
 const keyLimited = useServer({
@@ -330,6 +363,29 @@ test("failed authentications are limited by address; past the limit no credentia
       t.is(blocked.header("retry-after"), String(rateLimitOf(blocked).reset), protocol);
     }
     t.is(await rateLimitedCount(server, "unauthenticated"), wireProtocols.length);
+  } finally {
+    await server.stop();
+  }
+});
+
+test("wrong metrics tokens count as failed authentications of their address", async (t) => {
+  const server = await startServer({
+    env: { RATE_LIMIT_UNAUTHENTICATED: "3/1m", METRICS_TOKEN: metricsToken },
+  });
+  try {
+    const guesses = [];
+    for (const guess of ["Bearer wrong-1", "Bearer wrong-2", "wrong-3"]) {
+      guesses.push((await scrape(server, guess)).status);
+    }
+    t.deepEqual(guesses, [401, 401, 401]);
+    const blocked = await scrape(server, `Bearer ${metricsToken}`);
+    t.is(blocked.status, 429, "past the limit, not even the right token is checked");
+    t.regex(blocked.retryAfter ?? "", /^\d+$/);
+    t.is(JSON.parse(blocked.body).code, "resource_exhausted");
+    const call = await listCampaigns(server, "rest", keys.public);
+    t.is(call.code, "resource_exhausted", "one limit for the address, whatever it guessed at");
+    const elsewhere = await scrape(server, `Bearer ${metricsToken}`, "127.0.0.2");
+    t.is(elsewhere.status, 200, "another address is served");
   } finally {
     await server.stop();
   }
