@@ -76,6 +76,17 @@ function checkDataDir(config: Config): void {
  */
 function exitOnStartupError(error: unknown, config: Config): never {
   if (error instanceof StoreOpenError) exitWith(error.message);
+  // The driver's words name no part of the URI, so no password is printed.
+  const { name, message } = error as Error;
+  if (name === "MongoParseError") {
+    exitWith(`MONGODB_URI is not a MongoDB connection string: ${message}`);
+  }
+  if (name === "MongoServerSelectionError") {
+    exitWith(`MONGODB_URI: no MongoDB server answered within 10 s (${firstLine(message)})`);
+  }
+  if (name === "MongoServerError" && (error as { code?: unknown }).code === 18) {
+    exitWith("MONGODB_URI: MongoDB refused its credentials");
+  }
   const { code, syscall } = error as NodeJS.ErrnoException;
   const { port, host } = config;
   if (code === "EADDRINUSE") {
@@ -87,6 +98,10 @@ function exitOnStartupError(error: unknown, config: Config): never {
   if (code === "EADDRNOTAVAIL") exitWith(`HOST ${host} is not an address of this machine`);
   if (code === "ENOTFOUND" || code === "EAI_AGAIN") exitWith(`HOST ${host} does not resolve`);
   throw error;
+}
+
+function firstLine(text: string): string {
+  return text.split("\n", 1)[0] ?? "";
 }
 
 function exitWith(message: string): never {

@@ -71,6 +71,24 @@ test("an invalid LOG_LEVEL: one line naming it", async (t) => {
   );
 });
 
+test("a MONGODB_URI that is not a connection string: one line naming it, no password", async (t) => {
+  for (const [uri, why] of [
+    ["garbage", "Invalid scheme"],
+    ["mongodb://admin:hunter2@", "host"],
+    ["mongodb://db.example/?bogusOption=1", "bogusoption is not supported"],
+  ]) {
+    const exited = await runService({
+      MONGODB_URI: uri as string,
+      WEBHOOK_SECRET_KEY: Buffer.alloc(32, 7).toString("base64"),
+      PORT: "0",
+    });
+    oneLine(t, exited);
+    t.regex(exited.stderr, /^referral-service: MONGODB_URI is not a MongoDB connection string: /);
+    t.true(exited.stderr.includes(why as string), exited.stderr);
+    t.false(exited.stderr.includes("hunter2"), "the password is not printed");
+  }
+});
+
 test("a DATA_DIR that is not writable: one line naming it", async (t) => {
   const dataDir = join(tempDir(), "read-only");
   mkdirSync(dataDir, { mode: 0o555 });
