@@ -33,6 +33,10 @@ process.stdout.write(
     engine: app.store.engine,
     demo: app.demo,
     adminEnabled: config.adminToken !== undefined,
+    keysGiven: {
+      secret: config.bootstrapSecretKey !== undefined,
+      public: config.bootstrapPublicKey !== undefined,
+    },
   }),
 );
 

@@ -7,6 +7,8 @@ export interface BannerInput {
   readonly engine: string;
   readonly demo: ProvisionedDemo | undefined;
   readonly adminEnabled: boolean;
+  /** Demo keys the environment gave (BOOTSTRAP_SECRET_KEY, BOOTSTRAP_PUBLIC_KEY): not printed. */
+  readonly keysGiven: { readonly secret: boolean; readonly public: boolean };
 }
 
 /**
@@ -21,13 +23,18 @@ export function startupBanner(input: BannerInput): string {
     `Referral service listening on ${address} (REST, Connect, gRPC-Web and gRPC on one port; store: ${input.engine})`,
   ];
   if (input.demo) {
-    const { secretKey, publicKey } = input.demo;
+    // A key the operator gave is theirs already, and stays out of the output
+    // (which is the log stream): it is named by its variable instead.
+    const secretKey = input.keysGiven.secret ? "$BOOTSTRAP_SECRET_KEY" : input.demo.secretKey;
+    const publicKey = input.keysGiven.public ? "$BOOTSTRAP_PUBLIC_KEY" : input.demo.publicKey;
+    const keyLine = (kind: string, key: string, given: boolean) =>
+      given ? `  ${kind} key: the value of ${key.slice(1)}` : `  ${kind} key: ${key}`;
     lines.push(
       "",
       "First start: provisioned a demo organization and application with a default live campaign",
       "in production and in test. Its API keys are shown this once; keep them:",
-      `  secret key: ${secretKey}`,
-      `  public key: ${publicKey}`,
+      keyLine("secret", secretKey, input.keysGiven.secret),
+      keyLine("public", publicKey, input.keysGiven.public),
       "",
       "Try it:",
       `  curl -s -X POST http://${address}/customers/identify -H "Authorization: ${publicKey}" \\`,

@@ -62,6 +62,22 @@ test("the port in use: one line naming PORT, and no demo keys created until a st
   t.regex(next.stdout, /public key: pk_[\w-]{43}\n/);
 });
 
+test("demo keys given by the environment are named, not printed", async (t) => {
+  const secret = `sk_${"s".repeat(43)}`;
+  const given = `pk_${"p".repeat(43)}`;
+  const started = await runService({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    DATA_DIR: tempDir(),
+    BOOTSTRAP_SECRET_KEY: secret,
+    BOOTSTRAP_PUBLIC_KEY: given,
+  });
+  t.regex(started.stdout, /First start: provisioned/);
+  t.regex(started.stdout, /secret key: the value of BOOTSTRAP_SECRET_KEY\n/);
+  t.regex(started.stdout, /-H "Authorization: \$BOOTSTRAP_PUBLIC_KEY"/);
+  t.false(started.stdout.includes(secret) || started.stdout.includes(given), "no key printed");
+});
+
 test("an invalid LOG_LEVEL: one line naming it", async (t) => {
   const exited = await runService({ LOG_LEVEL: "loud", DATA_DIR: tempDir() });
   oneLine(t, exited);
