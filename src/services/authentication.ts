@@ -12,7 +12,8 @@ export interface Authenticator {
   /**
    * The caller of the API key in `authorization` (undefined for admin
    * calls), or a ConnectError: UNAUTHENTICATED for a missing, unknown or
-   * revoked credential, PERMISSION_DENIED for a key of the wrong kind.
+   * revoked credential, PERMISSION_DENIED ({@link KeyKindRefused}, which
+   * names the caller) for a key of the wrong kind.
    */
   authenticate(
     method: DescMethod,
@@ -87,9 +88,9 @@ export function createAuthenticator(deps: {
       }
       const caller = await callerOfKey(credential);
       if (access === Access.SECRET && caller.keyKind !== "secret") {
-        throw new ConnectError(
+        throw new KeyKindRefused(
+          caller,
           `a public key cannot call ${method.parent.name}.${method.name}: use a secret key`,
-          Code.PermissionDenied,
         );
       }
       return caller;
@@ -98,6 +99,19 @@ export function createAuthenticator(deps: {
       cache.delete(hash);
     },
   };
+}
+
+/**
+ * PERMISSION_DENIED for a valid key of the wrong kind. The key is known, so
+ * the error carries its caller: the call's log line names the key.
+ */
+export class KeyKindRefused extends ConnectError {
+  constructor(
+    readonly caller: Caller,
+    message: string,
+  ) {
+    super(message, Code.PermissionDenied);
+  }
 }
 
 /** The credential of an Authorization header: the value, or what follows `Bearer `. */

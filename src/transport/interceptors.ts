@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
-import type { Authenticator } from "../services/authentication.js";
+import { type Authenticator, KeyKindRefused } from "../services/authentication.js";
 import { type Caller, callerKey } from "../services/context.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import type { Call, Interceptor } from "./pipeline.js";
@@ -76,6 +76,7 @@ function authenticate(
     try {
       caller = await authenticator.authenticate(call.rpc.method, call.header("authorization"));
     } catch (error) {
+      if (error instanceof KeyKindRefused) call.context.values.set(callerKey, error.caller);
       if (failed && error instanceof ConnectError && error.code === Code.Unauthenticated) {
         await failed(call);
       }

@@ -107,6 +107,15 @@ test.serial("every protocol writes one line per call and returns the request id"
   }
 });
 
+test.serial("a key of the wrong kind is logged by its id", async (t) => {
+  lines.length = 0;
+  const refused = await rest(server, "GET", "/customers", { key: keys.public });
+  t.is(refused.status, 403);
+  const [entry] = callLines();
+  t.like(entry, { rpc: "referral.v1.CustomersService/ListCustomers", code: "permission_denied" });
+  t.regex(entry?.keyId ?? "", /^key_/, "the key was known: its id is logged");
+});
+
 test("observers hear of an outcome after its response, or at once when settled", async (t) => {
   const heard: string[] = [];
   const observed = observeCalls([
