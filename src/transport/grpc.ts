@@ -154,22 +154,27 @@ class GrpcCall extends TransportCall {
  * as it is.
  */
 function framingRefusalsInOurWords(maxMessageBytes: number): grpc.ServerInterceptor {
+  const tooLarge = `message size is larger than the ${maxMessageBytes} bytes allowed`;
   const translate = (status: SentStatus): SentStatus => {
     const { code, details = "" } = status;
+    const refused = (code: grpc.status, details: string) => ({ ...status, code, details });
     if (code === grpc.status.INTERNAL && details === "Failed to decompress message") {
-      return { ...status, code: grpc.status.INVALID_ARGUMENT, details: notDecompressed };
+      return refused(grpc.status.INVALID_ARGUMENT, notDecompressed);
+    }
+    if (code === grpc.status.INTERNAL && details.startsWith("Invalid grpc-timeout value")) {
+      return refused(grpc.status.INVALID_ARGUMENT, invalidTimeout);
     }
     if (code === grpc.status.UNIMPLEMENTED && details.startsWith("Received no request message")) {
-      return { ...status, code: grpc.status.INVALID_ARGUMENT, details: noMessage };
+      return refused(grpc.status.INVALID_ARGUMENT, noMessage);
     }
     if (code === grpc.status.UNIMPLEMENTED && details.startsWith("Received a second request")) {
-      return { ...status, code: grpc.status.INVALID_ARGUMENT, details: secondMessage };
+      return refused(grpc.status.INVALID_ARGUMENT, secondMessage);
     }
-    if (code === grpc.status.RESOURCE_EXHAUSTED && details.startsWith("Received message")) {
-      return {
-        ...status,
-        details: `message size is larger than the ${maxMessageBytes} bytes allowed`,
-      };
+    if (code === grpc.status.RESOURCE_EXHAUSTED) {
+      if (details.startsWith("Received message that decompresses")) {
+        return refused(code, `${tooLarge} once decompressed`);
+      }
+      if (details.startsWith("Received message larger than max")) return refused(code, tooLarge);
     }
     return status;
   };
@@ -183,8 +188,9 @@ function framingRefusalsInOurWords(maxMessageBytes: number): grpc.ServerIntercep
 type SentStatus = Parameters<grpc.ServerInterceptingCall["sendStatus"]>[0];
 
 const notDecompressed = "the request message does not decompress with its grpc-encoding";
-const noMessage = "the call sent no request message: a unary call takes exactly one";
-const secondMessage = "the call sent a second request message: a unary call takes exactly one";
+const invalidTimeout = "the grpc-timeout header is not a valid timeout";
+const noMessage = "the call sent no request message: it takes exactly one";
+const secondMessage = "the call sent a second request message: it takes exactly one";
 
 /** The IP address of a grpc-js peer (`1.2.3.4:5678`, `[::1]:5678`). */
 function addressOfPeer(peer: string): string {

@@ -1,3 +1,4 @@
+import { gzipSync } from "node:zlib";
 import { create, type DescMethod, toBinary } from "@bufbuild/protobuf";
 import { Code } from "@connectrpc/connect";
 import test, { type ExecutionContext } from "ava";
@@ -312,7 +313,6 @@ test.serial(
 );
 
 test.serial("a compressed Connect or gRPC-Web body that is valid still works", async (t) => {
-  const { gzipSync } = await import("node:zlib");
   const message = create(identify.input, { externalUserId: "gzipped", name: "Zip" });
   for (const [contentType, body] of [
     ["application/proto", toBinary(identify.input, message)],
@@ -342,7 +342,6 @@ test.serial("a compressed Connect or gRPC-Web body that is valid still works", a
 test.serial(
   "a Connect or gRPC-Web body that decompresses past the limit is refused in our words",
   async (t) => {
-    const { gzipSync } = await import("node:zlib");
     const bomb = gzipSync(Buffer.alloc(2 * 1024 * 1024));
     const message = "message size is larger than the 1048576 bytes allowed once decompressed";
     const connect = await postRaw(server, identifyPath, {
@@ -424,21 +423,21 @@ test.serial(
         new Uint8Array(),
         {},
         Code.InvalidArgument,
-        "the call sent no request message: a unary call takes exactly one",
+        "the call sent no request message: it takes exactly one",
       ],
       [
         "a message cut off",
         grpcWebFrame(valid).subarray(0, 8),
         {},
         Code.InvalidArgument,
-        "the call sent no request message: a unary call takes exactly one",
+        "the call sent no request message: it takes exactly one",
       ],
       [
         "two messages",
         Buffer.concat([grpcWebFrame(valid), grpcWebFrame(valid)]),
         {},
         Code.InvalidArgument,
-        "the call sent a second request message: a unary call takes exactly one",
+        "the call sent a second request message: it takes exactly one",
       ],
       [
         "bytes with no frame",
@@ -447,6 +446,20 @@ test.serial(
         Code.ResourceExhausted,
         // The default MAX_BODY_BYTES: its length is read from the first bytes.
         "message size is larger than the 1048576 bytes allowed",
+      ],
+      [
+        "a message that decompresses past the limit",
+        grpcWebFrame(gzipSync(Buffer.alloc(2 * 1024 * 1024)), 0x01),
+        { "grpc-encoding": "gzip" },
+        Code.ResourceExhausted,
+        "message size is larger than the 1048576 bytes allowed once decompressed",
+      ],
+      [
+        "a grpc-timeout that is not one",
+        grpcWebFrame(valid),
+        { "grpc-timeout": "soon" },
+        Code.InvalidArgument,
+        "the grpc-timeout header is not a valid timeout",
       ],
     ];
     for (const [name, body, headers, code, message] of cases) {
