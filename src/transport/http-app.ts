@@ -25,6 +25,7 @@ import {
 import { registerOpenApi } from "./openapi.js";
 import type { Pipeline, ServiceRegistration } from "./pipeline.js";
 import { type RegisteredRestRoute, registerRest } from "./rest/plugin.js";
+import { isRefusedByDrain } from "./server.js";
 
 /** Options of the HTTP/1.1 side. */
 export interface HttpAppOptions {
@@ -68,6 +69,13 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     frameworkErrors: (error, request, reply) =>
       reply.server.errorHandler(routerError(error, reply.server), request, reply),
     clientErrorHandler: answerClientError,
+  });
+  // A callback hook, not an async one: it runs on every request.
+  app.addHook("onRequest", (request, _reply, done) => {
+    if (!isRefusedByDrain(request.raw)) return done();
+    done(
+      new ConnectError("the service is shutting down: send the request again", Code.Unavailable),
+    );
   });
   // Only the REST and Connect scopes read bodies, with parsers of their own;
   // without one here, a JSON body sent to no route is a 404, not a parse error.

@@ -67,13 +67,20 @@ export function createSharedPortServer(deps: {
   // which connections are busy, and to end them once their response is out.
   httpServer.prependListener("request", (request: IncomingMessage, response: ServerResponse) => {
     const connection = http1Sockets.get(request.socket);
+    const pipelined = connection?.owed !== undefined;
     if (connection) {
       connection.owed = response;
       response.once("close", () => {
         if (connection.owed === response) connection.owed = undefined;
       });
     }
-    if (draining) closeAfter(response, request.socket);
+    if (draining) {
+      // The connection closes after the response it owes, so this request
+      // would never be answered: it must not run either (a client sends it
+      // again, to another instance, and a write would run twice).
+      if (pipelined) refusedByDrain.add(request);
+      closeAfter(response, request.socket);
+    }
   });
 
   // Responses go out as soon as they are written (Nagle off), as Node's own
@@ -158,6 +165,14 @@ export function createSharedPortServer(deps: {
       await listenerClosed;
     },
   };
+}
+
+/** Requests pipelined behind a busy one once the drain began (see the request listener). */
+const refusedByDrain = new WeakSet<IncomingMessage>();
+
+/** Whether a request came, pipelined, on a connection the drain is closing: it must not run. */
+export function isRefusedByDrain(request: IncomingMessage): boolean {
+  return refusedByDrain.has(request);
 }
 
 /** Header, request, keep-alive and idle timeouts of the HTTP/1.1 side. */

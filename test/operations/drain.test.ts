@@ -216,6 +216,33 @@ test("a gRPC call alone in flight holds the drain until it is answered", async (
   }
 });
 
+test("a request pipelined behind a busy one during the drain is not run", async (t) => {
+  const hold = createHold();
+  const server = await startService({ extraInterceptors: [hold.interceptor] });
+  try {
+    const socket = await openSocket(server.port);
+    const answers = received(socket);
+    const request = `GET /campaigns HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${keys.public}\r\nx-test-hold: 1\r\n\r\n`;
+    socket.write(request);
+    await hold.until(1);
+    const closing = server.app.close();
+    t.true(await isRefused(server.port), "the drain has begun");
+    // Its answer could never be sent: the connection closes after the first.
+    socket.write(request);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    hold.release();
+    const text = await answers;
+    await closing;
+    t.is(hold.held.length, 1, "the pipelined request never reached the pipeline");
+    t.is(text.match(/HTTP\/1\.1 /g)?.length, 1, "one response");
+    t.regex(text, /^HTTP\/1\.1 200 /);
+    t.regex(text, /\r\nconnection: close\r\n/i);
+  } finally {
+    hold.release();
+    await server.stop();
+  }
+});
+
 test("the drain waits SHUTDOWN_GRACE at most, then closes what is left", async (t) => {
   const hold = createHold();
   const server = await startService({
