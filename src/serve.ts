@@ -7,6 +7,7 @@
 import { accessSync, constants, mkdirSync } from "node:fs";
 import { type Config, loadConfig } from "./config.js";
 import { startupBanner } from "./startup-banner.js";
+import { mongoServerSelectionTimeoutMs } from "./store/mongo-options.js";
 import { StoreOpenError } from "./store/sqlite.js";
 
 const config = (() => {
@@ -80,18 +81,22 @@ function checkDataDir(config: Config): void {
  */
 function exitOnStartupError(error: unknown, config: Config): never {
   if (error instanceof StoreOpenError) exitWith(error.message);
-  // The driver's words name no part of the URI, so no password is printed.
+  // The driver's words below quote no credentials, so no password is printed.
   const { name, message } = error as Error;
-  if (name === "MongoParseError") {
-    exitWith(`MONGODB_URI is not a MongoDB connection string: ${message}`);
+  const { code, syscall } = error as NodeJS.ErrnoException;
+  if (name === "MongoParseError" || name === "MongoRuntimeError") {
+    exitWith(`MONGODB_URI is not a MongoDB connection string: ${firstLine(message)}`);
+  }
+  if (syscall === "querySrv" || syscall === "queryTxt") {
+    exitWith(`MONGODB_URI: its DNS records do not resolve (${firstLine(message)})`);
   }
   if (name === "MongoServerSelectionError") {
-    exitWith(`MONGODB_URI: no MongoDB server answered within 10 s (${firstLine(message)})`);
+    const seconds = mongoServerSelectionTimeoutMs / 1000;
+    exitWith(`MONGODB_URI: no MongoDB server answered within ${seconds} s (${firstLine(message)})`);
   }
   if (name === "MongoServerError" && (error as { code?: unknown }).code === 18) {
     exitWith("MONGODB_URI: MongoDB refused its credentials");
   }
-  const { code, syscall } = error as NodeJS.ErrnoException;
   const { port, host } = config;
   if (code === "EADDRINUSE") {
     exitWith(`PORT ${port} is already in use on ${host}: stop the other process or set PORT`);

@@ -5,6 +5,7 @@ import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
+import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
 import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
 import { defaultEventRetentionMs } from "./retention.js";
 import {
@@ -120,7 +121,9 @@ async function openMongo(
   config: { mongodbUri: string; mongodbDb: string },
   observe: OperationObserver | undefined,
 ): Promise<Store> {
-  const client = new MongoClient(config.mongodbUri, { serverSelectionTimeoutMS: 10_000 });
+  const client = new MongoClient(config.mongodbUri, {
+    serverSelectionTimeoutMS: mongoServerSelectionTimeoutMs,
+  });
   await client.connect();
   const db = client.db(config.mongodbDb);
   const collections = Object.fromEntries(

@@ -92,6 +92,7 @@ test("a MONGODB_URI that is not a connection string: one line naming it, no pass
     ["garbage", "Invalid scheme"],
     ["mongodb://admin:hunter2@", "host"],
     ["mongodb://db.example/?bogusOption=1", "bogusoption is not supported"],
+    ["mongodb://admin:hunter2@db.example:99999/", "Unable to parse"],
   ]) {
     const exited = await runService({
       MONGODB_URI: uri as string,
