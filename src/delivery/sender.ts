@@ -95,7 +95,9 @@ export const sendWebhook: WebhookSender = (input) => {
     const timer = setTimeout(() => {
       request.destroy(new Error(`timed out after ${input.timeoutMs} ms`));
     }, input.timeoutMs);
-    request.on("error", (error) => finish({ statusCode: null, error: failureOf(error) }));
+    request.on("error", (error) =>
+      finish({ statusCode: null, error: describeAttemptFailure(error) }),
+    );
     request.end(input.body);
   });
 };
@@ -105,7 +107,7 @@ export const sendWebhook: WebhookSender = (input) => {
  * system's code for a search: not the resolver's or the socket's own text
  * ("getaddrinfo ENOTFOUND hooks.example.com").
  */
-function failureOf(error: NodeJS.ErrnoException): string {
+export function describeAttemptFailure(error: NodeJS.ErrnoException): string {
   const code = error.code ?? "";
   const words = networkFailures[code];
   if (words) return `${words} (${code})`;
