@@ -1,4 +1,4 @@
-import { STATUS_CODES } from "node:http";
+import { type ServerResponse, STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
 import { Code, ConnectError } from "@connectrpc/connect";
 import Fastify, {
@@ -173,7 +173,10 @@ function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
         ? [431, Code.ResourceExhausted, "the request line and headers are over 16 KB"]
         : [400, Code.InvalidArgument, "the request is not valid HTTP/1.1"];
   const body = JSON.stringify(restErrorBody(new ConnectError(message, code)));
-  if (socket.writable) {
+  // As Node's own handler: nothing is written into a response already under
+  // way (a pipelined request's error would land inside its body).
+  const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage;
+  if (socket.writable && !inFlight?.headersSent) {
     socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\n` +
         `Content-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
