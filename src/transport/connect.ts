@@ -72,8 +72,11 @@ export async function registerConnect(
         reply.header("allow", "POST");
         throw httpError(405, `${request.method} is not allowed on ${path}; use POST`);
       }
+      // Unary calls only, and not gRPC-Web's base64 text: connect-es would refuse those too.
       const contentType = request.headers["content-type"] ?? null;
-      if (!parseConnectContentType(contentType) && !parseGrpcWebContentType(contentType)) {
+      const connectType = parseConnectContentType(contentType);
+      const webType = parseGrpcWebContentType(contentType);
+      if (!(connectType && !connectType.stream) && !(webType && !webType.text)) {
         throw httpError(415, connectMediaTypes);
       }
     });

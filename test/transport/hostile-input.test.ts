@@ -521,6 +521,22 @@ test.serial("Connect paths refuse another method or media type with the error bo
     t.is(response.headers.get("allow"), "POST");
     t.is(JSON.parse(response.text).code, "unimplemented");
   }
+  for (const contentType of ["application/connect+json", "application/connect+proto"]) {
+    const refused = await postRaw(server, identifyPath, {
+      contentType,
+      body: "{}",
+      key: keys.secret,
+    });
+    t.is(refused.status, 415, contentType);
+    t.is(JSON.parse(refused.text).code, "invalid_argument", contentType);
+  }
+  // A gRPC-Web client reads a status from trailers, sent here as headers (HTTP 200).
+  const text = await postRaw(server, identifyPath, {
+    contentType: "application/grpc-web-text",
+    body: "AAAAAAA=",
+    key: keys.secret,
+  });
+  t.like(grpcWebStatus(text), { code: Code.InvalidArgument });
   const plain = await postRaw(server, identifyPath, {
     contentType: "text/plain",
     body: "hello",
