@@ -24,6 +24,7 @@ import {
 } from "./errors.js";
 import { registerOpenApi } from "./openapi.js";
 import type { Pipeline, ServiceRegistration } from "./pipeline.js";
+import type { RateLimits } from "./rate-limit.js";
 import { type RegisteredRestRoute, registerRest } from "./rest/plugin.js";
 import { isRefusedByDrain } from "./server.js";
 
@@ -41,7 +42,7 @@ export interface HttpAppOptions {
    * Checks a credential against the failed-authentication limit of its
    * address (see `RateLimits.checkCredential`): a wrong metrics token counts.
    */
-  readonly checkCredential: (address: string, valid: () => boolean) => Promise<boolean>;
+  readonly checkCredential: RateLimits["checkCredential"];
   readonly maxBodyBytes: number;
   /** True once the service is draining: `/readyz` answers 503. */
   readonly isDraining?: () => boolean;
@@ -106,11 +107,17 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     }
     const { metricsToken } = options;
     const credential = request.headers.authorization?.replace(/^bearer\s+/i, "") ?? "";
-    if (
-      !(await options.checkCredential(request.ip, () => secretsEqual(credential, metricsToken)))
-    ) {
-      throw httpError(401, "metrics need the METRICS_TOKEN as a bearer token");
+    const limits = { responseHeaders: new Map<string, string>() };
+    let valid: boolean;
+    try {
+      valid = await options.checkCredential(limits, request.ip, () =>
+        secretsEqual(credential, metricsToken),
+      );
+    } finally {
+      // The failure limit's headers, as on an API call's 401 or 429.
+      for (const [name, value] of limits.responseHeaders) reply.header(name, value);
     }
+    if (!valid) throw httpError(401, "metrics need the METRICS_TOKEN as a bearer token");
     return reply.type(options.metrics.contentType).send(await options.metrics.metrics());
   });
 

@@ -34,10 +34,10 @@ export interface RateLimits {
    * The same for a credential checked outside the pipeline (the metrics
    * token): a blocked address is refused before `valid` is asked, and a
    * wrong credential counts as a failed authentication. Says whether it
-   * was valid; throws RESOURCE_EXHAUSTED, the limit's headers in its
-   * metadata, once the address is over its limit.
+   * was valid; throws RESOURCE_EXHAUSTED once the address is over its
+   * limit. The limit's headers go in `answered` either way.
    */
-  checkCredential(address: string, valid: () => boolean): Promise<boolean>;
+  checkCredential(answered: Answered, address: string, valid: () => boolean): Promise<boolean>;
   /** After authentication: counts the call against its API key, by the key's kind. */
   readonly byKey: Interceptor;
 }
@@ -88,6 +88,12 @@ export async function createRateLimits(
   };
   const blocked = blockedAddresses();
   const failures = counters.unauthenticated;
+  // An address over its failure limit is refused before its credential is checked.
+  const refuseBlocked = (call: Answered, failures: Counter, blockedMs: number): never => {
+    const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
+    announce(call, failures, verdict);
+    return refuse(call, failures, verdict);
+  };
   const countFailure = async (call: Answered, failures: Counter, address: string) => {
     const verdict = await failures.consume(addressKey(address));
     announce(call, failures, verdict);
@@ -96,36 +102,24 @@ export async function createRateLimits(
     if (!verdict.allowed) refuse(call, failures, verdict);
   };
   return {
-    byAddress: addressStep(counters.admin, failures, blocked, refuse),
+    byAddress: addressStep(counters.admin, failures, blocked, { refuse, refuseBlocked }),
     async authenticationFailed(call) {
       if (failures) await countFailure(call, failures, call.clientAddress);
     },
-    async checkCredential(address, valid) {
+    async checkCredential(answered, address, valid) {
       if (!failures) return valid();
-      const answered: Answered = { responseHeaders: new Map() };
-      try {
-        const blockedMs = blocked.remainingMs(address);
-        if (blockedMs > 0) {
-          const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
-          announce(answered, failures, verdict);
-          refuse(answered, failures, verdict);
-        }
-        if (valid()) return true;
-        await countFailure(answered, failures, address);
-        return false;
-      } catch (error) {
-        if (error instanceof ConnectError) {
-          for (const [name, value] of answered.responseHeaders) error.metadata.set(name, value);
-        }
-        throw error;
-      }
+      const blockedMs = blocked.remainingMs(address);
+      if (blockedMs > 0) refuseBlocked(answered, failures, blockedMs);
+      if (valid()) return true;
+      await countFailure(answered, failures, address);
+      return false;
     },
     byKey: keyStep(counters.public, counters.secret, refuse),
   };
 }
 
-/** Where the limits' headers go: a call's response headers. */
-type Answered = Pick<Call, "responseHeaders">;
+/** Where the limits' headers go: a call's response headers, or a route's. */
+export type Answered = Pick<Call, "responseHeaders">;
 
 // Async only where it waits for a counter: most calls pass through without
 // a promise of this step's own.
@@ -133,18 +127,19 @@ function addressStep(
   admin: Counter | undefined,
   failures: Counter | undefined,
   blocked: BlockedAddresses,
-  refuse: (call: Answered, counter: Counter, verdict: Verdict) => never,
+  refusals: {
+    refuse: (call: Answered, counter: Counter, verdict: Verdict) => never;
+    refuseBlocked: (call: Answered, failures: Counter, blockedMs: number) => never;
+  },
 ): Interceptor {
   if (!admin && !failures) return (call, next) => next(call);
-  const refuseBlocked = async (call: Call, counter: Counter, blockedMs: number) => {
-    const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
-    announce(call, counter, verdict);
-    return refuse(call, counter, verdict);
-  };
+  // Async, so the refusal is a rejected promise like any step's.
+  const refuseBlocked = async (call: Call, failures: Counter, blockedMs: number) =>
+    refusals.refuseBlocked(call, failures, blockedMs);
   const countAdmin = async (call: Call, next: Next, counter: Counter) => {
     const verdict = await counter.consume(addressKey(call.clientAddress));
     announce(call, counter, verdict);
-    if (!verdict.allowed) refuse(call, counter, verdict);
+    if (!verdict.allowed) refusals.refuse(call, counter, verdict);
     return next(call);
   };
   return (call, next) => {

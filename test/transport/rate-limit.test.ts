@@ -145,7 +145,12 @@ function scrape(
   server: TestServer,
   authorization: string,
   localAddress = "127.0.0.1",
-): Promise<{ status: number; retryAfter: string | undefined; body: string }> {
+): Promise<{
+  status: number;
+  retryAfter: string | undefined;
+  rateLimit: string | undefined;
+  body: string;
+}> {
   return new Promise((resolve, reject) => {
     const request = httpGet(
       {
@@ -165,6 +170,7 @@ function scrape(
           resolve({
             status: response.statusCode ?? 0,
             retryAfter: response.headers["retry-after"],
+            rateLimit: response.headers.ratelimit as string | undefined,
             body,
           }),
         );
@@ -375,9 +381,16 @@ test("wrong metrics tokens count as failed authentications of their address", as
   try {
     const guesses = [];
     for (const guess of ["Bearer wrong-1", "Bearer wrong-2", "wrong-3"]) {
-      guesses.push((await scrape(server, guess)).status);
+      guesses.push(await scrape(server, guess));
     }
-    t.deepEqual(guesses, [401, 401, 401]);
+    t.deepEqual(
+      guesses.map((guess) => guess.status),
+      [401, 401, 401],
+    );
+    for (const [index, guess] of guesses.entries()) {
+      // A 401 carries the failure limit's headers, as an API call's does.
+      t.regex(guess.rateLimit ?? "", new RegExp(`^"unauthenticated";r=${2 - index};t=\\d+$`));
+    }
     const blocked = await scrape(server, `Bearer ${metricsToken}`);
     t.is(blocked.status, 429, "past the limit, not even the right token is checked");
     t.regex(blocked.retryAfter ?? "", /^\d+$/);
