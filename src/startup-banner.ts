@@ -25,24 +25,27 @@ export function startupBanner(input: BannerInput): string {
   if (input.demo) {
     // A key the operator gave is theirs already, and stays out of the output
     // (which is the log stream): it is named by its variable instead.
-    const secretKey = input.keysGiven.secret ? "$BOOTSTRAP_SECRET_KEY" : input.demo.secretKey;
-    const publicKey = input.keysGiven.public ? "$BOOTSTRAP_PUBLIC_KEY" : input.demo.publicKey;
-    const keyLine = (kind: string, key: string, given: boolean) =>
-      given ? `  ${kind} key: the value of ${key.slice(1)}` : `  ${kind} key: ${key}`;
+    // The key as the commands below use it, and as its line shows it.
+    const shown = (key: string, given: boolean, variable: string) =>
+      given
+        ? { command: `$${variable}`, line: `the value of ${variable}` }
+        : { command: key, line: key };
+    const secret = shown(input.demo.secretKey, input.keysGiven.secret, "BOOTSTRAP_SECRET_KEY");
+    const publicKey = shown(input.demo.publicKey, input.keysGiven.public, "BOOTSTRAP_PUBLIC_KEY");
     lines.push(
       "",
       "First start: provisioned a demo organization and application with a default live campaign",
       "in production and in test. Its API keys are shown this once; keep them:",
-      keyLine("secret", secretKey, input.keysGiven.secret),
-      keyLine("public", publicKey, input.keysGiven.public),
+      `  secret key: ${secret.line}`,
+      `  public key: ${publicKey.line}`,
       "",
       "Try it:",
-      `  curl -s -X POST http://${address}/customers/identify -H "Authorization: ${publicKey}" \\`,
+      `  curl -s -X POST http://${address}/customers/identify -H "Authorization: ${publicKey.command}" \\`,
       `       -H "Content-Type: application/json" -d '{"externalUserId":"u1","name":"Ada"}'`,
-      `  curl -s http://${address}/campaigns -H "Authorization: ${publicKey}"`,
-      `  npx buf curl --schema proto --protocol connect -H "Authorization: ${secretKey}" \\`,
+      `  curl -s http://${address}/campaigns -H "Authorization: ${publicKey.command}"`,
+      `  npx buf curl --schema proto --protocol connect -H "Authorization: ${secret.command}" \\`,
       `       http://${address}/referral.v1.CustomersService/ListCustomers`,
-      `  npx buf curl --protocol grpc --http2-prior-knowledge -H "Authorization: ${publicKey}" \\`,
+      `  npx buf curl --protocol grpc --http2-prior-knowledge -H "Authorization: ${publicKey.command}" \\`,
       `       http://${address}/referral.v1.CampaignsService/ListCampaigns`,
       "",
       `The API reference: http://${address}/docs (the OpenAPI document: /openapi.json)`,
