@@ -157,24 +157,24 @@ function framingRefusalsInOurWords(maxMessageBytes: number): grpc.ServerIntercep
   const tooLarge = `message size is larger than the ${maxMessageBytes} bytes allowed`;
   const translate = (status: SentStatus): SentStatus => {
     const { code, details = "" } = status;
-    const refused = (code: grpc.status, details: string) => ({ ...status, code, details });
     if (code === grpc.status.INTERNAL && details === "Failed to decompress message") {
-      return refused(grpc.status.INVALID_ARGUMENT, notDecompressed);
+      return reworded(status, grpc.status.INVALID_ARGUMENT, notDecompressed);
     }
     if (code === grpc.status.INTERNAL && details.startsWith("Invalid grpc-timeout value")) {
-      return refused(grpc.status.INVALID_ARGUMENT, invalidTimeout);
+      return reworded(status, grpc.status.INVALID_ARGUMENT, invalidTimeout);
     }
     if (code === grpc.status.UNIMPLEMENTED && details.startsWith("Received no request message")) {
-      return refused(grpc.status.INVALID_ARGUMENT, noMessage);
+      return reworded(status, grpc.status.INVALID_ARGUMENT, noMessage);
     }
     if (code === grpc.status.UNIMPLEMENTED && details.startsWith("Received a second request")) {
-      return refused(grpc.status.INVALID_ARGUMENT, secondMessage);
+      return reworded(status, grpc.status.INVALID_ARGUMENT, secondMessage);
     }
     if (code === grpc.status.RESOURCE_EXHAUSTED) {
       if (details.startsWith("Received message that decompresses")) {
-        return refused(code, `${tooLarge} once decompressed`);
+        return reworded(status, code, `${tooLarge} once decompressed`);
       }
-      if (details.startsWith("Received message larger than max")) return refused(code, tooLarge);
+      if (details.startsWith("Received message larger than max"))
+        return reworded(status, code, tooLarge);
     }
     return status;
   };
@@ -186,6 +186,10 @@ function framingRefusalsInOurWords(maxMessageBytes: number): grpc.ServerIntercep
 }
 
 type SentStatus = Parameters<grpc.ServerInterceptingCall["sendStatus"]>[0];
+
+function reworded(status: SentStatus, code: grpc.status, details: string): SentStatus {
+  return { ...status, code, details };
+}
 
 const notDecompressed = "the request message does not decompress with its grpc-encoding";
 const invalidTimeout = "the grpc-timeout header is not a valid timeout";
