@@ -394,13 +394,14 @@ function successDescription(method: DescMethod, route: HttpRoute, comments: Comm
  * The error statuses an operation can answer, from what the transport and
  * the pipeline do to every call of its kind: every call is read (400), must
  * present a credential (401), may name a record that is not there (404), is
- * rate-limited (429) and may fail unexpectedly (500); secret and admin RPCs
+ * rate-limited (429), may fail unexpectedly (500) and may be refused for now
+ * (503: the instance is draining); secret and admin RPCs
  * refuse other credentials (403); writes read a body (413, 415) and take an
  * idempotency key whose first call may still run (409); a path variable may
  * be too long (414).
  */
 function errorStatusesOf(method: DescMethod, route: HttpRoute, access: Access): number[] {
-  const statuses = [400, 401, 404, 429, 500];
+  const statuses = [400, 401, 404, 429, 500, 503];
   if (access !== Access.PUBLIC) statuses.push(403);
   if (isWriteRpc(method)) statuses.push(409, 413, 415);
   if (route.pathFields.length > 0) statuses.push(414);
@@ -419,6 +420,7 @@ const errorStatusMeanings: Record<number, string> = {
   415: "The body is not `application/json`.",
   429: "Over a rate limit: retry after `Retry-After` seconds.",
   500: "Something unexpected failed; the cause is logged, never sent.",
+  503: "Not now: the instance is shutting down (a request pipelined behind another during its drain), or a host the request names could not be resolved. Send the request again.",
 };
 
 /**

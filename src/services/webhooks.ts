@@ -1,6 +1,6 @@
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import {
   WebhookDeliverySchema,
   WebhookDeliveryStatusSchema,
@@ -239,8 +239,17 @@ async function checkResolvesPublic(url: string): Promise<void> {
   let addresses: { address: string }[];
   try {
     addresses = await lookup(host, { all: true });
-  } catch {
-    throw invalidArgument("url", `host ${host} does not resolve`);
+  } catch (error) {
+    const { code } = error as NodeJS.ErrnoException;
+    if (code === "ENOTFOUND" || code === "ENODATA") {
+      throw invalidArgument("url", `host ${host} does not resolve`);
+    }
+    // The resolver failed, not the host: UNAVAILABLE, which an idempotent
+    // retry runs again instead of replaying for a day.
+    throw new ConnectError(
+      `host ${host} could not be resolved now (${code ?? "no answer"}): retry later`,
+      Code.Unavailable,
+    );
   }
   if (addresses.some((entry) => !isPublicAddress(entry.address))) {
     throw invalidArgument("url", "must not point at a private, loopback or link-local address");

@@ -136,6 +136,40 @@ test.serial("an endpoint failing continuously is disabled, and its health says w
   }
 });
 
+test.serial("a resolver that fails at creation is UNAVAILABLE, not a refused url", async (t) => {
+  const server = await startServer();
+  // The built-in resolver, failing for one host as a DNS server that does not
+  // answer would (ESM bindings of built-ins follow their exports once synced).
+  const dns = (await import("node:dns")).promises;
+  const { syncBuiltinESMExports } = await import("node:module");
+  const real = dns.lookup;
+  dns.lookup = (async (host: string, options: unknown) => {
+    if (host === "flaky.example.com") {
+      throw Object.assign(new Error("getaddrinfo EAI_AGAIN flaky.example.com"), {
+        code: "EAI_AGAIN",
+      });
+    }
+    return real(host, options as never);
+  }) as typeof dns.lookup;
+  syncBuiltinESMExports();
+  try {
+    const response = await rest(server, "POST", "/webhooks", {
+      key: keys.secret,
+      headers: { "idempotency-key": "flaky-1" },
+      body: { url: "https://flaky.example.com/in", environment: "test" },
+    });
+    t.is(response.status, 503);
+    t.is(response.body.code, "unavailable");
+    t.regex(response.body.message, /could not be resolved now \(EAI_AGAIN\): retry later/);
+    const listed = await rest(server, "GET", "/webhooks", { key: keys.secret });
+    t.deepEqual(listed.body, [], "nothing stored");
+  } finally {
+    dns.lookup = real;
+    syncBuiltinESMExports();
+    await server.stop();
+  }
+});
+
 test.serial("refused URLs are refused at creation, naming the url", async (t) => {
   const server = await startServer();
   try {
