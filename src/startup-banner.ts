@@ -24,8 +24,7 @@ export function startupBanner(input: BannerInput): string {
   ];
   if (input.demo) {
     // A key the operator gave is theirs already, and stays out of the output
-    // (which is the log stream): it is named by its variable instead.
-    // The key as the commands below use it, and as its line shows it.
+    // (which is the log stream): its line and the commands name its variable.
     const shown = (key: string, given: boolean, variable: string) =>
       given
         ? { command: `$${variable}`, line: `the value of ${variable}` }

@@ -169,12 +169,9 @@ function framingRefusalsInOurWords(maxMessageBytes: number): grpc.ServerIntercep
     if (code === grpc.status.UNIMPLEMENTED && details.startsWith("Received a second request")) {
       return reworded(status, grpc.status.INVALID_ARGUMENT, secondMessage);
     }
-    if (code === grpc.status.RESOURCE_EXHAUSTED) {
-      if (details.startsWith("Received message that decompresses")) {
-        return reworded(status, code, `${tooLarge} once decompressed`);
-      }
-      if (details.startsWith("Received message larger than max"))
-        return reworded(status, code, tooLarge);
+    if (code === grpc.status.RESOURCE_EXHAUSTED && details.startsWith("Received message")) {
+      const decompressed = details.startsWith("Received message that decompresses");
+      return reworded(status, code, decompressed ? `${tooLarge} once decompressed` : tooLarge);
     }
     return status;
   };

@@ -166,6 +166,8 @@ function keyStep(
     // Admin calls have no key: they are limited by address.
     const counter = caller && (caller.keyKind === "secret" ? secretKeys : publicKeys);
     if (!counter) return next(call);
+    // The limiter's own promise awaited here, not `counter.consume`'s: every
+    // call passes this step, and a promise fewer before the response counts.
     let verdict: Verdict;
     try {
       verdict = allowedVerdict(await counter.limiter.consume(caller.keyId));

@@ -155,9 +155,9 @@ export function createSharedPortServer(deps: {
         onHttp2Drained = resolve;
         if (http2Sockets.size === 0) resolve();
       });
-      const grpcDrained = Promise.all([grpcShutDown, http2Drained]);
 
-      const drained = await settlesWithin(Promise.all([http1Drained, grpcDrained]), graceMs);
+      const everyDrain = Promise.all([http1Drained, grpcShutDown, http2Drained]);
+      const drained = await settlesWithin(everyDrain, graceMs);
       if (!drained) deps.grpc.forceShutdown();
       for (const socket of sockets) socket.destroy();
       // Fastify's own close (its onClose hooks) once nothing uses it any more.
