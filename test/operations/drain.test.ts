@@ -45,6 +45,28 @@ function createHold() {
   };
 }
 
+/**
+ * Runs `body` against a service whose calls carrying `x-test-hold` are
+ * held (see `createHold`), then releases them and stops it, whatever the
+ * outcome.
+ */
+async function withHeldCalls(
+  env: Record<string, string>,
+  body: (
+    server: Awaited<ReturnType<typeof startService>>,
+    hold: ReturnType<typeof createHold>,
+  ) => Promise<void>,
+): Promise<void> {
+  const hold = createHold();
+  const server = await startService({ extraInterceptors: [hold.interceptor], env });
+  try {
+    await body(server, hold);
+  } finally {
+    hold.release();
+    await server.stop();
+  }
+}
+
 const holdHeaders = { authorization: keys.public, "x-test-hold": "1" };
 
 /** GET /campaigns on a keep-alive connection: status, `Connection` header, campaigns. */
@@ -145,9 +167,7 @@ function received(socket: Socket): Promise<string> {
 }
 
 test("calls in flight on every protocol finish during the drain; health, /readyz and the port say it is closing", async (t) => {
-  const hold = createHold();
-  const server = await startService({ extraInterceptors: [hold.interceptor] });
-  try {
+  await withHeldCalls({}, async (server, hold) => {
     const overall = watchHealth(server.port, "");
     const customers = watchHealth(server.port, "referral.v1.CustomersService");
     await Promise.all([overall.until("SERVING"), customers.until("SERVING")]);
@@ -187,18 +207,13 @@ test("calls in flight on every protocol finish during the drain; health, /readyz
     const drainStarted = performance.now();
     await closing;
     t.true(performance.now() - drainStarted < 2000, "the drain ends when the calls do");
-  } finally {
-    hold.release();
-    await server.stop();
-  }
+  });
 });
 
 test("a gRPC call alone in flight holds the drain until it is answered", async (t) => {
   // grpc-js reports its connections closed once each has its GOAWAY, while
   // their calls go on: nothing on HTTP/1.1 keeps this drain open.
-  const hold = createHold();
-  const server = await startService({ extraInterceptors: [hold.interceptor] });
-  try {
+  await withHeldCalls({}, async (server, hold) => {
     const call = grpcCall(server.port);
     await hold.until(1);
     let closed = false;
@@ -210,16 +225,11 @@ test("a gRPC call alone in flight holds the drain until it is answered", async (
     hold.release();
     t.is(await call, 2);
     await closing;
-  } finally {
-    hold.release();
-    await server.stop();
-  }
+  });
 });
 
 test("a request pipelined behind a busy one during the drain is not run", async (t) => {
-  const hold = createHold();
-  const server = await startService({ extraInterceptors: [hold.interceptor] });
-  try {
+  await withHeldCalls({}, async (server, hold) => {
     const socket = await openSocket(server.port);
     const answers = received(socket);
     const request = `GET /campaigns HTTP/1.1\r\nHost: localhost\r\nAuthorization: ${keys.public}\r\nx-test-hold: 1\r\n\r\n`;
@@ -237,19 +247,11 @@ test("a request pipelined behind a busy one during the drain is not run", async 
     t.is(text.match(/HTTP\/1\.1 /g)?.length, 1, "one response");
     t.regex(text, /^HTTP\/1\.1 200 /);
     t.regex(text, /\r\nconnection: close\r\n/i);
-  } finally {
-    hold.release();
-    await server.stop();
-  }
+  });
 });
 
 test("the drain waits SHUTDOWN_GRACE at most, then closes what is left", async (t) => {
-  const hold = createHold();
-  const server = await startService({
-    extraInterceptors: [hold.interceptor],
-    env: { SHUTDOWN_GRACE: "400ms" },
-  });
-  try {
+  await withHeldCalls({ SHUTDOWN_GRACE: "400ms" }, async (server, hold) => {
     const calls = [restCall(server.port), grpcCall(server.port)].map((call) =>
       call.then(
         () => "answered",
@@ -262,8 +264,5 @@ test("the drain waits SHUTDOWN_GRACE at most, then closes what is left", async (
     const took = performance.now() - started;
     t.true(took >= 350 && took < 2000, `closed after ${Math.round(took)} ms`);
     t.deepEqual(await Promise.all(calls), ["cut", "cut"]);
-  } finally {
-    hold.release();
-    await server.stop();
-  }
+  });
 });
