@@ -5,6 +5,11 @@ import type { WebhookSender } from "./delivery/sender.js";
 import type { Clock } from "./domain/tenancy.js";
 import { type Authenticator, createAuthenticator } from "./services/authentication.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
+import {
+  type RewardSweep,
+  type RewardSweepReport,
+  startRewardSweep,
+} from "./services/reward-sweep.js";
 import { deliveryQueueOf } from "./store/deliveries.js";
 import { type RetentionSweep, startRetentionSweep } from "./store/retention.js";
 import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
@@ -26,6 +31,11 @@ export interface App {
   readonly store: Store;
   /** Set by `listen` on the first start of an empty store: the demo tenant and its keys. */
   readonly demo: ProvisionedDemo | undefined;
+  /**
+   * Runs a pass of the reward sweep now (it also runs every second):
+   * approvals at the end of holds, expiries, and work a crash interrupted.
+   */
+  sweepRewards(): Promise<RewardSweepReport>;
   /** Starts listening, then provisions the demo tenant on an empty store; resolves with the bound port. */
   listen(port: number, host: string): Promise<number>;
   /**
@@ -73,6 +83,7 @@ export async function buildApp(
   });
   let webhooks: WebhookRuntime | undefined;
   let retention: RetentionSweep | undefined;
+  let rewardSweep: RewardSweep | undefined;
   try {
     let draining = false;
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
@@ -122,6 +133,13 @@ export async function buildApp(
         report: (removed) => logger.info({ removed }, "removed expired events and deliveries"),
       });
     }
+    rewardSweep = startRewardSweep({
+      store,
+      clock,
+      log: (error, message) => logger.error({ err: error }, message),
+      notifyWebhooks: () => webhooks?.notify(),
+    });
+    const sweep = rewardSweep;
     const server = createSharedPortServer({
       grpc: transports.grpc.server,
       http: transports.http,
@@ -134,6 +152,7 @@ export async function buildApp(
       get demo() {
         return demo;
       },
+      sweepRewards: () => sweep.runOnce(),
       async listen(port, host) {
         const bound = await server.listen(port, host);
         // Only once the port is bound: a start that cannot listen must not
@@ -153,7 +172,7 @@ export async function buildApp(
           logger.info({ graceMs }, "draining");
           await Promise.all([server.close(graceMs), runtime.stop(graceMs)]);
           transports.settleCalls();
-          await retention?.stop();
+          await Promise.all([retention?.stop(), sweep.stop()]);
           await store.close();
         })();
         return closed;
@@ -162,6 +181,7 @@ export async function buildApp(
   } catch (error) {
     await webhooks?.stop();
     await retention?.stop();
+    await rewardSweep?.stop();
     await store.close();
     throw error;
   }

@@ -98,6 +98,7 @@ export function createOutboxRelay(deps: {
         relayCollection(db.customers, endpointsOf),
         relayCollection(db.referrals, endpointsOf),
         relayCollection(db.checkpoints, endpointsOf),
+        relayCollection(db.rewardGrants, endpointsOf),
       ]);
       return sumCounts(relayed);
     },

@@ -1,5 +1,9 @@
 import type { FraudRuleName } from "./fraud-rules.js";
-import { isFinal, type ReferralStatusName, type StatusChangeCauseName } from "./referral-status.js";
+import {
+  isUndecided,
+  type ReferralStatusName,
+  type StatusChangeCauseName,
+} from "./referral-status.js";
 
 /** What CreateReferral does, given the referee's existing referral in the campaign. */
 export type Attribution =
@@ -9,7 +13,7 @@ export type Attribution =
   | { readonly kind: "unchanged" }
   /** Another referrer while pending or flagged: move the referral and re-run the rules. */
   | { readonly kind: "reattribute" }
-  /** Another referrer once final: refused. */
+  /** Another referrer once decided (accepted, rejected, reversed): refused. */
   | { readonly kind: "refuse"; readonly reason: string };
 
 /** Decides how a referral request treats the referee's existing referral. */
@@ -19,7 +23,7 @@ export function decideAttribution(
 ): Attribution {
   if (!existing) return { kind: "create" };
   if (existing.referrerId === referrerId) return { kind: "unchanged" };
-  if (isFinal(existing.status)) {
+  if (!isUndecided(existing.status)) {
     return { kind: "refuse", reason: `referral already ${existing.status}` };
   }
   return { kind: "reattribute" };

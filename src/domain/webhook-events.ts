@@ -1,3 +1,4 @@
+import type { RewardGrantStatusName } from "./reward-ledger.js";
 import type { EnvironmentName } from "./tenancy.js";
 
 /** Every event type, in catalogue order. */
@@ -9,7 +10,14 @@ export const webhookEventTypes = [
   "referral.flagged",
   "referral.accepted",
   "referral.rejected",
+  "referral.reversed",
   "checkpoint.ingested",
+  "reward_grant.created",
+  "reward_grant.approved",
+  "reward_grant.fulfilled",
+  "reward_grant.rejected",
+  "reward_grant.voided",
+  "reward_grant.expired",
 ] as const;
 
 /** One event type, for example `referral.accepted`. */
@@ -41,8 +49,8 @@ export function endpointWants(
 
 /**
  * The referral events a status change raises: entering `flagged`,
- * `accepted` or `rejected` has its own event; any other move (a reviewer
- * clearing a flag) is a `referral.updated`.
+ * `accepted`, `rejected` or `reversed` has its own event; any other move (a
+ * reviewer clearing a flag) is a `referral.updated`.
  */
 export function referralStatusEvent(toStatus: string): WebhookEventType {
   switch (toStatus) {
@@ -52,7 +60,25 @@ export function referralStatusEvent(toStatus: string): WebhookEventType {
       return "referral.accepted";
     case "rejected":
       return "referral.rejected";
+    case "reversed":
+      return "referral.reversed";
     default:
       return "referral.updated";
   }
+}
+
+/** The event of each status a grant can move to; a grant is created in the others. */
+const grantStatusEvents: Partial<Record<RewardGrantStatusName, WebhookEventType>> = {
+  approved: "reward_grant.approved",
+  fulfilled: "reward_grant.fulfilled",
+  rejected: "reward_grant.rejected",
+  voided: "reward_grant.voided",
+  expired: "reward_grant.expired",
+};
+
+/** The event a grant's move to `toStatus` raises. */
+export function grantStatusEvent(toStatus: RewardGrantStatusName): WebhookEventType {
+  const type = grantStatusEvents[toStatus];
+  if (!type) throw new Error(`no grant moves to ${toStatus}`);
+  return type;
 }

@@ -12,6 +12,8 @@ import {
   type Referral,
   ReferralSchema,
   type Reward,
+  type RewardGrant,
+  RewardGrantSchema,
   RewardParty,
   RewardSchema,
 } from "../../gen/referral/v1/resources_pb.js";
@@ -19,7 +21,11 @@ import { toPlain } from "../contract/plain-codec.js";
 import { messageFromDoc } from "../contract/records.js";
 import { newId } from "../domain/ids.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
-import { referralStatusEvent, type WebhookEventType } from "../domain/webhook-events.js";
+import {
+  grantStatusEvent,
+  referralStatusEvent,
+  type WebhookEventType,
+} from "../domain/webhook-events.js";
 import { findCampaignById } from "../store/campaigns.js";
 import type { Collections } from "../store/collection.js";
 import { customerMessages } from "../store/customer-records.js";
@@ -29,6 +35,7 @@ import type {
   EventDoc,
   OutboxEntryDoc,
   ReferralDoc,
+  RewardGrantDoc,
 } from "../store/documents.js";
 import type { OutboxHolder } from "../store/events.js";
 
@@ -72,10 +79,35 @@ export function referralReattributed(
   return entries(types, after.updatedAt, toPlain(ReferralSchema, view));
 }
 
-/** A status change by review or conversion: the event of the new status. */
-export function referralStatusChanged(after: ReferralDoc, view: Referral): OutboxEntryDoc[] {
+/**
+ * A status change by review or conversion: the event of the new status. An
+ * acceptance's event names the grants it earned (`rewardGrantIds`).
+ */
+export function referralStatusChanged(
+  after: ReferralDoc,
+  view: Referral,
+  rewardGrantIds?: readonly string[],
+): OutboxEntryDoc[] {
   const type = referralStatusEvent(after.status);
-  return entries([type], after.updatedAt, toPlain(ReferralSchema, view));
+  const data = toPlain(ReferralSchema, view);
+  if (rewardGrantIds) data.rewardGrantIds = [...rewardGrantIds];
+  return entries([type], after.updatedAt, data);
+}
+
+/** A grant as the API shows it, from the document a change leaves. */
+export function grantView(doc: RewardGrantDoc): RewardGrant {
+  return messageFromDoc(RewardGrantSchema, doc);
+}
+
+/** A new grant: `reward_grant.created`, whatever its status (pending, approved or capped). */
+export function grantCreated(doc: RewardGrantDoc, view: RewardGrant): OutboxEntryDoc[] {
+  return entries(["reward_grant.created"], doc.createdAt, toPlain(RewardGrantSchema, view));
+}
+
+/** A grant's status change: `reward_grant.approved`, `.fulfilled`, `.rejected`, `.voided` or `.expired`. */
+export function grantMoved(after: RewardGrantDoc, view: RewardGrant): OutboxEntryDoc[] {
+  const type = grantStatusEvent(after.status);
+  return entries([type], after.updatedAt, toPlain(RewardGrantSchema, view));
 }
 
 /** An ingested checkpoint: `checkpoint.ingested`. */

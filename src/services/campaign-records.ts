@@ -7,11 +7,20 @@ import {
   CampaignCheckpointSchema,
   CampaignCheckpointTrigger,
   CampaignSchema,
+  CurrencySchema,
+  type Reward,
+  RewardApproval,
+  RewardLimitUnit,
+  RewardParty,
+  RewardType,
 } from "../../gen/referral/v1/resources_pb.js";
+import { enumWords } from "../contract/options.js";
 import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
 import { rewardTriggerOf } from "../domain/conversion.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
+import { type CurrencyName, toMinorUnits } from "../domain/money.js";
+import { isTimeZone, parseDuration } from "../domain/reward-ledger.js";
 import type { Tenant } from "../domain/tenancy.js";
 import type { CampaignCheckpointDoc, CampaignDoc } from "../store/documents.js";
 import { invalidArgument } from "./errors.js";
@@ -70,6 +79,7 @@ export function newCampaignDoc(
   campaign.deletedAt = undefined;
   campaign.lastPingAt = undefined;
   campaign.lastPingOrigin = undefined;
+  checkRewardTerms(campaign);
   stampChildren(campaign, now);
   const doc = docFieldsFromMessage(CampaignSchema, campaign) as CampaignDoc;
   doc.rewardCheckpoint = nextRewardCheckpoint(null, rewardTriggerOf(campaign), now);
@@ -98,6 +108,7 @@ export function campaignUpdateFields(
     )[localName];
   }
   requiredText(merged.name, "campaign.name");
+  checkRewardTerms(merged);
   stampChildren(merged, now);
   // The ping fields are left out: a ping between the read and this write stays.
   const {
@@ -241,4 +252,108 @@ function stampChildren(campaign: Campaign, now: Date): void {
     item.createdAt ??= timestampFromDate(now);
     item.updatedAt = timestampFromDate(now);
   }
+}
+
+/**
+ * The terms the reward ledger relies on, checked when a campaign is saved:
+ * who gets what, amounts exact to the currency's minor unit, a limit with
+ * its unit and window (an amount limit only on an amount), holds and
+ * expiries as durations, a time zone the calendar knows. Unset approval
+ * and time zone are written as their defaults (automatic, UTC).
+ */
+function checkRewardTerms(campaign: Campaign): void {
+  campaign.timeZone ||= "UTC";
+  if (!isTimeZone(campaign.timeZone)) {
+    throw invalidArgument("campaign.timeZone", "must be an IANA time zone such as Europe/Paris");
+  }
+  for (const [index, reward] of campaign.rewards.entries()) {
+    checkReward(reward, `campaign.rewards[${index}]`);
+  }
+}
+
+function checkReward(reward: Reward, path: string): void {
+  if (reward.type === RewardType.UNSPECIFIED) {
+    throw invalidArgument(`${path}.type`, "is required: payout or discount");
+  }
+  if (reward.party === RewardParty.UNSPECIFIED) {
+    throw invalidArgument(`${path}.party`, "is required: referrer or referee");
+  }
+  const currency = enumWords(CurrencySchema).byNumber.get(reward.currency) as
+    | CurrencyName
+    | undefined;
+  const amount = (field: "payoutAmount" | "discountAmount") => {
+    const value = reward[field];
+    if (value === undefined) return;
+    if (!currency) throw invalidArgument(`${path}.currency`, `is required with ${field}`);
+    const exact = toMinorUnits(value, currency);
+    if ("refused" in exact) throw invalidArgument(`${path}.${field}`, exact.refused);
+    if (exact.minor < 0) throw invalidArgument(`${path}.${field}`, "must not be negative");
+  };
+  if (reward.type === RewardType.PAYOUT) {
+    if (reward.payoutAmount === undefined) {
+      throw invalidArgument(`${path}.payoutAmount`, "is required for a payout");
+    }
+    for (const field of [
+      "discountAmount",
+      "discountPercentage",
+      "discountDurationInMonth",
+    ] as const) {
+      if (reward[field] !== undefined)
+        throw invalidArgument(`${path}.${field}`, "is for a discount only");
+    }
+    amount("payoutAmount");
+  } else {
+    if (reward.payoutAmount !== undefined) {
+      throw invalidArgument(`${path}.payoutAmount`, "is for a payout only");
+    }
+    const percentage = reward.discountPercentage;
+    if ((reward.discountAmount === undefined) === (percentage === undefined)) {
+      throw invalidArgument(
+        `${path}.discountAmount`,
+        "or discountPercentage is required for a discount, not both",
+      );
+    }
+    amount("discountAmount");
+    if (percentage !== undefined && !(percentage > 0 && percentage <= 100)) {
+      throw invalidArgument(`${path}.discountPercentage`, "must be more than 0 and at most 100");
+    }
+    const months = reward.discountDurationInMonth;
+    if (months !== undefined && (months < 1 || months > 120)) {
+      throw invalidArgument(`${path}.discountDurationInMonth`, "must be 1 to 120");
+    }
+  }
+  const limited = [reward.limit, reward.limitUnit, reward.limitInterval];
+  if (limited.some((value) => value !== undefined)) {
+    for (const [field, value] of [
+      ["limit", reward.limit],
+      ["limitUnit", reward.limitUnit],
+      ["limitInterval", reward.limitInterval],
+    ] as const) {
+      if (value === undefined) {
+        throw invalidArgument(`${path}.${field}`, "is required with the other limit fields");
+      }
+    }
+    if ((reward.limit as number) < 0)
+      throw invalidArgument(`${path}.limit`, "must not be negative");
+    if (reward.limitUnit === RewardLimitUnit.AMOUNT && percentage(reward)) {
+      throw invalidArgument(
+        `${path}.limitUnit`,
+        "cannot be amount for a percentage discount: limit the number of rewards",
+      );
+    }
+  }
+  for (const field of ["holdPeriod", "expiresAfter"] as const) {
+    const text = reward[field];
+    if (text !== undefined && parseDuration(text) === undefined) {
+      throw invalidArgument(
+        `${path}.${field}`,
+        'must be a whole number and a unit (s, m, h, d, w), such as "30d", at most 3650 days',
+      );
+    }
+  }
+  if (reward.approval === RewardApproval.UNSPECIFIED) reward.approval = RewardApproval.AUTOMATIC;
+}
+
+function percentage(reward: Reward): boolean {
+  return reward.type === RewardType.DISCOUNT && reward.discountPercentage !== undefined;
 }

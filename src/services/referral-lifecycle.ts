@@ -19,13 +19,20 @@ import type {
   CampaignDoc,
   CheckpointDoc,
   CustomerDoc,
+  PlannedGrantDoc,
   ReferralDoc,
   StatusChangeDoc,
 } from "../store/documents.js";
-import { newReferral, reattributed, transitioned } from "../store/referrals.js";
+import {
+  newReferral,
+  type ReferralRewardWork,
+  reattributed,
+  transitioned,
+} from "../store/referrals.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
+import { makePlannedGrants, planEarnedGrants, settleReversal } from "./reward-ledger.js";
 
 /** What the lifecycle needs. */
 export interface LifecycleDeps {
@@ -148,7 +155,9 @@ async function judge(
 
 /**
  * Manual review: moves a referral to `to` when the lifecycle allows it from
- * its current status; FAILED_PRECONDITION (changing nothing) otherwise.
+ * its current status; FAILED_PRECONDITION (changing nothing) otherwise. An
+ * acceptance earns its campaign's rewards; a reversal voids the unpaid
+ * grants and claws back the paid ones.
  */
 export async function reviewReferral(
   deps: LifecycleDeps,
@@ -165,21 +174,60 @@ export async function reviewReferral(
       const article = /^[aeiou]/.test(current.status) ? "an" : "a";
       throw failedPrecondition(`${article} ${current.status} referral cannot become ${to}`);
     }
-    const change = statusChange(current.status, to, "review", caller.keyId, deps.clock(), reason);
+    const now = deps.clock();
+    const change = statusChange(current.status, to, "review", caller.keyId, now, reason);
     const after = transitioned(current, change);
     const view = referralView(after);
-    const events = referralStatusChanged(after, view);
-    const moved = await store.referrals.transition(current, change, events);
-    if (moved) return { doc: moved, view };
+    if (to === "accepted") {
+      const campaign = await store.campaigns.find(current.campaignId);
+      const plan = campaign ? planEarnedGrants(campaign, after, change) : [];
+      const moved = await accept(store, current, change, after, plan);
+      if (moved) return { doc: moved, view };
+      continue;
+    }
+    const work: ReferralRewardWork = to === "reversed" ? { reversalPending: true } : {};
+    const moved = await store.referrals.transition(
+      current,
+      change,
+      referralStatusChanged(after, view),
+      work,
+    );
+    if (!moved) continue;
+    if (to === "reversed") await settleReversal(store, moved, now);
+    return { doc: moved, view };
   }
   throw new Error(`referral ${id} kept changing during ${writeAttempts} attempts`);
 }
 
 /**
+ * Accepts a referral with the grants it earns, planned in the same write
+ * (so a crash after it loses none: the sweep makes them), then makes them.
+ * Null when a concurrent change came first.
+ */
+async function accept(
+  store: TenantStore,
+  current: ReferralDoc,
+  change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+  after: ReferralDoc,
+  plan: readonly PlannedGrantDoc[],
+): Promise<ReferralDoc | null> {
+  const grantIds = plan.map((entry) => entry.grant._id);
+  const events = referralStatusChanged(after, referralView(after), grantIds);
+  const work: ReferralRewardWork =
+    plan.length > 0 ? { grantPlan: [...plan], grantPlanPending: true } : {};
+  const moved = await store.referrals.transition(current, change, events, work);
+  if (moved && plan.length > 0) {
+    await makePlannedGrants(store, { referralId: moved._id }, plan, change.changedAt);
+  }
+  return moved;
+}
+
+/**
  * Conversion: a checkpoint named like a campaign's reward trigger accepts
- * the customer's pending referrals in that campaign. Flagged and final
- * referrals stay as they are, and a repeated checkpoint finds nothing
- * pending, so conversion happens once. Returns the accepted referrals.
+ * the customer's pending referrals in that campaign, with the grants they
+ * earn. Flagged and final referrals stay as they are, and a repeated
+ * checkpoint finds nothing pending, so conversion happens once. Returns
+ * the accepted referrals.
  */
 export async function convertReferrals(
   store: TenantStore,
@@ -190,10 +238,11 @@ export async function convertReferrals(
   if (pending.length === 0) return [];
   const campaignIds = [...new Set(pending.map((referral) => referral.campaignId))];
   const campaigns = await store.campaigns.findByIds(campaignIds);
-  const triggers = new Map(campaigns.map((campaign) => [campaign._id, rewardTriggerOf(campaign)]));
+  const byId = new Map(campaigns.map((campaign) => [campaign._id, campaign]));
   const accepted: ReferralDoc[] = [];
   for (const found of pending) {
-    if (triggers.get(found.campaignId) !== checkpoint.name) continue;
+    const campaign = byId.get(found.campaignId);
+    if (!campaign || rewardTriggerOf(campaign) !== checkpoint.name) continue;
     // A concurrent write (another ingest, a review, a re-attribution) makes
     // the transition miss; re-read, and convert only if still pending.
     let referral: ReferralDoc | null = found;
@@ -208,10 +257,12 @@ export async function convertReferrals(
         `checkpoint "${checkpoint.name}"`,
       );
       const after = transitioned(referral, change);
-      const moved = await store.referrals.transition(
+      const moved = await accept(
+        store,
         referral,
         change,
-        referralStatusChanged(after, referralView(after)),
+        after,
+        planEarnedGrants(campaign, after, change),
       );
       if (moved) {
         accepted.push(moved);

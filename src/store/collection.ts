@@ -26,6 +26,8 @@ import type {
   IdempotencyKeyDoc,
   OrganizationDoc,
   ReferralDoc,
+  RewardAllowanceDoc,
+  RewardGrantDoc,
   WebhookDoc,
 } from "./documents.js";
 
@@ -57,6 +59,12 @@ export interface StoreCollection<T extends Document> {
   /** Every match, in one write (retention removes expired documents a bounded batch at a time). */
   deleteMany(filter: Filter<T>): Promise<DeleteResult>;
   createIndex(spec: IndexSpecification, options?: CreateIndexesOptions): Promise<string>;
+  /**
+   * One shape only: `[{ $match: filter }, { $group: { _id: { name: "$field", ... },
+   * count: { $sum: 1 }, total: { $sum: "$field" } } }]`, each group's counts
+   * and sums (see `CounterDeclaration.sums`).
+   */
+  aggregate(pipeline: Document[]): { toArray(): Promise<Document[]> };
 }
 
 // The driver's Collection must stay usable as a StoreCollection.
@@ -75,6 +83,8 @@ export interface Collections {
   readonly customers: StoreCollection<CustomerDoc>;
   readonly referrals: StoreCollection<ReferralDoc>;
   readonly checkpoints: StoreCollection<CheckpointDoc>;
+  readonly rewardGrants: StoreCollection<RewardGrantDoc>;
+  readonly rewardAllowances: StoreCollection<RewardAllowanceDoc>;
   readonly campaigns: StoreCollection<CampaignDoc>;
   readonly webhooks: StoreCollection<WebhookDoc>;
   readonly events: StoreCollection<EventDoc>;

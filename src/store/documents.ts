@@ -5,7 +5,14 @@
  */
 
 import type { FraudRuleName } from "../domain/fraud-rules.js";
+import type { CurrencyName } from "../domain/money.js";
 import type { ReferralStatusName, StatusChangeCauseName } from "../domain/referral-status.js";
+import type {
+  LimitUnitName,
+  RewardGrantCauseName,
+  RewardGrantKindName,
+  RewardGrantStatusName,
+} from "../domain/reward-ledger.js";
 import type { ApiKeyKindName, EnvironmentName } from "../domain/tenancy.js";
 import type { WebhookEventType } from "../domain/webhook-events.js";
 
@@ -68,6 +75,9 @@ export interface CustomerDoc {
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
+  /** Manual grants being made for the customer (see {@link GrantPlanHolder}). */
+  grantPlan?: PlannedGrantDoc[];
+  grantPlanPending?: true;
   createdAt: Date;
   updatedAt: Date;
   /** Deletion time; null while the customer exists. */
@@ -114,6 +124,14 @@ export interface ReferralDoc {
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
+  /** The grants its acceptance earned, until they are stored (see {@link GrantPlanHolder}). */
+  grantPlan?: PlannedGrantDoc[];
+  grantPlanPending?: true;
+  /**
+   * Set by the reversal, until its grants are voided or clawed back: the
+   * sweep finishes a reversal a crash interrupted.
+   */
+  reversalPending?: true;
   /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
   attributedAt: Date;
   createdAt: Date;
@@ -351,3 +369,149 @@ export type IdempotentOutcomeDoc =
       /** The error's details: message type names and their binary form in base64. */
       details: { type: string; value: string }[];
     };
+
+/**
+ * A document that carries grants about to be made: they are written into
+ * it in the same atomic write as the decision that earns them (a referral's
+ * acceptance; for a manual grant, on its recipient), then stored one by one
+ * and removed. A crash in between leaves them there, and the reward sweep
+ * makes them; grant ids are fixed in the plan, so nothing is made twice.
+ */
+export interface GrantPlanHolder {
+  _id: string;
+  organizationId: string;
+  applicationId: string;
+  grantPlan?: PlannedGrantDoc[];
+  grantPlanPending?: true;
+}
+
+/** One grant of a plan: the grant as it is without a limit, and the limit it is subject to. */
+export interface PlannedGrantDoc {
+  /** The grant to store, before its limit is applied. */
+  grant: RewardGrantDoc;
+  /** The limit that may cap or clamp it; null when it has none (or ignores it). */
+  limit: PlannedLimitDoc | null;
+}
+
+/** The limit a planned grant counts against. */
+export interface PlannedLimitDoc {
+  /** The allowance document of the (reward, recipient, window). */
+  allowanceId: string;
+  unit: LimitUnitName;
+  /** The limit: a number of grants, or minor units. */
+  max: number;
+  rewardId: string;
+  /** The limit window, as the grant shows it. */
+  window: string;
+}
+
+/** One entry of a grant's status history. */
+export interface GrantStatusChangeDoc {
+  /** The status before; null for the entry written at creation. */
+  fromStatus: RewardGrantStatusName | null;
+  toStatus: RewardGrantStatusName;
+  cause: RewardGrantCauseName;
+  /** An API key, a checkpoint (a grant earned by conversion), or "service". */
+  actorId: string;
+  reason: string | null;
+  changedAt: Date;
+}
+
+/** A grant's value, the plain form of `referral.v1.RewardValue`. */
+export interface RewardValueDoc {
+  type: "payout" | "discount";
+  method: string | null;
+  currency: CurrencyName | null;
+  /** In units, derived from `amountMinor` when written; null for a percentage discount. */
+  amount: number | null;
+  discountPercentage: number | null;
+  discountDurationInMonth: number | null;
+}
+
+/** How a grant was paid or handed over. */
+export interface FulfillmentDoc {
+  reference: string | null;
+  code: string | null;
+  note: string | null;
+  fulfilledAt: Date;
+}
+
+/**
+ * A reward grant: one entry of the reward ledger. Apart from `_id` and the
+ * storage fields marked so, its fields are the plain form of
+ * `referral.v1.RewardGrant`.
+ */
+export interface RewardGrantDoc {
+  /** Public id, prefix `grt_`. */
+  _id: string;
+  organizationId: string;
+  applicationId: string;
+  environment: EnvironmentName;
+  campaignId: string | null;
+  rewardId: string | null;
+  referralId: string | null;
+  customerId: string;
+  party: "referrer" | "referee" | null;
+  kind: RewardGrantKindName;
+  status: RewardGrantStatusName;
+  statusReason: string | null;
+  value: RewardValueDoc;
+  /** Storage: the value's amount in minor units (exact); null for a percentage discount. */
+  amountMinor: number | null;
+  requestedAmount: number | null;
+  /** The campaign reward as it was when granted (its plain form); null for a value of its own. */
+  reward: Record<string, unknown> | null;
+  limitWindow: string | null;
+  ignoresLimit: boolean;
+  /**
+   * Storage: the allowance the grant holds room in, while it does; what it
+   * holds is one grant or `amountMinor`.
+   */
+  allowanceId: string | null;
+  availableAt: Date;
+  expiresAt: Date | null;
+  /** Storage, set only while pending with automatic approval: when the sweep approves it. */
+  approvalDueAt?: Date;
+  /** Storage, set only while approved with an expiry: when the sweep expires it. */
+  expiryDueAt?: Date;
+  /**
+   * Storage: set by the write that stopped the grant holding room, until
+   * its allowance gives the room back (the sweep finishes it after a crash).
+   */
+  releasePending?: true;
+  fulfillment: FulfillmentDoc | null;
+  reversalOf: string | null;
+  statusHistory: GrantStatusChangeDoc[];
+  /** Events not yet relayed. */
+  outbox?: OutboxEntryDoc[];
+  /** Set while the outbox holds events: the relay's indexed way to find them. */
+  outboxPending?: true;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+/**
+ * The room one customer has used under one reward's limit in one window.
+ * Grants take room here before they are stored, each under its own id, so
+ * taking it again (a retry, the sweep after a crash) takes nothing more;
+ * concurrent takers race on `version`, and exactly one of them wins each
+ * round, so a limit is exact under any concurrency.
+ */
+export interface RewardAllowanceDoc {
+  /** Derived: reward, recipient, unit, window (and currency for amounts). */
+  _id: string;
+  organizationId: string;
+  applicationId: string;
+  rewardId: string;
+  customerId: string;
+  unit: LimitUnitName;
+  window: string;
+  /** Grants, or minor units, in use: the sum of `holds`. */
+  used: number;
+  /** What each grant holds, by grant id. */
+  holds: Record<string, number>;
+  /** Bumped by every write: writes apply only to the version they read. */
+  version: number;
+  createdAt: Date;
+  updatedAt: Date;
+}

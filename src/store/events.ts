@@ -49,33 +49,63 @@ export function findOutboxHolders<T extends OutboxHolder>(
 
 /**
  * Removes relayed events from their document's outbox and clears the
- * pending flag once it is empty. Entries are only ever appended, so an
- * outbox still as long as when it was read holds exactly the relayed
- * entries: then one write empties it. Otherwise (an event was pushed
- * meanwhile) the relayed ones are pulled and the flag stays, so the new
- * event is never stranded.
+ * pending flag once it is empty. Only the relay removes entries, and others
+ * only append, so an outbox still as long as when it was read holds
+ * exactly the relayed entries (see {@link removeEntries}).
  */
-export async function removeFromOutbox<T extends OutboxHolder>(
+export function removeFromOutbox<T extends OutboxHolder>(
   collection: StoreCollection<T>,
   holderId: string,
   eventIds: readonly string[],
 ): Promise<void> {
-  const emptied = await collection.updateOne(
-    { _id: holderId, outbox: { $size: eventIds.length } } as never,
-    { $unset: { outbox: "", outboxPending: "" } } as never,
-  );
-  if (emptied.matchedCount === 1) return;
+  return removeEntries(collection, holderId, outboxList, eventIds, { wholeListRead: true });
+}
+
+/**
+ * A list of entries a document carries until they are dealt with, and the
+ * flag set while it holds any: the sparse index on the flag is how the
+ * documents with entries are found.
+ */
+export interface EntryList {
+  readonly list: string;
+  readonly flag: string;
+  /** The path of an entry's id inside the entry. */
+  readonly idPath: string;
+}
+
+/** A document's webhook events, until the relay moves them (see `OutboxHolder`). */
+export const outboxList: EntryList = { list: "outbox", flag: "outboxPending", idPath: "id" };
+
+/**
+ * Removes entries from a document's list and clears its flag once the list
+ * is empty. With `wholeListRead`, the caller read the list and removes all
+ * of what it read, and nobody else removes entries: then a list still of
+ * that length holds exactly them, and one write empties it. Otherwise (or
+ * when an entry was appended meanwhile) they are pulled, and the flag is
+ * cleared only if nothing is left, so a new entry is never stranded.
+ */
+export async function removeEntries<T extends { _id: string }>(
+  collection: StoreCollection<T>,
+  holderId: string,
+  entries: EntryList,
+  ids: readonly string[],
+  options: { wholeListRead: boolean },
+): Promise<void> {
+  const { list, flag, idPath } = entries;
+  if (options.wholeListRead) {
+    const emptied = await collection.updateOne(
+      { _id: holderId, [list]: { $size: ids.length } } as never,
+      { $unset: { [list]: "", [flag]: "" } } as never,
+    );
+    if (emptied.matchedCount === 1) return;
+  }
   await collection.updateOne(
     { _id: holderId } as never,
-    {
-      $pull: { outbox: { id: { $in: [...eventIds] } } },
-    } as never,
+    { $pull: { [list]: { [idPath]: { $in: [...ids] } } } } as never,
   );
   await collection.updateOne(
-    { _id: holderId, outbox: { $size: 0 } } as never,
-    {
-      $unset: { outboxPending: "" },
-    } as never,
+    { _id: holderId, [list]: { $size: 0 } } as never,
+    { $unset: { [flag]: "" } } as never,
   );
 }
 

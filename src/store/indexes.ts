@@ -22,6 +22,13 @@ const outboxIndex: IndexDeclaration = {
   serves: "the outbox relay: documents with events waiting",
 };
 
+/** Documents holding grants about to be made (see `GrantPlanHolder`), for the reward sweep. */
+const grantPlanIndex: IndexDeclaration = {
+  key: { grantPlanPending: 1 },
+  options: { sparse: true },
+  serves: "the reward sweep: grants a crash left unmade",
+};
+
 /**
  * Every index, per collection. Created at start-up with `createIndex`, which
  * does nothing when an identical index exists, so starting is idempotent.
@@ -39,6 +46,7 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
   ],
   customers: [
     outboxIndex,
+    grantPlanIndex,
     {
       key: { applicationId: 1, externalUserId: 1, environment: 1 },
       options: { unique: true },
@@ -67,6 +75,12 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
   ],
   referrals: [
     outboxIndex,
+    grantPlanIndex,
+    {
+      key: { reversalPending: 1 },
+      options: { sparse: true },
+      serves: "the reward sweep: reversals a crash interrupted",
+    },
     {
       key: { applicationId: 1, environment: 1, campaignId: 1, refereeId: 1 },
       options: { unique: true },
@@ -102,6 +116,46 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
         "who referred a customer; the referrals a checkpoint may convert; ListReferrals by referee",
     },
   ],
+  rewardGrants: [
+    outboxIndex,
+    {
+      key: { applicationId: 1, createdAt: -1, _id: -1 },
+      serves: "ListRewardGrants, newest first (environment and kind filter along it)",
+    },
+    {
+      key: { applicationId: 1, status: 1, createdAt: -1, _id: -1 },
+      serves: "ListRewardGrants by status (approved grants to pay, pending ones to review)",
+    },
+    {
+      key: { customerId: 1, createdAt: -1, _id: -1 },
+      serves: "a customer's grants: ListRewardGrants by customer, balances on MongoDB",
+    },
+    {
+      key: { referralId: 1, createdAt: -1, _id: -1 },
+      serves: "a referral's grants: its reversal; ListRewardGrants by referral",
+    },
+    {
+      key: { campaignId: 1, createdAt: -1, _id: -1 },
+      serves: "ListRewardGrants by campaign",
+    },
+    {
+      key: { approvalDueAt: 1 },
+      options: { sparse: true },
+      serves: "the reward sweep: pending grants whose hold has ended (set only until then)",
+    },
+    {
+      key: { expiryDueAt: 1 },
+      options: { sparse: true },
+      serves: "the reward sweep: approved grants past their expiry (set only until then)",
+    },
+    {
+      key: { releasePending: 1 },
+      options: { sparse: true },
+      serves: "the reward sweep: room a crash left held by a grant that no longer holds it",
+    },
+  ],
+  // Read and written by id only.
+  rewardAllowances: [],
   checkpoints: [
     outboxIndex,
     {
@@ -172,7 +226,7 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
 
 /**
  * Into how many groups each field that documents share divides a
- * collection (`status` has four values, an application owns a tenth of
+ * collection (`status` has a handful of values, an application owns a tenth of
  * the data, most documents are not deleted). Fields not listed are taken to
  * be nearly unique: ids, emails, codes, times. The embedded engine gives
  * SQLite's planner statistics derived from these figures instead of sampled
@@ -186,13 +240,15 @@ export const fieldFanout: Readonly<Record<string, number>> = {
   tenantId: 10,
   environment: 2,
   deletedAt: 1,
-  status: 4,
+  // A handful of values (a referral's five, a grant's seven).
+  status: 5,
+  // An API key's two, a grant's three.
+  kind: 3,
   enabled: 2,
   isDefault: 2,
   isLive: 2,
   campaignId: 10,
   webhookId: 10,
-  kind: 2,
   outboxPending: 1,
   // A referrer brings a handful of referees, not one.
   referrerId: 100_000,
@@ -203,13 +259,20 @@ export const fieldFanout: Readonly<Record<string, number>> = {
  * transaction as every write that changes it (SQLite triggers), so a list's
  * exact `total` is one lookup at any size. A count whose filter is exactly
  * `groupBy` equalities plus `nullFields` is answered from it; any other
- * count runs in SQL on the indexes. MongoDB counts with its indexes.
+ * count runs in SQL on the indexes. MongoDB counts with its indexes, and
+ * answers the aggregations that sums serve with them too.
  */
 export interface CounterDeclaration {
   /** The fields a counted filter matches by equality; one total per combination. */
   readonly groupBy: readonly string[];
   /** The fields a counted filter requires to be null or missing. */
   readonly nullFields?: readonly string[];
+  /**
+   * Integer fields totalled per group beside the count (a missing or null
+   * value adds nothing): an `aggregate` that `$match`es a prefix of
+   * `groupBy`, groups by the rest and `$sum`s these is answered from them.
+   */
+  readonly sums?: readonly string[];
   readonly serves: string;
 }
 
@@ -263,6 +326,20 @@ export const counterDeclarations: { [C in CollectionName]?: readonly CounterDecl
       serves: "ListReferrals' total of one campaign by status",
     },
   ],
+  rewardGrants: [
+    { groupBy: ["applicationId"], serves: "ListRewardGrants' total" },
+    {
+      groupBy: ["applicationId", "environment"],
+      serves: "ListRewardGrants' total in one environment",
+    },
+    { groupBy: ["applicationId", "status"], serves: "ListRewardGrants' total by status" },
+    { groupBy: ["applicationId", "campaignId"], serves: "ListRewardGrants' total of a campaign" },
+    {
+      groupBy: ["applicationId", "customerId", "value.currency", "kind", "status"],
+      sums: ["amountMinor"],
+      serves: "GetCustomerRewardBalance: a customer's grants and amounts per currency and status",
+    },
+  ],
   deliveries: [
     {
       groupBy: ["applicationId", "webhookId"],
@@ -283,6 +360,8 @@ export type CollectionName =
   | "customers"
   | "referrals"
   | "checkpoints"
+  | "rewardGrants"
+  | "rewardAllowances"
   | "campaigns"
   | "webhooks"
   | "events"

@@ -144,6 +144,15 @@ export function reattributeReferral(
   );
 }
 
+/**
+ * The reward work a status change starts, written in the same atomic write:
+ * an acceptance's planned grants, a reversal's flag.
+ */
+export type ReferralRewardWork = Pick<
+  ReferralDoc,
+  "grantPlan" | "grantPlanPending" | "reversalPending"
+>;
+
 /** A referral as a status change leaves it (see {@link transitionReferral}). */
 export function transitioned(current: ReferralDoc, change: StatusChangeDoc): ReferralDoc {
   return {
@@ -156,9 +165,9 @@ export function transitioned(current: ReferralDoc, change: StatusChangeDoc): Ref
 
 /**
  * Moves a referral to `change.toStatus` and records the change with the
- * events it raises, only if it is still as `current` was read (status and
- * referrer): of concurrent changes exactly one applies. Null when another
- * came first.
+ * events it raises, and the reward work it starts, only if it is still as
+ * `current` was read (status and referrer): of concurrent changes exactly
+ * one applies. Null when another came first.
  */
 export function transitionReferral(
   db: Collections,
@@ -166,8 +175,9 @@ export function transitionReferral(
   current: ReferralDoc,
   change: StatusChangeDoc & { fromStatus: ReferralStatusName },
   outbox: readonly OutboxEntryDoc[],
+  rewards: ReferralRewardWork = {},
 ): Promise<ReferralDoc | null> {
-  const fields = { status: change.toStatus, updatedAt: change.changedAt };
+  const fields = { ...rewards, status: change.toStatus, updatedAt: change.changedAt };
   return db.referrals.findOneAndUpdate(
     { ...unchangedSince(tenant, current), status: change.fromStatus },
     withOutbox(

@@ -24,10 +24,18 @@ const pathSegment = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
  * Fields kept beside the document, in a `side` column of their own: the
- * webhook outbox, which the relay empties soon after nearly every write. A
- * change to them alone rewrites neither the document nor its indexes.
+ * webhook outbox, which the relay empties soon after nearly every write,
+ * and the grants a referral's acceptance earned, stored and removed right
+ * after. A change to them alone rewrites neither the document nor its
+ * indexes.
  */
-const sideFields: ReadonlySet<string> = new Set(["outbox", "outboxPending"]);
+const sideFields: ReadonlySet<string> = new Set([
+  "outbox",
+  "outboxPending",
+  "grantPlan",
+  "grantPlanPending",
+  "reversalPending",
+]);
 
 /** Whether a field path lies in the `side` column (see {@link sideFields}). */
 export function isSidePath(path: string): boolean {
@@ -94,6 +102,11 @@ export function encodeScalar(value: unknown): SQLInputValue {
 /** A document from its JSON text, with dates as `Date`s again. */
 export function decodeDocument<T>(json: string): T {
   return revive(JSON.parse(json)) as T;
+}
+
+/** A value as SQL or a JSON array read it out of a document, with dates as `Date`s again. */
+export function decodeValue(value: unknown): unknown {
+  return revive(value);
 }
 
 function storable(value: unknown): unknown {

@@ -60,6 +60,8 @@ const collectionNames: readonly CollectionName[] = [
   "customers",
   "referrals",
   "checkpoints",
+  "rewardGrants",
+  "rewardAllowances",
   "campaigns",
   "webhooks",
   "events",
@@ -228,10 +230,12 @@ function observed(collections: Collections, observe: OperationObserver | undefin
       methods[operation] = (...args: unknown[]) =>
         timed(name, operation, () => collection[operation]?.(...args) as Promise<unknown>);
     }
-    methods.find = (...args: unknown[]) => {
-      const cursor = collection.find?.(...args) as { toArray(): Promise<unknown[]> };
-      return { toArray: () => timed(name, "find", () => cursor.toArray()) };
-    };
+    for (const operation of ["find", "aggregate"] as const) {
+      methods[operation] = (...args: unknown[]) => {
+        const cursor = collection[operation]?.(...args) as { toArray(): Promise<unknown[]> };
+        return { toArray: () => timed(name, operation, () => cursor.toArray()) };
+      };
+    }
     methods.createIndex = (...args: unknown[]) => collection.createIndex?.(...args);
     wrapped[name] = methods;
   }

@@ -21,7 +21,13 @@ import {
   upsertCustomer,
 } from "./customers.js";
 import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
-import type { CheckpointDoc, OutboxEntryDoc, ReferralDoc, StatusChangeDoc } from "./documents.js";
+import type {
+  CheckpointDoc,
+  OutboxEntryDoc,
+  ReferralDoc,
+  RewardGrantDoc,
+  StatusChangeDoc,
+} from "./documents.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -31,10 +37,26 @@ import {
   findReferrals,
   insertReferral,
   isMailboxAlreadyReferred,
+  type ReferralRewardWork,
   type RuledStatus,
   reattributeReferral,
   transitionReferral,
 } from "./referrals.js";
+import {
+  clearReleasePending,
+  clearReversalPending,
+  findGrantsOfReferral,
+  findRewardGrant,
+  findRewardGrants,
+  type GrantMove,
+  giveRoomBack,
+  insertRewardGrant,
+  moveRewardGrant,
+  planCustomerGrants,
+  removeFromGrantPlan,
+  rewardBalanceOf,
+  takeRoom,
+} from "./reward-grants.js";
 import type { WebhookAudience } from "./webhook-audience.js";
 import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
 
@@ -123,10 +145,32 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
         current: ReferralDoc,
         change: StatusChangeDoc & { fromStatus: ReferralStatusName },
         outbox: readonly OutboxEntryDoc[],
+        rewards?: ReferralRewardWork,
       ) =>
         listened(current.environment, outbox, (events) =>
-          transitionReferral(db, tenant, current, change, events),
+          transitionReferral(db, tenant, current, change, events, rewards),
         ),
+    },
+    rewards: {
+      find: bind(findRewardGrant),
+      findMany: bind(findRewardGrants),
+      findOfReferral: bind(findGrantsOfReferral),
+      insert: (doc: RewardGrantDoc, outbox: readonly OutboxEntryDoc[]) =>
+        listened(doc.environment, outbox, (events) => insertRewardGrant(db, tenant, doc, events)),
+      move: (current: RewardGrantDoc, move: GrantMove, outbox: readonly OutboxEntryDoc[]) =>
+        listened(current.environment, outbox, (events) =>
+          moveRewardGrant(db, tenant, current, move, events),
+        ),
+      clearReleasePending: bind(clearReleasePending),
+      balance: bind(rewardBalanceOf),
+      takeRoom: bind(takeRoom),
+      giveRoomBack: bind(giveRoomBack),
+      planForCustomer: bind(planCustomerGrants),
+      removeFromReferralPlan: (referralId: string, grantIds: readonly string[]) =>
+        removeFromGrantPlan(db.referrals, referralId, grantIds, { wholePlan: true }),
+      removeFromCustomerPlan: (customerId: string, grantIds: readonly string[]) =>
+        removeFromGrantPlan(db.customers, customerId, grantIds, { wholePlan: false }),
+      clearReversalPending: bind(clearReversalPending),
     },
     checkpoints: {
       insert: (doc: CheckpointDoc, outbox: readonly OutboxEntryDoc[]) =>

@@ -3,6 +3,7 @@ import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
 import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
+import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import type { FraudPolicy } from "../domain/fraud-rules.js";
 import type { Clock } from "../domain/tenancy.js";
@@ -11,6 +12,7 @@ import { createCampaignsService } from "../services/campaigns.js";
 import { createCheckpointsService } from "../services/checkpoints.js";
 import { createCustomersService } from "../services/customers.js";
 import { createReferralsService } from "../services/referrals.js";
+import { createRewardsService } from "../services/rewards.js";
 import { createWebhooksService } from "../services/webhooks.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
@@ -37,6 +39,7 @@ export function createServiceRegistrations(deps: ServiceDeps): ServiceRegistrati
   return [
     register(CustomersService, createCustomersService(deps)),
     register(ReferralsService, createReferralsService(deps)),
+    register(RewardsService, createRewardsService(deps)),
     register(CheckpointsService, createCheckpointsService(deps)),
     register(CampaignsService, createCampaignsService(deps)),
     register(WebhooksService, createWebhooksService(deps)),

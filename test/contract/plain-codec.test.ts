@@ -33,6 +33,7 @@ import {
   CustomerSchema,
   file_referral_v1_resources,
 } from "../../gen/referral/v1/resources_pb.js";
+import { file_referral_v1_rewards } from "../../gen/referral/v1/rewards_pb.js";
 import { file_referral_v1_webhooks } from "../../gen/referral/v1/webhooks_pb.js";
 import {
   FieldError,
@@ -60,6 +61,7 @@ const contractTypes = messageTypesOf([
   file_referral_v1_customers,
   file_referral_v1_referrals,
   file_referral_v1_resources,
+  file_referral_v1_rewards,
   file_referral_v1_webhooks,
 ]);
 // Proto3 well-known types bring 64-bit integers and bytes, which the contract

@@ -7,6 +7,7 @@ import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { Environment, ReferralStatus } from "../../gen/referral/v1/resources_pb.js";
+import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import { FieldError, toPlain } from "../../src/contract/plain-codec.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
@@ -30,6 +31,7 @@ const services = [
   CheckpointsService,
   CustomersService,
   ReferralsService,
+  RewardsService,
   WebhooksService,
 ];
 const annotated = services.flatMap((service) =>
@@ -153,7 +155,7 @@ test("bodies: the whole request or one field; path variables win; no query besid
   t.is(readError(updateStatus, { params: { id: "r" }, body: [] }), "body: must be a JSON object");
   t.is(
     readError(updateStatus, { params: { id: "r" }, body: { status: "gone" } }),
-    "status: must be one of: pending, flagged, accepted, rejected",
+    "status: must be one of: pending, flagged, accepted, rejected, reversed",
   );
   const createCampaign = AdminService.method.createCampaign;
   t.is(

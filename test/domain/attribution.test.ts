@@ -7,7 +7,7 @@ test("no referral yet: create", (t) => {
 });
 
 test("the same referrer again: unchanged, in every status", (t) => {
-  for (const status of ["pending", "flagged", "accepted", "rejected"] as const) {
+  for (const status of ["pending", "flagged", "accepted", "rejected", "reversed"] as const) {
     t.deepEqual(decideAttribution({ status, referrerId: "cus_a" }, "cus_a"), {
       kind: "unchanged",
     });
@@ -30,6 +30,10 @@ test("another referrer once final: refused, saying why", (t) => {
   t.deepEqual(decideAttribution({ status: "rejected", referrerId: "cus_a" }, "cus_b"), {
     kind: "refuse",
     reason: "referral already rejected",
+  });
+  t.deepEqual(decideAttribution({ status: "reversed", referrerId: "cus_a" }, "cus_b"), {
+    kind: "refuse",
+    reason: "referral already reversed",
   });
 });
 

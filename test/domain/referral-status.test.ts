@@ -1,11 +1,11 @@
 import test from "ava";
 import {
   canTransition,
-  isFinal,
+  isUndecided,
   type ReferralStatusName,
 } from "../../src/domain/referral-status.js";
 
-const statuses: ReferralStatusName[] = ["pending", "flagged", "accepted", "rejected"];
+const statuses: ReferralStatusName[] = ["pending", "flagged", "accepted", "rejected", "reversed"];
 
 // The whole table, so any added or removed transition fails here.
 const allowed = new Set([
@@ -15,6 +15,7 @@ const allowed = new Set([
   "flagged->accepted",
   "flagged->rejected",
   "flagged->pending",
+  "accepted->reversed",
 ]);
 
 for (const from of statuses) {
@@ -26,9 +27,9 @@ for (const from of statuses) {
   }
 }
 
-test("accepted and rejected are final; pending and flagged are not", (t) => {
+test("pending and flagged are undecided; accepted, rejected and reversed are not", (t) => {
   t.deepEqual(
-    statuses.filter((status) => isFinal(status)),
-    ["accepted", "rejected"],
+    statuses.filter((status) => isUndecided(status)),
+    ["pending", "flagged"],
   );
 });

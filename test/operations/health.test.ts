@@ -39,6 +39,7 @@ test("health reports the server and each service by name, and NOT_FOUND for othe
   for (const service of [
     "referral.v1.CustomersService",
     "referral.v1.ReferralsService",
+    "referral.v1.RewardsService",
     "referral.v1.CheckpointsService",
     "referral.v1.CampaignsService",
     "referral.v1.WebhooksService",

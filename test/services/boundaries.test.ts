@@ -34,6 +34,7 @@ test("services and delivery reach unscoped collections only through store.system
     "src/services/admin.ts",
     "src/services/authentication.ts",
     "src/services/provisioning.ts",
+    "src/services/reward-sweep.ts",
   ];
   const layers = /^src\/(services|delivery)\//;
   const usingSystem = filesMatching(/\.system\b/).filter((path) => layers.test(path));
@@ -54,6 +55,8 @@ test("tenant services get their repositories from the caller, not the store", (t
     "src/services/customers.ts",
     "src/services/referral-lifecycle.ts",
     "src/services/referrals.ts",
+    "src/services/reward-ledger.ts",
+    "src/services/rewards.ts",
     "src/services/webhooks.ts",
   ];
   for (const path of tenantServices) {

@@ -60,7 +60,7 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
 
   const alice = await identify("wh-alice");
   await identify("wh-alice", { name: "Alice" });
-  await identify("wh-bob");
+  const bob = await identify("wh-bob");
   const carol = await identify("wh-carol");
   await post("/referrals", {
     referralCode: alice.referralCode,
@@ -88,9 +88,61 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
     body: { status: "rejected" },
   });
 
+  // The reward ledger: bob's conversion earned carol and bob the test
+  // campaign's rewards, approved at once; carol's is paid, bob's refused,
+  // then the referral is reversed (carol's paid grant gains a clawback).
+  const bySecret = (method: string, path: string, body?: unknown) =>
+    rest(server, method, path, { key: keys.secret, body });
+  const earned = (await bySecret("GET", "/reward-grants?environment=test")).body.data;
+  const grantOf = (customerId: string) =>
+    earned.find((grant: Json) => grant.customerId === customerId).id;
+  await bySecret("PATCH", `/reward-grants/${grantOf(carol.id)}`, {
+    status: "fulfilled",
+    fulfillment: { reference: "paypal-1" },
+  });
+  await bySecret("PATCH", `/reward-grants/${grantOf(bob.id)}`, { status: "rejected" });
+  const converted = (await bySecret("GET", `/referrals?refereeId=${bob.id}`)).body.data[0];
+  await bySecret("PATCH", `/referrals/${converted.id}`, { status: "reversed", reason: "refund" });
+  // A goodwill grant, voided; a reward that waits for a reviewer and expires
+  // a second after approval.
+  const goodwill = await bySecret("POST", "/reward-grants", {
+    customerId: alice.id,
+    value: { type: "payout", method: "custom", currency: "usd", amount: 5 },
+    reason: "sorry",
+  });
+  await bySecret("PATCH", `/reward-grants/${goodwill.body.id}`, { status: "voided" });
+  const [application] = (await rest(server, "GET", "/admin/applications", { key: keys.admin }))
+    .body;
+  const campaign = await rest(server, "POST", `/admin/applications/${application.id}/campaigns`, {
+    key: keys.admin,
+    body: {
+      name: "Reviewed rewards",
+      environment: "test",
+      rewards: [
+        {
+          type: "payout",
+          party: "referrer",
+          method: "custom",
+          currency: "usd",
+          payoutAmount: 5,
+          approval: "manual",
+          expiresAfter: "1s",
+        },
+      ],
+    },
+  });
+  const reviewed = await bySecret("POST", "/reward-grants", {
+    customerId: alice.id,
+    rewardId: campaign.body.rewards[0].id,
+    reason: "contest",
+  });
+  t.is(reviewed.body.status, "pending");
+  await bySecret("PATCH", `/reward-grants/${reviewed.body.id}`, { status: "approved" });
+
   await receiver.waitFor(() => webhookEventTypes.every((type) => typesAt("/all").includes(type)));
-  // Every event of those calls arrived: 5 created/updated customers, then the referral ones.
-  await receiver.waitFor(() => at("/all").length >= 12);
+  // Every event of those calls arrived: 5 created/updated customers, the
+  // referral ones, then the ledger's.
+  await receiver.waitFor(() => at("/all").length >= 23);
   const requests = at("/all");
   const verifier = new Webhook(secret);
   for (const request of requests) {
@@ -113,7 +165,18 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
     "referral.created",
     "referral.flagged",
     "referral.rejected",
+    "referral.reversed",
     "referral.updated",
+    "reward_grant.approved",
+    "reward_grant.created",
+    "reward_grant.created",
+    "reward_grant.created",
+    "reward_grant.created",
+    "reward_grant.created",
+    "reward_grant.expired",
+    "reward_grant.fulfilled",
+    "reward_grant.rejected",
+    "reward_grant.voided",
   ]);
 
   const bodies = requests.map((request) => JSON.parse(request.body));
@@ -131,6 +194,19 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
   t.like(accepted.data.rewards.referee, [
     { type: "discount", party: "referee", discountAmount: 20 },
   ]);
+  t.deepEqual(
+    [...accepted.data.rewardGrantIds].sort(),
+    [grantOf(bob.id), grantOf(carol.id)].sort(),
+  );
+  const clawback = bodies.find(
+    (b) => b.type === "reward_grant.created" && b.data.kind === "clawback",
+  );
+  t.like(clawback.data, {
+    status: "pending",
+    customerId: carol.id,
+    reversalOf: grantOf(carol.id),
+    value: { amount: -20, currency: "usd" },
+  });
   const flagged = bodies.find((b) => b.type === "referral.flagged");
   t.like(flagged.data, { id: self.body.id, status: "flagged" });
   t.is(flagged.data.suspectedFrauds[0].type, "self_referral");

@@ -7,6 +7,7 @@ import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { Access } from "../../gen/referral/v1/options_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
+import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import { methodAccess } from "../../src/contract/options.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
@@ -46,6 +47,7 @@ test.serial.before(async () => {
 const tenantMethods: DescMethod[] = [
   CustomersService,
   ReferralsService,
+  RewardsService,
   CheckpointsService,
   CampaignsService,
   WebhooksService,

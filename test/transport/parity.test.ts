@@ -55,6 +55,8 @@ const fixture = {
   otherReferralCode: "",
   acceptedReferralId: "",
   pendingReferralIds: {} as Record<WireProtocol, string>,
+  earnedGrantId: "",
+  approvedGrantIds: {} as Record<WireProtocol, string>,
   webhookId: "",
   deletableWebhookIds: {} as Record<WireProtocol, string>,
   deliveryIds: {} as Record<WireProtocol, string>,
@@ -67,6 +69,7 @@ const fixture = {
 
 const created = ["id", "createdAt", "updatedAt"];
 const parityCampaign = { name: "Parity", environment: "test", isLive: false };
+const goodwill = { type: "payout", method: "custom", currency: "usd", amount: 5 };
 
 const cases: Record<string, Cases> = {
   IdentifyCustomer: {
@@ -111,6 +114,36 @@ const cases: Record<string, Cases> = {
       invalid_argument: { name: "", externalUserId: "parity-referrer", environment: "production" },
       not_found: { name: "signup", externalUserId: "nobody", environment: "production" },
     },
+  },
+  ListRewardGrants: { ok: { limit: 50 }, errors: { invalid_argument: { limit: 0 } } },
+  GetRewardGrant: {
+    ok: () => ({ id: fixture.earnedGrantId }),
+    errors: { invalid_argument: { id: " " }, not_found: { id: "grt_missing" } },
+  },
+  CreateRewardGrant: {
+    ok: () => ({ customerId: fixture.referrerId, value: goodwill, reason: "parity" }),
+    volatile: [...created, "changedAt", "availableAt"],
+    errors: {
+      invalid_argument: () => ({ customerId: fixture.referrerId, reason: "parity" }),
+      not_found: { customerId: "cus_missing", value: goodwill, reason: "parity" },
+    },
+  },
+  UpdateRewardGrantStatus: {
+    ok: (p) => ({
+      id: fixture.approvedGrantIds[p],
+      status: "fulfilled",
+      fulfillment: { reference: "parity" },
+    }),
+    volatile: [...created, "changedAt", "availableAt", "fulfilledAt"],
+    errors: {
+      invalid_argument: { id: "grt_missing" },
+      not_found: { id: "grt_missing", status: "approved" },
+      failed_precondition: () => ({ id: fixture.earnedGrantId, status: "pending" }),
+    },
+  },
+  GetCustomerRewardBalance: {
+    ok: () => ({ customerId: fixture.referrerId }),
+    errors: { invalid_argument: { customerId: " " }, not_found: { customerId: "cus_missing" } },
   },
   ListCampaigns: { ok: {} },
   GetLiveCampaign: { ok: { environment: "test" } },
@@ -284,11 +317,15 @@ const ok = async (method: string, request: Request, key = keys.secret): Promise<
   return outcome.body;
 };
 
-/** What a refused call must leave alone: customers, referrals, webhooks (deliveries move the health). */
+/**
+ * What a refused call must leave alone: customers, referrals, reward
+ * grants, webhooks (deliveries move the health).
+ */
 async function state(): Promise<unknown> {
   return {
     customers: await ok("ListCustomers", { limit: 100 }),
     referrals: await ok("ListReferrals", { limit: 100 }),
+    rewardGrants: await ok("ListRewardGrants", { limit: 100 }),
     webhooks: (await ok("ListWebhooks", {})).map(({ health: _, ...webhook }: Json) => webhook),
   };
 }
@@ -312,6 +349,9 @@ test.serial.before(async () => {
   const accepted = await refer(fixture.referralCode, "parity-accepted");
   await ok("UpdateReferralStatus", { id: accepted.id, status: "accepted" });
   fixture.acceptedReferralId = accepted.id;
+  // The demo campaign's rewards: one grant to each party, approved at once.
+  const earned = await ok("ListRewardGrants", { referralId: accepted.id });
+  fixture.earnedGrantId = earned.data.find((grant: Json) => grant.party === "referrer").id;
 
   const webhook = await ok("CreateWebhook", {
     url: `${receiver.url}/parity`,
@@ -343,6 +383,13 @@ test.serial.before(async () => {
     );
     fixture.revocableKeyIds[protocol] = key.apiKey.id;
     fixture.deletableCampaignIds[protocol] = (await campaign()).id;
+    fixture.approvedGrantIds[protocol] = (
+      await ok("CreateRewardGrant", {
+        customerId: referrer.id,
+        value: goodwill,
+        reason: "parity",
+      })
+    ).id;
     await identify(`parity-test-${protocol}`, "test");
   }
 

@@ -282,6 +282,7 @@ test.serial("buf curl through gRPC reflection reaches every service", async (t) 
   for (const name of [
     "CustomersService",
     "ReferralsService",
+    "RewardsService",
     "CheckpointsService",
     "CampaignsService",
     "WebhooksService",
@@ -292,6 +293,7 @@ test.serial("buf curl through gRPC reflection reaches every service", async (t) 
   const calls: Array<[string, unknown, string]> = [
     ["CustomersService/ListCustomers", { limit: 1 }, keys.secret],
     ["ReferralsService/ListReferrals", {}, keys.secret],
+    ["RewardsService/ListRewardGrants", {}, keys.secret],
     [
       "CheckpointsService/IngestCheckpoint",
       { name: "visit", externalUserId: "friend", environment: "ENVIRONMENT_PRODUCTION" },

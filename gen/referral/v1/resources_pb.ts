@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/resources.proto.
  */
 export const file_referral_v1_resources: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9yZXNvdXJjZXMucHJvdG8SC3JlZmVycmFsLnYxImMKD0N1c3RvbWVyU3VtbWFyeRIKCgJpZBgBIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAIgASgJEhIKBWVtYWlsGAMgASgJSACIAQESDAoEbmFtZRgEIAEoCUIICgZfZW1haWwiwgUKCEN1c3RvbWVyEgoKAmlkGAEgASgJEhgKEGV4dGVybmFsX3VzZXJfaWQYAiABKAkSEgoFZW1haWwYAyABKAlIAIgBARIMCgRuYW1lGAQgASgJEjEKC3JlZmVycmVkX2J5GAUgASgLMhwucmVmZXJyYWwudjEuQ3VzdG9tZXJTdW1tYXJ5EhsKDnJlZmVycmVkX2J5X2lkGAYgASgJSAGIAQESJAoXcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWQYByABKAlIAogBARIkChdyZWZlcnJlZF9pbl9jYW1wYWlnbl9pZBgIIAEoCUgDiAEBEh8KF3Zpc2l0ZWRfcmVmZXJyYWxzX2NvdW50GAkgASgFEiEKGWNvbnZlcnRlZF9yZWZlcnJhbHNfY291bnQYCiABKAUSFQoNcmVmZXJyYWxfY29kZRgLIAEoCRIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9vcmdhbml6YXRpb25faWQYDyABKAkSFgoOYXBwbGljYXRpb25faWQYECABKAkSMgoRY3VzdG9tX3Byb3BlcnRpZXMYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KC2Vudmlyb25tZW50GBIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCCAoGX2VtYWlsQhEKD19yZWZlcnJlZF9ieV9pZEIaChhfcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWRCGgoYX3JlZmVycmVkX2luX2NhbXBhaWduX2lkIi8KDlN1c3BlY3RlZEZyYXVkEgwKBHR5cGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSKeAgoUUmVmZXJyYWxTdGF0dXNDaGFuZ2USNQoLZnJvbV9zdGF0dXMYASABKA4yGy5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0gAiAEBEi4KCXRvX3N0YXR1cxgCIAEoDjIbLnJlZmVycmFsLnYxLlJlZmVycmFsU3RhdHVzEi0KBWNhdXNlGAMgASgOMh4ucmVmZXJyYWwudjEuU3RhdHVzQ2hhbmdlQ2F1c2USEAoIYWN0b3JfaWQYBCABKAkSEwoGcmVhc29uGAUgASgJSAGIAQESLgoKY2hhbmdlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2Zyb21fc3RhdHVzQgkKB19yZWFzb24i/gMKCFJlZmVycmFsEgoKAmlkGAEgASgJEhMKC2NhbXBhaWduX2lkGAIgASgJEhIKCnJlZmVyZWVfaWQYAyABKAkSEwoLcmVmZXJyZXJfaWQYBCABKAkSKwoGc3RhdHVzGAUgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSNQoQc3VzcGVjdGVkX2ZyYXVkcxgGIAMoCzIbLnJlZmVycmFsLnYxLlN1c3BlY3RlZEZyYXVkEjgKC2Vudmlyb25tZW50GAcgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCBMDzGAFIAIgBARIXCg9vcmdhbml6YXRpb25faWQYCCABKAkSFgoOYXBwbGljYXRpb25faWQYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoOc3RhdHVzX2hpc3RvcnkYDSADKAsyIS5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0NoYW5nZUIOCgxfZW52aXJvbm1lbnQi5QEKCkNoZWNrcG9pbnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtjdXN0b21lcl9pZBgDIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAQgASgJEi0KC2Vudmlyb25tZW50GAUgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSFwoPb3JnYW5pemF0aW9uX2lkGAYgASgJEhYKDmFwcGxpY2F0aW9uX2lkGAcgASgJEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIv4GCgZSZXdhcmQSCgoCaWQYASABKAkSEQoEbmFtZRgCIAEoCUgAiAEBEhgKC2Rlc2NyaXB0aW9uGAMgASgJSAGIAQESEwoLY2FtcGFpZ25faWQYBCABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAUgASgJEhYKDmFwcGxpY2F0aW9uX2lkGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmRlbGV0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBHR5cGUYCiABKA4yFy5yZWZlcnJhbC52MS5SZXdhcmRUeXBlEicKBXBhcnR5GAsgASgOMhgucmVmZXJyYWwudjEuUmV3YXJkUGFydHkSKQoGbWV0aG9kGAwgASgOMhkucmVmZXJyYWwudjEuUmV3YXJkTWV0aG9kEicKCGN1cnJlbmN5GA0gASgOMhUucmVmZXJyYWwudjEuQ3VycmVuY3kSGgoNcGF5b3V0X2Ftb3VudBgOIAEoAUgCiAEBEhwKD2Rpc2NvdW50X2Ftb3VudBgPIAEoAUgDiAEBEiAKE2Rpc2NvdW50X3BlcmNlbnRhZ2UYECABKAFIBIgBARInChpkaXNjb3VudF9kdXJhdGlvbl9pbl9tb250aBgRIAEoBUgFiAEBEhIKBWxpbWl0GBIgASgFSAaIAQESNQoKbGltaXRfdW5pdBgTIAEoDjIcLnJlZmVycmFsLnYxLlJld2FyZExpbWl0VW5pdEgHiAEBEj0KDmxpbWl0X2ludGVydmFsGBQgASgOMiAucmVmZXJyYWwudjEuUmV3YXJkTGltaXRJbnRlcnZhbEgIiAEBEhAKCGRpc2FibGVkGBUgASgIQgcKBV9uYW1lQg4KDF9kZXNjcmlwdGlvbkIQCg5fcGF5b3V0X2Ftb3VudEISChBfZGlzY291bnRfYW1vdW50QhYKFF9kaXNjb3VudF9wZXJjZW50YWdlQh0KG19kaXNjb3VudF9kdXJhdGlvbl9pbl9tb250aEIICgZfbGltaXRCDQoLX2xpbWl0X3VuaXRCEQoPX2xpbWl0X2ludGVydmFsIqsDCgVFbWFpbBIKCgJpZBgBIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAiABKAkSFgoOYXBwbGljYXRpb25faWQYAyABKAkSEwoLY2FtcGFpZ25faWQYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIUCgxzdWJqZWN0X2xpbmUYBiABKAkSEwoLYnV0dG9uX3RleHQYByABKAkSFAoMYnV0dG9uX2NvbG9yGAggASgJEiQKBHR5cGUYCSABKA4yFi5yZWZlcnJhbC52MS5FbWFpbFR5cGUSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoIbG9nb191cmwYDSABKAlIAIgBARIWCglsb2dvX3NpemUYDiABKAVIAYgBAUILCglfbG9nb191cmxCDAoKX2xvZ29fc2l6ZSK9AQoMQ2FtcGFpZ25QYWdlEgoKAmlkGAEgASgJEgwKBHBhdGgYAiABKAkSEAoIaXNfZW1wdHkYAyABKAgSEQoEbmFtZRgEIAEoCUgAiAEBEhkKDHBsYWNlbWVudF9pZBgFIAEoCUgBiAEBEiwKCHBsYXRmb3JtGAYgASgOMhUucmVmZXJyYWwudjEuUGxhdGZvcm1IAogBAUIHCgVfbmFtZUIPCg1fcGxhY2VtZW50X2lkQgsKCV9wbGF0Zm9ybSIzCgNGYXESCgoCaWQYASABKAkSEAoIcXVlc3Rpb24YAiABKAkSDgoGYW5zd2VyGAMgASgJIsIHCghDYW1wYWlnbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEiUKGHJlZmVyZWVfbGFuZGluZ19wYWdlX3VybBgDIAEoCUgAiAEBEhYKCXRlcm1zX3VybBgEIAEoCUgBiAEBEiQKF3Byb3Bvc2VkX3Jld2FyZF90cmlnZ2VyGAUgASgJSAKIAQESIgoVbWFudWFsX3Jld2FyZF90cmlnZ2VyGAYgASgJSAOIAQESGwoOaW52aXRlX21lc3NhZ2UYByABKAlIBIgBARIPCgdpc19saXZlGAggASgIEhIKCmlzX2RlZmF1bHQYCSABKAgSLQoLZW52aXJvbm1lbnQYCiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudBIkChdjb3BpZWRfZnJvbV9jYW1wYWlnbl9pZBgLIAEoCUgFiAEBEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmRlbGV0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD29yZ2FuaXphdGlvbl9pZBgPIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgQIAEoCRIwCgxsYXN0X3BpbmdfYXQYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh0KEGxhc3RfcGluZ19vcmlnaW4YEiABKAlIBogBARIkCgdyZXdhcmRzGBMgAygLMhMucmVmZXJyYWwudjEuUmV3YXJkEiIKBmVtYWlscxgUIAMoCzISLnJlZmVycmFsLnYxLkVtYWlsEjEKDmNhbXBhaWduX3BhZ2VzGBUgAygLMhkucmVmZXJyYWwudjEuQ2FtcGFpZ25QYWdlEh4KBGZhcXMYFiADKAsyEC5yZWZlcnJhbC52MS5GYXESKAoJcGxhdGZvcm1zGBcgAygOMhUucmVmZXJyYWwudjEuUGxhdGZvcm1CGwoZX3JlZmVyZWVfbGFuZGluZ19wYWdlX3VybEIMCgpfdGVybXNfdXJsQhoKGF9wcm9wb3NlZF9yZXdhcmRfdHJpZ2dlckIYChZfbWFudWFsX3Jld2FyZF90cmlnZ2VyQhEKD19pbnZpdGVfbWVzc2FnZUIaChhfY29waWVkX2Zyb21fY2FtcGFpZ25faWRCEwoRX2xhc3RfcGluZ19vcmlnaW4ikwIKEkNhbXBhaWduQ2hlY2twb2ludBIKCgJpZBgBIAEoCRITCgtjYW1wYWlnbl9pZBgCIAEoCRIXCg9jaGVja3BvaW50X25hbWUYAyABKAkSNwoHdHJpZ2dlchgEIAEoDjImLnJlZmVycmFsLnYxLkNhbXBhaWduQ2hlY2twb2ludFRyaWdnZXISGQoMcGxhY2VtZW50X2lkGAUgASgJSACIAQESLgoKY3JlYXRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDwoNX3BsYWNlbWVudF9pZCL7AgoPV2ViaG9va0VuZHBvaW50EgoKAmlkGAEgASgJEgsKA3VybBgCIAEoCRIYCgtkZXNjcmlwdGlvbhgDIAEoCUgAiAEBEhMKC2V2ZW50X3R5cGVzGAQgAygJEg8KB2VuYWJsZWQYBSABKAgSMgoLZW52aXJvbm1lbnQYBiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudEgBiAEBEhcKD29yZ2FuaXphdGlvbl9pZBgHIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgIIAEoCRIuCgpjcmVhdGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIqCgZoZWFsdGgYCyABKAsyGi5yZWZlcnJhbC52MS5XZWJob29rSGVhbHRoQg4KDF9kZXNjcmlwdGlvbkIOCgxfZW52aXJvbm1lbnQirQIKDVdlYmhvb2tIZWFsdGgSMwoPbGFzdF9zdWNjZXNzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCg9sYXN0X2ZhaWx1cmVfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhwKFGNvbnNlY3V0aXZlX2ZhaWx1cmVzGAMgASgFEjEKDWZhaWxpbmdfc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KC2Rpc2FibGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcCg9kaXNhYmxlZF9yZWFzb24YBiABKAlIAIgBAUISChBfZGlzYWJsZWRfcmVhc29uIp8BCg5XZWJob29rQXR0ZW1wdBIwCgxhdHRlbXB0ZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKC3N0YXR1c19jb2RlGAIgASgFSACIAQESEwoLZHVyYXRpb25fbXMYAyABKAUSEgoFZXJyb3IYBCABKAlIAYgBAUIOCgxfc3RhdHVzX2NvZGVCCAoGX2Vycm9yIs8CCg9XZWJob29rRGVsaXZlcnkSCgoCaWQYASABKAkSEgoKd2ViaG9va19pZBgCIAEoCRIQCghldmVudF9pZBgDIAEoCRISCgpldmVudF90eXBlGAQgASgJEjIKBnN0YXR1cxgFIAEoDjIiLnJlZmVycmFsLnYxLldlYmhvb2tEZWxpdmVyeVN0YXR1cxItCghhdHRlbXB0cxgGIAMoCzIbLnJlZmVycmFsLnYxLldlYmhvb2tBdHRlbXB0EjMKD25leHRfYXR0ZW1wdF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAqXAoLRW52aXJvbm1lbnQSGwoXRU5WSVJPTk1FTlRfVU5TUEVDSUZJRUQQABIaChZFTlZJUk9OTUVOVF9QUk9EVUNUSU9OEAESFAoQRU5WSVJPTk1FTlRfVEVTVBACKqcBCg5SZWZlcnJhbFN0YXR1cxIfChtSRUZFUlJBTF9TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdSRUZFUlJBTF9TVEFUVVNfUEVORElORxABEhsKF1JFRkVSUkFMX1NUQVRVU19GTEFHR0VEEAISHAoYUkVGRVJSQUxfU1RBVFVTX0FDQ0VQVEVEEAMSHAoYUkVGRVJSQUxfU1RBVFVTX1JFSkVDVEVEEAQqwwEKEVN0YXR1c0NoYW5nZUNhdXNlEiMKH1NUQVRVU19DSEFOR0VfQ0FVU0VfVU5TUEVDSUZJRUQQABIfChtTVEFUVVNfQ0hBTkdFX0NBVVNFX0NSRUFURUQQARIkCiBTVEFUVVNfQ0hBTkdFX0NBVVNFX1JFQVRUUklCVVRFRBACEiIKHlNUQVRVU19DSEFOR0VfQ0FVU0VfQ0hFQ0tQT0lOVBADEh4KGlNUQVRVU19DSEFOR0VfQ0FVU0VfUkVWSUVXEAQqSwoIUGxhdGZvcm0SGAoUUExBVEZPUk1fVU5TUEVDSUZJRUQQABITCg9QTEFURk9STV9NT0JJTEUQARIQCgxQTEFURk9STV9XRUIQAipbCgpSZXdhcmRUeXBlEhsKF1JFV0FSRF9UWVBFX1VOU1BFQ0lGSUVEEAASFgoSUkVXQVJEX1RZUEVfUEFZT1VUEAESGAoUUkVXQVJEX1RZUEVfRElTQ09VTlQQAipgCgtSZXdhcmRQYXJ0eRIcChhSRVdBUkRfUEFSVFlfVU5TUEVDSUZJRUQQABIZChVSRVdBUkRfUEFSVFlfUkVGRVJSRVIQARIYChRSRVdBUkRfUEFSVFlfUkVGRVJFRRACKuEBCgxSZXdhcmRNZXRob2QSHQoZUkVXQVJEX01FVEhPRF9VTlNQRUNJRklFRBAAEhgKFFJFV0FSRF9NRVRIT0RfUEFZUEFMEAESFwoTUkVXQVJEX01FVEhPRF9WRU5NTxACEiIKHlJFV0FSRF9NRVRIT0RfQU1BWk9OX0dJRlRfQ0FSRBADEiAKHFJFV0FSRF9NRVRIT0RfVklTQV9HSUZUX0NBUkQQBBIfChtSRVdBUkRfTUVUSE9EX01PQklMRV9DT1VQT04QBRIYChRSRVdBUkRfTUVUSE9EX0NVU1RPTRAGKmwKCEN1cnJlbmN5EhgKFENVUlJFTkNZX1VOU1BFQ0lGSUVEEAASEAoMQ1VSUkVOQ1lfVVNEEAESEAoMQ1VSUkVOQ1lfQ0FEEAISEAoMQ1VSUkVOQ1lfRVVSEAMSEAoMQ1VSUkVOQ1lfR0JQEAQqcQoPUmV3YXJkTGltaXRVbml0EiEKHVJFV0FSRF9MSU1JVF9VTklUX1VOU1BFQ0lGSUVEEAASHQoZUkVXQVJEX0xJTUlUX1VOSVRfUkVXQVJEUxABEhwKGFJFV0FSRF9MSU1JVF9VTklUX0FNT1VOVBACKuABChNSZXdhcmRMaW1pdEludGVydmFsEiUKIVJFV0FSRF9MSU1JVF9JTlRFUlZBTF9VTlNQRUNJRklFRBAAEh0KGVJFV0FSRF9MSU1JVF9JTlRFUlZBTF9EQVkQARIeChpSRVdBUkRfTElNSVRfSU5URVJWQUxfV0VFSxACEh8KG1JFV0FSRF9MSU1JVF9JTlRFUlZBTF9NT05USBADEh4KGlJFV0FSRF9MSU1JVF9JTlRFUlZBTF9ZRUFSEAQSIgoeUkVXQVJEX0xJTUlUX0lOVEVSVkFMX0xJRkVUSU1FEAUqjwEKCUVtYWlsVHlwZRIaChZFTUFJTF9UWVBFX1VOU1BFQ0lGSUVEEAASMwoaRU1BSUxfVFlQRV9SRUZFUlJFUl9SRVdBUkQQARoTwvMYD3JlZmVycmVyOnJld2FyZBIxChlFTUFJTF9UWVBFX0lOVklURUVfUkVXQVJEEAIaEsLzGA5pbnZpdGVlOnJld2FyZCqbAQoZQ2FtcGFpZ25DaGVja3BvaW50VHJpZ2dlchIrCidDQU1QQUlHTl9DSEVDS1BPSU5UX1RSSUdHRVJfVU5TUEVDSUZJRUQQABIpCiVDQU1QQUlHTl9DSEVDS1BPSU5UX1RSSUdHRVJfUExBQ0VNRU5UEAESJgoiQ0FNUEFJR05fQ0hFQ0tQT0lOVF9UUklHR0VSX1JFV0FSRBACKtUBChVXZWJob29rRGVsaXZlcnlTdGF0dXMSJwojV0VCSE9PS19ERUxJVkVSWV9TVEFUVVNfVU5TUEVDSUZJRUQQABIjCh9XRUJIT09LX0RFTElWRVJZX1NUQVRVU19QRU5ESU5HEAESJQohV0VCSE9PS19ERUxJVkVSWV9TVEFUVVNfU1VDQ0VFREVEEAISIgoeV0VCSE9PS19ERUxJVkVSWV9TVEFUVVNfRkFJTEVEEAMSIwofV0VCSE9PS19ERUxJVkVSWV9TVEFUVVNfU0tJUFBFRBAEYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options]);
+  fileDesc("ChtyZWZlcnJhbC92MS9yZXNvdXJjZXMucHJvdG8SC3JlZmVycmFsLnYxImMKD0N1c3RvbWVyU3VtbWFyeRIKCgJpZBgBIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAIgASgJEhIKBWVtYWlsGAMgASgJSACIAQESDAoEbmFtZRgEIAEoCUIICgZfZW1haWwiwgUKCEN1c3RvbWVyEgoKAmlkGAEgASgJEhgKEGV4dGVybmFsX3VzZXJfaWQYAiABKAkSEgoFZW1haWwYAyABKAlIAIgBARIMCgRuYW1lGAQgASgJEjEKC3JlZmVycmVkX2J5GAUgASgLMhwucmVmZXJyYWwudjEuQ3VzdG9tZXJTdW1tYXJ5EhsKDnJlZmVycmVkX2J5X2lkGAYgASgJSAGIAQESJAoXcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWQYByABKAlIAogBARIkChdyZWZlcnJlZF9pbl9jYW1wYWlnbl9pZBgIIAEoCUgDiAEBEh8KF3Zpc2l0ZWRfcmVmZXJyYWxzX2NvdW50GAkgASgFEiEKGWNvbnZlcnRlZF9yZWZlcnJhbHNfY291bnQYCiABKAUSFQoNcmVmZXJyYWxfY29kZRgLIAEoCRIuCgpjcmVhdGVkX2F0GAwgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GA0gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpkZWxldGVkX2F0GA4gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIXCg9vcmdhbml6YXRpb25faWQYDyABKAkSFgoOYXBwbGljYXRpb25faWQYECABKAkSMgoRY3VzdG9tX3Byb3BlcnRpZXMYESABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0Ei0KC2Vudmlyb25tZW50GBIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCCAoGX2VtYWlsQhEKD19yZWZlcnJlZF9ieV9pZEIaChhfcmVmZXJyZWRfYnlfcmVmZXJyYWxfaWRCGgoYX3JlZmVycmVkX2luX2NhbXBhaWduX2lkIi8KDlN1c3BlY3RlZEZyYXVkEgwKBHR5cGUYASABKAkSDwoHbWVzc2FnZRgCIAEoCSKeAgoUUmVmZXJyYWxTdGF0dXNDaGFuZ2USNQoLZnJvbV9zdGF0dXMYASABKA4yGy5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0gAiAEBEi4KCXRvX3N0YXR1cxgCIAEoDjIbLnJlZmVycmFsLnYxLlJlZmVycmFsU3RhdHVzEi0KBWNhdXNlGAMgASgOMh4ucmVmZXJyYWwudjEuU3RhdHVzQ2hhbmdlQ2F1c2USEAoIYWN0b3JfaWQYBCABKAkSEwoGcmVhc29uGAUgASgJSAGIAQESLgoKY2hhbmdlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2Zyb21fc3RhdHVzQgkKB19yZWFzb24i/gMKCFJlZmVycmFsEgoKAmlkGAEgASgJEhMKC2NhbXBhaWduX2lkGAIgASgJEhIKCnJlZmVyZWVfaWQYAyABKAkSEwoLcmVmZXJyZXJfaWQYBCABKAkSKwoGc3RhdHVzGAUgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSNQoQc3VzcGVjdGVkX2ZyYXVkcxgGIAMoCzIbLnJlZmVycmFsLnYxLlN1c3BlY3RlZEZyYXVkEjgKC2Vudmlyb25tZW50GAcgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRCBMDzGAFIAIgBARIXCg9vcmdhbml6YXRpb25faWQYCCABKAkSFgoOYXBwbGljYXRpb25faWQYCSABKAkSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASOQoOc3RhdHVzX2hpc3RvcnkYDSADKAsyIS5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0NoYW5nZUIOCgxfZW52aXJvbm1lbnQi5QEKCkNoZWNrcG9pbnQSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRITCgtjdXN0b21lcl9pZBgDIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAQgASgJEi0KC2Vudmlyb25tZW50GAUgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSFwoPb3JnYW5pemF0aW9uX2lkGAYgASgJEhYKDmFwcGxpY2F0aW9uX2lkGAcgASgJEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoUICgZSZXdhcmQSCgoCaWQYASABKAkSEQoEbmFtZRgCIAEoCUgAiAEBEhgKC2Rlc2NyaXB0aW9uGAMgASgJSAGIAQESEwoLY2FtcGFpZ25faWQYBCABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAUgASgJEhYKDmFwcGxpY2F0aW9uX2lkGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmRlbGV0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBHR5cGUYCiABKA4yFy5yZWZlcnJhbC52MS5SZXdhcmRUeXBlEicKBXBhcnR5GAsgASgOMhgucmVmZXJyYWwudjEuUmV3YXJkUGFydHkSKQoGbWV0aG9kGAwgASgOMhkucmVmZXJyYWwudjEuUmV3YXJkTWV0aG9kEicKCGN1cnJlbmN5GA0gASgOMhUucmVmZXJyYWwudjEuQ3VycmVuY3kSGgoNcGF5b3V0X2Ftb3VudBgOIAEoAUgCiAEBEhwKD2Rpc2NvdW50X2Ftb3VudBgPIAEoAUgDiAEBEiAKE2Rpc2NvdW50X3BlcmNlbnRhZ2UYECABKAFIBIgBARInChpkaXNjb3VudF9kdXJhdGlvbl9pbl9tb250aBgRIAEoBUgFiAEBEhIKBWxpbWl0GBIgASgFSAaIAQESNQoKbGltaXRfdW5pdBgTIAEoDjIcLnJlZmVycmFsLnYxLlJld2FyZExpbWl0VW5pdEgHiAEBEj0KDmxpbWl0X2ludGVydmFsGBQgASgOMiAucmVmZXJyYWwudjEuUmV3YXJkTGltaXRJbnRlcnZhbEgIiAEBEhAKCGRpc2FibGVkGBUgASgIEi0KCGFwcHJvdmFsGBYgASgOMhsucmVmZXJyYWwudjEuUmV3YXJkQXBwcm92YWwSGAoLaG9sZF9wZXJpb2QYFyABKAlICYgBARIaCg1leHBpcmVzX2FmdGVyGBggASgJSAqIAQFCBwoFX25hbWVCDgoMX2Rlc2NyaXB0aW9uQhAKDl9wYXlvdXRfYW1vdW50QhIKEF9kaXNjb3VudF9hbW91bnRCFgoUX2Rpc2NvdW50X3BlcmNlbnRhZ2VCHQobX2Rpc2NvdW50X2R1cmF0aW9uX2luX21vbnRoQggKBl9saW1pdEINCgtfbGltaXRfdW5pdEIRCg9fbGltaXRfaW50ZXJ2YWxCDgoMX2hvbGRfcGVyaW9kQhAKDl9leHBpcmVzX2FmdGVyIqsDCgVFbWFpbBIKCgJpZBgBIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAiABKAkSFgoOYXBwbGljYXRpb25faWQYAyABKAkSEwoLY2FtcGFpZ25faWQYBCABKAkSDwoHbWVzc2FnZRgFIAEoCRIUCgxzdWJqZWN0X2xpbmUYBiABKAkSEwoLYnV0dG9uX3RleHQYByABKAkSFAoMYnV0dG9uX2NvbG9yGAggASgJEiQKBHR5cGUYCSABKA4yFi5yZWZlcnJhbC52MS5FbWFpbFR5cGUSLgoKY3JlYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKZGVsZXRlZF9hdBgMIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFQoIbG9nb191cmwYDSABKAlIAIgBARIWCglsb2dvX3NpemUYDiABKAVIAYgBAUILCglfbG9nb191cmxCDAoKX2xvZ29fc2l6ZSK9AQoMQ2FtcGFpZ25QYWdlEgoKAmlkGAEgASgJEgwKBHBhdGgYAiABKAkSEAoIaXNfZW1wdHkYAyABKAgSEQoEbmFtZRgEIAEoCUgAiAEBEhkKDHBsYWNlbWVudF9pZBgFIAEoCUgBiAEBEiwKCHBsYXRmb3JtGAYgASgOMhUucmVmZXJyYWwudjEuUGxhdGZvcm1IAogBAUIHCgVfbmFtZUIPCg1fcGxhY2VtZW50X2lkQgsKCV9wbGF0Zm9ybSIzCgNGYXESCgoCaWQYASABKAkSEAoIcXVlc3Rpb24YAiABKAkSDgoGYW5zd2VyGAMgASgJItUHCghDYW1wYWlnbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEiUKGHJlZmVyZWVfbGFuZGluZ19wYWdlX3VybBgDIAEoCUgAiAEBEhYKCXRlcm1zX3VybBgEIAEoCUgBiAEBEiQKF3Byb3Bvc2VkX3Jld2FyZF90cmlnZ2VyGAUgASgJSAKIAQESIgoVbWFudWFsX3Jld2FyZF90cmlnZ2VyGAYgASgJSAOIAQESGwoOaW52aXRlX21lc3NhZ2UYByABKAlIBIgBARIPCgdpc19saXZlGAggASgIEhIKCmlzX2RlZmF1bHQYCSABKAgSLQoLZW52aXJvbm1lbnQYCiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudBIkChdjb3BpZWRfZnJvbV9jYW1wYWlnbl9pZBgLIAEoCUgFiAEBEi4KCmNyZWF0ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYDSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmRlbGV0ZWRfYXQYDiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhcKD29yZ2FuaXphdGlvbl9pZBgPIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgQIAEoCRIwCgxsYXN0X3BpbmdfYXQYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEh0KEGxhc3RfcGluZ19vcmlnaW4YEiABKAlIBogBARIkCgdyZXdhcmRzGBMgAygLMhMucmVmZXJyYWwudjEuUmV3YXJkEiIKBmVtYWlscxgUIAMoCzISLnJlZmVycmFsLnYxLkVtYWlsEjEKDmNhbXBhaWduX3BhZ2VzGBUgAygLMhkucmVmZXJyYWwudjEuQ2FtcGFpZ25QYWdlEh4KBGZhcXMYFiADKAsyEC5yZWZlcnJhbC52MS5GYXESKAoJcGxhdGZvcm1zGBcgAygOMhUucmVmZXJyYWwudjEuUGxhdGZvcm0SEQoJdGltZV96b25lGBggASgJQhsKGV9yZWZlcmVlX2xhbmRpbmdfcGFnZV91cmxCDAoKX3Rlcm1zX3VybEIaChhfcHJvcG9zZWRfcmV3YXJkX3RyaWdnZXJCGAoWX21hbnVhbF9yZXdhcmRfdHJpZ2dlckIRCg9faW52aXRlX21lc3NhZ2VCGgoYX2NvcGllZF9mcm9tX2NhbXBhaWduX2lkQhMKEV9sYXN0X3Bpbmdfb3JpZ2luIpMCChJDYW1wYWlnbkNoZWNrcG9pbnQSCgoCaWQYASABKAkSEwoLY2FtcGFpZ25faWQYAiABKAkSFwoPY2hlY2twb2ludF9uYW1lGAMgASgJEjcKB3RyaWdnZXIYBCABKA4yJi5yZWZlcnJhbC52MS5DYW1wYWlnbkNoZWNrcG9pbnRUcmlnZ2VyEhkKDHBsYWNlbWVudF9pZBgFIAEoCUgAiAEBEi4KCmNyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg8KDV9wbGFjZW1lbnRfaWQi+wIKD1dlYmhvb2tFbmRwb2ludBIKCgJpZBgBIAEoCRILCgN1cmwYAiABKAkSGAoLZGVzY3JpcHRpb24YAyABKAlIAIgBARITCgtldmVudF90eXBlcxgEIAMoCRIPCgdlbmFibGVkGAUgASgIEjIKC2Vudmlyb25tZW50GAYgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnRIAYgBARIXCg9vcmdhbml6YXRpb25faWQYByABKAkSFgoOYXBwbGljYXRpb25faWQYCCABKAkSLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKgoGaGVhbHRoGAsgASgLMhoucmVmZXJyYWwudjEuV2ViaG9va0hlYWx0aEIOCgxfZGVzY3JpcHRpb25CDgoMX2Vudmlyb25tZW50Iq0CCg1XZWJob29rSGVhbHRoEjMKD2xhc3Rfc3VjY2Vzc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASMwoPbGFzdF9mYWlsdXJlX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIcChRjb25zZWN1dGl2ZV9mYWlsdXJlcxgDIAEoBRIxCg1mYWlsaW5nX3NpbmNlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgtkaXNhYmxlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHAoPZGlzYWJsZWRfcmVhc29uGAYgASgJSACIAQFCEgoQX2Rpc2FibGVkX3JlYXNvbiKfAQoOV2ViaG9va0F0dGVtcHQSMAoMYXR0ZW1wdGVkX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYCgtzdGF0dXNfY29kZRgCIAEoBUgAiAEBEhMKC2R1cmF0aW9uX21zGAMgASgFEhIKBWVycm9yGAQgASgJSAGIAQFCDgoMX3N0YXR1c19jb2RlQggKBl9lcnJvciLPAgoPV2ViaG9va0RlbGl2ZXJ5EgoKAmlkGAEgASgJEhIKCndlYmhvb2tfaWQYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSEgoKZXZlbnRfdHlwZRgEIAEoCRIyCgZzdGF0dXMYBSABKA4yIi5yZWZlcnJhbC52MS5XZWJob29rRGVsaXZlcnlTdGF0dXMSLQoIYXR0ZW1wdHMYBiADKAsyGy5yZWZlcnJhbC52MS5XZWJob29rQXR0ZW1wdBIzCg9uZXh0X2F0dGVtcHRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCmNyZWF0ZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnVwZGF0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIrwCCgtSZXdhcmRWYWx1ZRIlCgR0eXBlGAEgASgOMhcucmVmZXJyYWwudjEuUmV3YXJkVHlwZRIpCgZtZXRob2QYAiABKA4yGS5yZWZlcnJhbC52MS5SZXdhcmRNZXRob2QSLAoIY3VycmVuY3kYAyABKA4yFS5yZWZlcnJhbC52MS5DdXJyZW5jeUgAiAEBEhMKBmFtb3VudBgEIAEoAUgBiAEBEiAKE2Rpc2NvdW50X3BlcmNlbnRhZ2UYBSABKAFIAogBARInChpkaXNjb3VudF9kdXJhdGlvbl9pbl9tb250aBgGIAEoBUgDiAEBQgsKCV9jdXJyZW5jeUIJCgdfYW1vdW50QhYKFF9kaXNjb3VudF9wZXJjZW50YWdlQh0KG19kaXNjb3VudF9kdXJhdGlvbl9pbl9tb250aCKjAQoRUmV3YXJkRnVsZmlsbG1lbnQSFgoJcmVmZXJlbmNlGAEgASgJSACIAQESEQoEY29kZRgCIAEoCUgBiAEBEhEKBG5vdGUYAyABKAlIAogBARIwCgxmdWxmaWxsZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgwKCl9yZWZlcmVuY2VCBwoFX2NvZGVCBwoFX25vdGUirAIKF1Jld2FyZEdyYW50U3RhdHVzQ2hhbmdlEjgKC2Zyb21fc3RhdHVzGAEgASgOMh4ucmVmZXJyYWwudjEuUmV3YXJkR3JhbnRTdGF0dXNIAIgBARIxCgl0b19zdGF0dXMYAiABKA4yHi5yZWZlcnJhbC52MS5SZXdhcmRHcmFudFN0YXR1cxIyCgVjYXVzZRgDIAEoDjIjLnJlZmVycmFsLnYxLlJld2FyZEdyYW50Q2hhbmdlQ2F1c2USEAoIYWN0b3JfaWQYBCABKAkSEwoGcmVhc29uGAUgASgJSAGIAQESLgoKY2hhbmdlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2Zyb21fc3RhdHVzQgkKB19yZWFzb24i7gcKC1Jld2FyZEdyYW50EgoKAmlkGAEgASgJEhgKC2NhbXBhaWduX2lkGAIgASgJSACIAQESFgoJcmV3YXJkX2lkGAMgASgJSAGIAQESGAoLcmVmZXJyYWxfaWQYBCABKAlIAogBARITCgtjdXN0b21lcl9pZBgFIAEoCRIsCgVwYXJ0eRgGIAEoDjIYLnJlZmVycmFsLnYxLlJld2FyZFBhcnR5SAOIAQESKgoEa2luZBgHIAEoDjIcLnJlZmVycmFsLnYxLlJld2FyZEdyYW50S2luZBIuCgZzdGF0dXMYCCABKA4yHi5yZWZlcnJhbC52MS5SZXdhcmRHcmFudFN0YXR1cxIaCg1zdGF0dXNfcmVhc29uGAkgASgJSASIAQESJwoFdmFsdWUYCiABKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRWYWx1ZRIdChByZXF1ZXN0ZWRfYW1vdW50GAsgASgBSAWIAQESIwoGcmV3YXJkGAwgASgLMhMucmVmZXJyYWwudjEuUmV3YXJkEhkKDGxpbWl0X3dpbmRvdxgNIAEoCUgGiAEBEhUKDWlnbm9yZXNfbGltaXQYDiABKAgSMAoMYXZhaWxhYmxlX2F0GA8gASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpleHBpcmVzX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIzCgtmdWxmaWxsbWVudBgRIAEoCzIeLnJlZmVycmFsLnYxLlJld2FyZEZ1bGZpbGxtZW50EhgKC3JldmVyc2FsX29mGBIgASgJSAeIAQESPAoOc3RhdHVzX2hpc3RvcnkYEyADKAsyJC5yZWZlcnJhbC52MS5SZXdhcmRHcmFudFN0YXR1c0NoYW5nZRItCgtlbnZpcm9ubWVudBgUIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhcKD29yZ2FuaXphdGlvbl9pZBgVIAEoCRIWCg5hcHBsaWNhdGlvbl9pZBgWIAEoCRIuCgpjcmVhdGVkX2F0GBcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgp1cGRhdGVkX2F0GBggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfY2FtcGFpZ25faWRCDAoKX3Jld2FyZF9pZEIOCgxfcmVmZXJyYWxfaWRCCAoGX3BhcnR5QhAKDl9zdGF0dXNfcmVhc29uQhMKEV9yZXF1ZXN0ZWRfYW1vdW50Qg8KDV9saW1pdF93aW5kb3dCDgoMX3JldmVyc2FsX29mIiwKC1Jld2FyZFRvdGFsEg4KBmFtb3VudBgBIAEoARINCgVjb3VudBgCIAEoBSKaAQoUUmV3YXJkQ2xhd2JhY2tUb3RhbHMSKQoHcGVuZGluZxgBIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEisKCWZ1bGZpbGxlZBgCIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEioKCHJlamVjdGVkGAMgASgLMhgucmVmZXJyYWwudjEuUmV3YXJkVG90YWwirwMKDVJld2FyZEJhbGFuY2USLAoIY3VycmVuY3kYASABKA4yFS5yZWZlcnJhbC52MS5DdXJyZW5jeUgAiAEBEikKB3BlbmRpbmcYAiABKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRUb3RhbBIqCghhcHByb3ZlZBgDIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEisKCWZ1bGZpbGxlZBgEIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEioKCHJlamVjdGVkGAUgASgLMhgucmVmZXJyYWwudjEuUmV3YXJkVG90YWwSKAoGdm9pZGVkGAYgASgLMhgucmVmZXJyYWwudjEuUmV3YXJkVG90YWwSKQoHZXhwaXJlZBgHIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEigKBmNhcHBlZBgIIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEjQKCWNsYXdiYWNrcxgJIAEoCzIhLnJlZmVycmFsLnYxLlJld2FyZENsYXdiYWNrVG90YWxzQgsKCV9jdXJyZW5jeSpcCgtFbnZpcm9ubWVudBIbChdFTlZJUk9OTUVOVF9VTlNQRUNJRklFRBAAEhoKFkVOVklST05NRU5UX1BST0RVQ1RJT04QARIUChBFTlZJUk9OTUVOVF9URVNUEAIqxQEKDlJlZmVycmFsU3RhdHVzEh8KG1JFRkVSUkFMX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF1JFRkVSUkFMX1NUQVRVU19QRU5ESU5HEAESGwoXUkVGRVJSQUxfU1RBVFVTX0ZMQUdHRUQQAhIcChhSRUZFUlJBTF9TVEFUVVNfQUNDRVBURUQQAxIcChhSRUZFUlJBTF9TVEFUVVNfUkVKRUNURUQQBBIcChhSRUZFUlJBTF9TVEFUVVNfUkVWRVJTRUQQBSrDAQoRU3RhdHVzQ2hhbmdlQ2F1c2USIwofU1RBVFVTX0NIQU5HRV9DQVVTRV9VTlNQRUNJRklFRBAAEh8KG1NUQVRVU19DSEFOR0VfQ0FVU0VfQ1JFQVRFRBABEiQKIFNUQVRVU19DSEFOR0VfQ0FVU0VfUkVBVFRSSUJVVEVEEAISIgoeU1RBVFVTX0NIQU5HRV9DQVVTRV9DSEVDS1BPSU5UEAMSHgoaU1RBVFVTX0NIQU5HRV9DQVVTRV9SRVZJRVcQBCpLCghQbGF0Zm9ybRIYChRQTEFURk9STV9VTlNQRUNJRklFRBAAEhMKD1BMQVRGT1JNX01PQklMRRABEhAKDFBMQVRGT1JNX1dFQhACKlsKClJld2FyZFR5cGUSGwoXUkVXQVJEX1RZUEVfVU5TUEVDSUZJRUQQABIWChJSRVdBUkRfVFlQRV9QQVlPVVQQARIYChRSRVdBUkRfVFlQRV9ESVNDT1VOVBACKmAKC1Jld2FyZFBhcnR5EhwKGFJFV0FSRF9QQVJUWV9VTlNQRUNJRklFRBAAEhkKFVJFV0FSRF9QQVJUWV9SRUZFUlJFUhABEhgKFFJFV0FSRF9QQVJUWV9SRUZFUkVFEAIq4QEKDFJld2FyZE1ldGhvZBIdChlSRVdBUkRfTUVUSE9EX1VOU1BFQ0lGSUVEEAASGAoUUkVXQVJEX01FVEhPRF9QQVlQQUwQARIXChNSRVdBUkRfTUVUSE9EX1ZFTk1PEAISIgoeUkVXQVJEX01FVEhPRF9BTUFaT05fR0lGVF9DQVJEEAMSIAocUkVXQVJEX01FVEhPRF9WSVNBX0dJRlRfQ0FSRBAEEh8KG1JFV0FSRF9NRVRIT0RfTU9CSUxFX0NPVVBPThAFEhgKFFJFV0FSRF9NRVRIT0RfQ1VTVE9NEAYqbAoIQ3VycmVuY3kSGAoUQ1VSUkVOQ1lfVU5TUEVDSUZJRUQQABIQCgxDVVJSRU5DWV9VU0QQARIQCgxDVVJSRU5DWV9DQUQQAhIQCgxDVVJSRU5DWV9FVVIQAxIQCgxDVVJSRU5DWV9HQlAQBCpxCg9SZXdhcmRMaW1pdFVuaXQSIQodUkVXQVJEX0xJTUlUX1VOSVRfVU5TUEVDSUZJRUQQABIdChlSRVdBUkRfTElNSVRfVU5JVF9SRVdBUkRTEAESHAoYUkVXQVJEX0xJTUlUX1VOSVRfQU1PVU5UEAIq4AEKE1Jld2FyZExpbWl0SW50ZXJ2YWwSJQohUkVXQVJEX0xJTUlUX0lOVEVSVkFMX1VOU1BFQ0lGSUVEEAASHQoZUkVXQVJEX0xJTUlUX0lOVEVSVkFMX0RBWRABEh4KGlJFV0FSRF9MSU1JVF9JTlRFUlZBTF9XRUVLEAISHwobUkVXQVJEX0xJTUlUX0lOVEVSVkFMX01PTlRIEAMSHgoaUkVXQVJEX0xJTUlUX0lOVEVSVkFMX1lFQVIQBBIiCh5SRVdBUkRfTElNSVRfSU5URVJWQUxfTElGRVRJTUUQBSqPAQoJRW1haWxUeXBlEhoKFkVNQUlMX1RZUEVfVU5TUEVDSUZJRUQQABIzChpFTUFJTF9UWVBFX1JFRkVSUkVSX1JFV0FSRBABGhPC8xgPcmVmZXJyZXI6cmV3YXJkEjEKGUVNQUlMX1RZUEVfSU5WSVRFRV9SRVdBUkQQAhoSwvMYDmludml0ZWU6cmV3YXJkKmwKDlJld2FyZEFwcHJvdmFsEh8KG1JFV0FSRF9BUFBST1ZBTF9VTlNQRUNJRklFRBAAEh0KGVJFV0FSRF9BUFBST1ZBTF9BVVRPTUFUSUMQARIaChZSRVdBUkRfQVBQUk9WQUxfTUFOVUFMEAIqmwEKGUNhbXBhaWduQ2hlY2twb2ludFRyaWdnZXISKwonQ0FNUEFJR05fQ0hFQ0tQT0lOVF9UUklHR0VSX1VOU1BFQ0lGSUVEEAASKQolQ0FNUEFJR05fQ0hFQ0tQT0lOVF9UUklHR0VSX1BMQUNFTUVOVBABEiYKIkNBTVBBSUdOX0NIRUNLUE9JTlRfVFJJR0dFUl9SRVdBUkQQAirVAQoVV2ViaG9va0RlbGl2ZXJ5U3RhdHVzEicKI1dFQkhPT0tfREVMSVZFUllfU1RBVFVTX1VOU1BFQ0lGSUVEEAASIwofV0VCSE9PS19ERUxJVkVSWV9TVEFUVVNfUEVORElORxABEiUKIVdFQkhPT0tfREVMSVZFUllfU1RBVFVTX1NVQ0NFRURFRBACEiIKHldFQkhPT0tfREVMSVZFUllfU1RBVFVTX0ZBSUxFRBADEiMKH1dFQkhPT0tfREVMSVZFUllfU1RBVFVTX1NLSVBQRUQQBCqhAgoRUmV3YXJkR3JhbnRTdGF0dXMSIwofUkVXQVJEX0dSQU5UX1NUQVRVU19VTlNQRUNJRklFRBAAEh8KG1JFV0FSRF9HUkFOVF9TVEFUVVNfUEVORElORxABEiAKHFJFV0FSRF9HUkFOVF9TVEFUVVNfQVBQUk9WRUQQAhIhCh1SRVdBUkRfR1JBTlRfU1RBVFVTX0ZVTEZJTExFRBADEiAKHFJFV0FSRF9HUkFOVF9TVEFUVVNfUkVKRUNURUQQBBIeChpSRVdBUkRfR1JBTlRfU1RBVFVTX1ZPSURFRBAFEh8KG1JFV0FSRF9HUkFOVF9TVEFUVVNfRVhQSVJFRBAGEh4KGlJFV0FSRF9HUkFOVF9TVEFUVVNfQ0FQUEVEEAcqkAEKD1Jld2FyZEdyYW50S2luZBIhCh1SRVdBUkRfR1JBTlRfS0lORF9VTlNQRUNJRklFRBAAEhwKGFJFV0FSRF9HUkFOVF9LSU5EX0VBUk5FRBABEhwKGFJFV0FSRF9HUkFOVF9LSU5EX01BTlVBTBACEh4KGlJFV0FSRF9HUkFOVF9LSU5EX0NMQVdCQUNLEAMqrQIKFlJld2FyZEdyYW50Q2hhbmdlQ2F1c2USKQolUkVXQVJEX0dSQU5UX0NIQU5HRV9DQVVTRV9VTlNQRUNJRklFRBAAEiQKIFJFV0FSRF9HUkFOVF9DSEFOR0VfQ0FVU0VfRUFSTkVEEAESJAogUkVXQVJEX0dSQU5UX0NIQU5HRV9DQVVTRV9NQU5VQUwQAhIkCiBSRVdBUkRfR1JBTlRfQ0hBTkdFX0NBVVNFX1JFVklFVxADEigKJFJFV0FSRF9HUkFOVF9DSEFOR0VfQ0FVU0VfSE9MRF9FTkRFRBAEEiQKIFJFV0FSRF9HUkFOVF9DSEFOR0VfQ0FVU0VfRVhQSVJZEAUSJgoiUkVXQVJEX0dSQU5UX0NIQU5HRV9DQVVTRV9SRVZFUlNBTBAGYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options]);
 
 /**
  * CustomerSummary identifies another customer, as embedded in a Customer.
@@ -591,8 +591,9 @@ export type Reward = Message<"referral.v1.Reward"> & {
   discountDurationInMonth?: number | undefined;
 
   /**
-   * The most a customer may receive, counted in limit_unit per
-   * limit_interval; null for no limit.
+   * The most one customer may receive, counted in limit_unit per
+   * limit_interval: a number of grants, or an amount in whole units of the
+   * currency. Null for no limit.
    *
    * @generated from field: optional int32 limit = 18;
    */
@@ -606,7 +607,8 @@ export type Reward = Message<"referral.v1.Reward"> & {
   limitUnit?: RewardLimitUnit | undefined;
 
   /**
-   * The window limit applies to; null when there is no limit.
+   * The calendar window limit applies to, in the campaign's time zone; null
+   * when there is no limit.
    *
    * @generated from field: optional referral.v1.RewardLimitInterval limit_interval = 20;
    */
@@ -618,6 +620,31 @@ export type Reward = Message<"referral.v1.Reward"> & {
    * @generated from field: bool disabled = 21;
    */
   disabled: boolean;
+
+  /**
+   * How the reward's grants become approved: automatically once the hold
+   * period ends (the default), or by a reviewer.
+   *
+   * @generated from field: referral.v1.RewardApproval approval = 22;
+   */
+  approval: RewardApproval;
+
+  /**
+   * How long a grant stays pending before it can be paid (a refund window),
+   * as a whole number and a unit: "30d", "12h", "2w" (s, m for minutes, h,
+   * d, w; at most 3650 days). Null for none.
+   *
+   * @generated from field: optional string hold_period = 23;
+   */
+  holdPeriod?: string | undefined;
+
+  /**
+   * How long an approved grant may wait to be fulfilled before it expires,
+   * in the form of hold_period. Null for never.
+   *
+   * @generated from field: optional string expires_after = 24;
+   */
+  expiresAfter?: string | undefined;
 };
 
 /**
@@ -1001,6 +1028,15 @@ export type Campaign = Message<"referral.v1.Campaign"> & {
    * @generated from field: repeated referral.v1.Platform platforms = 23;
    */
   platforms: Platform[];
+
+  /**
+   * The IANA time zone of the campaign's calendar (for example
+   * "Europe/Paris"): the days, weeks, months and years of reward limits.
+   * "UTC" when unset.
+   *
+   * @generated from field: string time_zone = 24;
+   */
+  timeZone: string;
 };
 
 /**
@@ -1349,6 +1385,495 @@ export const WebhookDeliverySchema: GenMessage<WebhookDelivery> = /*@__PURE__*/
   messageDesc(file_referral_v1_resources, 15);
 
 /**
+ * RewardValue is what a grant is worth.
+ *
+ * @generated from message referral.v1.RewardValue
+ */
+export type RewardValue = Message<"referral.v1.RewardValue"> & {
+  /**
+   * Money paid out, or a discount.
+   *
+   * @generated from field: referral.v1.RewardType type = 1;
+   */
+  type: RewardType;
+
+  /**
+   * How it is delivered.
+   *
+   * @generated from field: referral.v1.RewardMethod method = 2;
+   */
+  method: RewardMethod;
+
+  /**
+   * The currency of amount; null for a percentage discount without one.
+   *
+   * @generated from field: optional referral.v1.Currency currency = 3;
+   */
+  currency?: Currency | undefined;
+
+  /**
+   * The payout or the fixed discount, in units of the currency (10.5 is
+   * ten and a half dollars), exact to the currency's minor unit; negative
+   * for a clawback. Null for a percentage discount.
+   *
+   * @generated from field: optional double amount = 4;
+   */
+  amount?: number | undefined;
+
+  /**
+   * The discount in percent, for a percentage discount; null otherwise.
+   *
+   * @generated from field: optional double discount_percentage = 5;
+   */
+  discountPercentage?: number | undefined;
+
+  /**
+   * How many months a recurring discount lasts; null for one-off.
+   *
+   * @generated from field: optional int32 discount_duration_in_month = 6;
+   */
+  discountDurationInMonth?: number | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RewardValue.
+ * Use `create(RewardValueSchema)` to create a new message.
+ */
+export const RewardValueSchema: GenMessage<RewardValue> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 16);
+
+/**
+ * RewardFulfillment records how a grant was paid or handed over.
+ *
+ * @generated from message referral.v1.RewardFulfillment
+ */
+export type RewardFulfillment = Message<"referral.v1.RewardFulfillment"> & {
+  /**
+   * The payment's reference in the paying system (a PayPal transaction id,
+   * a gift card order); null for none.
+   *
+   * @generated from field: optional string reference = 1;
+   */
+  reference?: string | undefined;
+
+  /**
+   * The coupon or gift card code handed over; null for none.
+   *
+   * @generated from field: optional string code = 2;
+   */
+  code?: string | undefined;
+
+  /**
+   * A note for humans; null for none.
+   *
+   * @generated from field: optional string note = 3;
+   */
+  note?: string | undefined;
+
+  /**
+   * When the grant was fulfilled.
+   *
+   * @generated from field: google.protobuf.Timestamp fulfilled_at = 4;
+   */
+  fulfilledAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RewardFulfillment.
+ * Use `create(RewardFulfillmentSchema)` to create a new message.
+ */
+export const RewardFulfillmentSchema: GenMessage<RewardFulfillment> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 17);
+
+/**
+ * RewardGrantStatusChange is one entry of a grant's status history.
+ *
+ * @generated from message referral.v1.RewardGrantStatusChange
+ */
+export type RewardGrantStatusChange = Message<"referral.v1.RewardGrantStatusChange"> & {
+  /**
+   * The status before the change; null for the first entry.
+   *
+   * @generated from field: optional referral.v1.RewardGrantStatus from_status = 1;
+   */
+  fromStatus?: RewardGrantStatus | undefined;
+
+  /**
+   * The status after the change.
+   *
+   * @generated from field: referral.v1.RewardGrantStatus to_status = 2;
+   */
+  toStatus: RewardGrantStatus;
+
+  /**
+   * What made the change.
+   *
+   * @generated from field: referral.v1.RewardGrantChangeCause cause = 3;
+   */
+  cause: RewardGrantChangeCause;
+
+  /**
+   * Who or what made it: an API key id ("key_..."), a checkpoint id
+   * ("chk_...") for a grant earned by a checkpoint, or "service".
+   *
+   * @generated from field: string actor_id = 4;
+   */
+  actorId: string;
+
+  /**
+   * The reviewer's reason or the service's ("limit_reached"); null for none.
+   *
+   * @generated from field: optional string reason = 5;
+   */
+  reason?: string | undefined;
+
+  /**
+   * When the change was made.
+   *
+   * @generated from field: google.protobuf.Timestamp changed_at = 6;
+   */
+  changedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RewardGrantStatusChange.
+ * Use `create(RewardGrantStatusChangeSchema)` to create a new message.
+ */
+export const RewardGrantStatusChangeSchema: GenMessage<RewardGrantStatusChange> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 18);
+
+/**
+ * RewardGrant is one reward earned by (or given to) one customer: an entry of
+ * the reward ledger.
+ *
+ * @generated from message referral.v1.RewardGrant
+ */
+export type RewardGrant = Message<"referral.v1.RewardGrant"> & {
+  /**
+   * Identifier of the grant (prefix "grt_").
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The campaign of the reward; null for a manual grant of its own value.
+   *
+   * @generated from field: optional string campaign_id = 2;
+   */
+  campaignId?: string | undefined;
+
+  /**
+   * The campaign reward granted; null for a manual grant of its own value.
+   *
+   * @generated from field: optional string reward_id = 3;
+   */
+  rewardId?: string | undefined;
+
+  /**
+   * The referral that earned it; null for a manual grant.
+   *
+   * @generated from field: optional string referral_id = 4;
+   */
+  referralId?: string | undefined;
+
+  /**
+   * The recipient.
+   *
+   * @generated from field: string customer_id = 5;
+   */
+  customerId: string;
+
+  /**
+   * The recipient's side of the referral; null for a manual grant of its
+   * own value.
+   *
+   * @generated from field: optional referral.v1.RewardParty party = 6;
+   */
+  party?: RewardParty | undefined;
+
+  /**
+   * Earned, manual or clawback.
+   *
+   * @generated from field: referral.v1.RewardGrantKind kind = 7;
+   */
+  kind: RewardGrantKind;
+
+  /**
+   * Where the grant stands.
+   *
+   * @generated from field: referral.v1.RewardGrantStatus status = 8;
+   */
+  status: RewardGrantStatus;
+
+  /**
+   * Why it is in that status ("limit_reached" for a capped grant, a
+   * reviewer's reason); null for none.
+   *
+   * @generated from field: optional string status_reason = 9;
+   */
+  statusReason?: string | undefined;
+
+  /**
+   * What the grant is worth, after any limit.
+   *
+   * @generated from field: referral.v1.RewardValue value = 10;
+   */
+  value?: RewardValue | undefined;
+
+  /**
+   * The amount before a limit clamped it; null for a percentage discount.
+   *
+   * @generated from field: optional double requested_amount = 11;
+   */
+  requestedAmount?: number | undefined;
+
+  /**
+   * The reward as it was when the grant was made (campaigns change later);
+   * null for a manual grant of its own value.
+   *
+   * @generated from field: referral.v1.Reward reward = 12;
+   */
+  reward?: Reward | undefined;
+
+  /**
+   * The limit window the grant counts in: "2026-11-25" (day), "2026-W48"
+   * (ISO week), "2026-11" (month), "2026" (year) or "lifetime"; null when
+   * the reward has no limit or the grant ignores it.
+   *
+   * @generated from field: optional string limit_window = 13;
+   */
+  limitWindow?: string | undefined;
+
+  /**
+   * True for a manual grant created with ignore_limit: it neither counts
+   * against the reward's limit nor is held back by it.
+   *
+   * @generated from field: bool ignores_limit = 14;
+   */
+  ignoresLimit: boolean;
+
+  /**
+   * When the hold period ends and the grant can be approved.
+   *
+   * @generated from field: google.protobuf.Timestamp available_at = 15;
+   */
+  availableAt?: Timestamp | undefined;
+
+  /**
+   * When an approved grant that is not fulfilled expires; null for never.
+   *
+   * @generated from field: google.protobuf.Timestamp expires_at = 16;
+   */
+  expiresAt?: Timestamp | undefined;
+
+  /**
+   * How the grant was fulfilled; null until it is.
+   *
+   * @generated from field: referral.v1.RewardFulfillment fulfillment = 17;
+   */
+  fulfillment?: RewardFulfillment | undefined;
+
+  /**
+   * For a clawback, the fulfilled grant it reverses; null otherwise.
+   *
+   * @generated from field: optional string reversal_of = 18;
+   */
+  reversalOf?: string | undefined;
+
+  /**
+   * Every status the grant has had, oldest first.
+   *
+   * @generated from field: repeated referral.v1.RewardGrantStatusChange status_history = 19;
+   */
+  statusHistory: RewardGrantStatusChange[];
+
+  /**
+   * The recipient's environment.
+   *
+   * @generated from field: referral.v1.Environment environment = 20;
+   */
+  environment: Environment;
+
+  /**
+   * The organization the grant belongs to.
+   *
+   * @generated from field: string organization_id = 21;
+   */
+  organizationId: string;
+
+  /**
+   * The application the grant belongs to.
+   *
+   * @generated from field: string application_id = 22;
+   */
+  applicationId: string;
+
+  /**
+   * When the grant was made.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 23;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * When the grant last changed.
+   *
+   * @generated from field: google.protobuf.Timestamp updated_at = 24;
+   */
+  updatedAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RewardGrant.
+ * Use `create(RewardGrantSchema)` to create a new message.
+ */
+export const RewardGrantSchema: GenMessage<RewardGrant> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 19);
+
+/**
+ * RewardTotal is the sum and the number of a customer's grants of one kind
+ * in one status.
+ *
+ * @generated from message referral.v1.RewardTotal
+ */
+export type RewardTotal = Message<"referral.v1.RewardTotal"> & {
+  /**
+   * The sum of their amounts, exact to the currency's minor unit;
+   * percentage discounts add nothing.
+   *
+   * @generated from field: double amount = 1;
+   */
+  amount: number;
+
+  /**
+   * How many grants.
+   *
+   * @generated from field: int32 count = 2;
+   */
+  count: number;
+};
+
+/**
+ * Describes the message referral.v1.RewardTotal.
+ * Use `create(RewardTotalSchema)` to create a new message.
+ */
+export const RewardTotalSchema: GenMessage<RewardTotal> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 20);
+
+/**
+ * RewardClawbackTotals are a customer's clawbacks in one currency, by status.
+ *
+ * @generated from message referral.v1.RewardClawbackTotals
+ */
+export type RewardClawbackTotals = Message<"referral.v1.RewardClawbackTotals"> & {
+  /**
+   * Waiting to be collected (negative amounts).
+   *
+   * @generated from field: referral.v1.RewardTotal pending = 1;
+   */
+  pending?: RewardTotal | undefined;
+
+  /**
+   * Collected back.
+   *
+   * @generated from field: referral.v1.RewardTotal fulfilled = 2;
+   */
+  fulfilled?: RewardTotal | undefined;
+
+  /**
+   * Written off.
+   *
+   * @generated from field: referral.v1.RewardTotal rejected = 3;
+   */
+  rejected?: RewardTotal | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RewardClawbackTotals.
+ * Use `create(RewardClawbackTotalsSchema)` to create a new message.
+ */
+export const RewardClawbackTotalsSchema: GenMessage<RewardClawbackTotals> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 21);
+
+/**
+ * RewardBalance is a customer's grants in one currency, by status.
+ *
+ * @generated from message referral.v1.RewardBalance
+ */
+export type RewardBalance = Message<"referral.v1.RewardBalance"> & {
+  /**
+   * The currency; null for percentage discounts without one.
+   *
+   * @generated from field: optional referral.v1.Currency currency = 1;
+   */
+  currency?: Currency | undefined;
+
+  /**
+   * Earned and manual grants waiting for their hold or a reviewer.
+   *
+   * @generated from field: referral.v1.RewardTotal pending = 2;
+   */
+  pending?: RewardTotal | undefined;
+
+  /**
+   * Ready to be paid: what the customer is owed now.
+   *
+   * @generated from field: referral.v1.RewardTotal approved = 3;
+   */
+  approved?: RewardTotal | undefined;
+
+  /**
+   * Paid or handed over.
+   *
+   * @generated from field: referral.v1.RewardTotal fulfilled = 4;
+   */
+  fulfilled?: RewardTotal | undefined;
+
+  /**
+   * Refused by a reviewer.
+   *
+   * @generated from field: referral.v1.RewardTotal rejected = 5;
+   */
+  rejected?: RewardTotal | undefined;
+
+  /**
+   * Cancelled before payment.
+   *
+   * @generated from field: referral.v1.RewardTotal voided = 6;
+   */
+  voided?: RewardTotal | undefined;
+
+  /**
+   * Not fulfilled in time.
+   *
+   * @generated from field: referral.v1.RewardTotal expired = 7;
+   */
+  expired?: RewardTotal | undefined;
+
+  /**
+   * Past the reward's limit (worth nothing; counted only).
+   *
+   * @generated from field: referral.v1.RewardTotal capped = 8;
+   */
+  capped?: RewardTotal | undefined;
+
+  /**
+   * The clawbacks of reversed referrals.
+   *
+   * @generated from field: referral.v1.RewardClawbackTotals clawbacks = 9;
+   */
+  clawbacks?: RewardClawbackTotals | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RewardBalance.
+ * Use `create(RewardBalanceSchema)` to create a new message.
+ */
+export const RewardBalanceSchema: GenMessage<RewardBalance> = /*@__PURE__*/
+  messageDesc(file_referral_v1_resources, 22);
+
+/**
  * Environment separates live data from test data inside one application.
  *
  * @generated from enum referral.v1.Environment
@@ -1422,6 +1947,15 @@ export enum ReferralStatus {
    * @generated from enum value: REFERRAL_STATUS_REJECTED = 4;
    */
   REJECTED = 4,
+
+  /**
+   * Undone after acceptance (a refund, a chargeback, fraud found later),
+   * by UpdateReferralStatus only: its unpaid reward grants are voided and
+   * its fulfilled ones gain a clawback. Final. REST: "reversed".
+   *
+   * @generated from enum value: REFERRAL_STATUS_REVERSED = 5;
+   */
+  REVERSED = 5,
 }
 
 /**
@@ -1743,14 +2277,14 @@ export enum RewardLimitInterval {
   UNSPECIFIED = 0,
 
   /**
-   * Per calendar day (UTC). REST: "day".
+   * Per calendar day. REST: "day".
    *
    * @generated from enum value: REWARD_LIMIT_INTERVAL_DAY = 1;
    */
   DAY = 1,
 
   /**
-   * Per ISO week. REST: "week".
+   * Per ISO week, Monday to Sunday. REST: "week".
    *
    * @generated from enum value: REWARD_LIMIT_INTERVAL_WEEK = 2;
    */
@@ -1819,6 +2353,40 @@ export const EmailTypeSchema: GenEnum<EmailType> = /*@__PURE__*/
   enumDesc(file_referral_v1_resources, 10);
 
 /**
+ * RewardApproval is how a reward's grants become approved.
+ *
+ * @generated from enum referral.v1.RewardApproval
+ */
+export enum RewardApproval {
+  /**
+   * Not set: automatic.
+   *
+   * @generated from enum value: REWARD_APPROVAL_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Approved by the service when the hold period ends. REST: "automatic".
+   *
+   * @generated from enum value: REWARD_APPROVAL_AUTOMATIC = 1;
+   */
+  AUTOMATIC = 1,
+
+  /**
+   * Pending until a reviewer approves or rejects it. REST: "manual".
+   *
+   * @generated from enum value: REWARD_APPROVAL_MANUAL = 2;
+   */
+  MANUAL = 2,
+}
+
+/**
+ * Describes the enum referral.v1.RewardApproval.
+ */
+export const RewardApprovalSchema: GenEnum<RewardApproval> = /*@__PURE__*/
+  enumDesc(file_referral_v1_resources, 11);
+
+/**
  * CampaignCheckpointTrigger is what a campaign does when the mobile SDKs
  * reach a checkpoint.
  *
@@ -1853,7 +2421,7 @@ export enum CampaignCheckpointTrigger {
  * Describes the enum referral.v1.CampaignCheckpointTrigger.
  */
 export const CampaignCheckpointTriggerSchema: GenEnum<CampaignCheckpointTrigger> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 11);
+  enumDesc(file_referral_v1_resources, 12);
 
 /**
  * WebhookDeliveryStatus is where the delivery of one event to one endpoint
@@ -1903,5 +2471,188 @@ export enum WebhookDeliveryStatus {
  * Describes the enum referral.v1.WebhookDeliveryStatus.
  */
 export const WebhookDeliveryStatusSchema: GenEnum<WebhookDeliveryStatus> = /*@__PURE__*/
-  enumDesc(file_referral_v1_resources, 12);
+  enumDesc(file_referral_v1_resources, 13);
+
+/**
+ * RewardGrantStatus is where a reward grant stands.
+ *
+ * @generated from enum referral.v1.RewardGrantStatus
+ */
+export enum RewardGrantStatus {
+  /**
+   * Not set; in a filter it means "any status".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Earned, in its hold period or waiting for a reviewer. Counts against
+   * the reward's limit. REST: "pending".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_PENDING = 1;
+   */
+  PENDING = 1,
+
+  /**
+   * Ready to be paid. Counts against the limit. REST: "approved".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_APPROVED = 2;
+   */
+  APPROVED = 2,
+
+  /**
+   * Paid or handed over (a clawback: collected back); final. Counts against
+   * the limit. REST: "fulfilled".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_FULFILLED = 3;
+   */
+  FULFILLED = 3,
+
+  /**
+   * Refused by a reviewer (a clawback: written off); final. REST: "rejected".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_REJECTED = 4;
+   */
+  REJECTED = 4,
+
+  /**
+   * Cancelled before it was paid, by a reviewer or because its referral was
+   * reversed; final. REST: "voided".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_VOIDED = 5;
+   */
+  VOIDED = 5,
+
+  /**
+   * Approved but not fulfilled before expires_at; final. REST: "expired".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_EXPIRED = 6;
+   */
+  EXPIRED = 6,
+
+  /**
+   * Earned past the reward's limit, so worth nothing; kept so a customer's
+   * history explains itself. Final. REST: "capped".
+   *
+   * @generated from enum value: REWARD_GRANT_STATUS_CAPPED = 7;
+   */
+  CAPPED = 7,
+}
+
+/**
+ * Describes the enum referral.v1.RewardGrantStatus.
+ */
+export const RewardGrantStatusSchema: GenEnum<RewardGrantStatus> = /*@__PURE__*/
+  enumDesc(file_referral_v1_resources, 14);
+
+/**
+ * RewardGrantKind is where a reward grant comes from.
+ *
+ * @generated from enum referral.v1.RewardGrantKind
+ */
+export enum RewardGrantKind {
+  /**
+   * Not set; in a filter it means "any kind".
+   *
+   * @generated from enum value: REWARD_GRANT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Earned by a referral's acceptance. REST: "earned".
+   *
+   * @generated from enum value: REWARD_GRANT_KIND_EARNED = 1;
+   */
+  EARNED = 1,
+
+  /**
+   * Created by hand with CreateRewardGrant (goodwill, support). REST:
+   * "manual".
+   *
+   * @generated from enum value: REWARD_GRANT_KIND_MANUAL = 2;
+   */
+  MANUAL = 2,
+
+  /**
+   * The negative of a fulfilled grant whose referral was reversed: what the
+   * operator may collect back. REST: "clawback".
+   *
+   * @generated from enum value: REWARD_GRANT_KIND_CLAWBACK = 3;
+   */
+  CLAWBACK = 3,
+}
+
+/**
+ * Describes the enum referral.v1.RewardGrantKind.
+ */
+export const RewardGrantKindSchema: GenEnum<RewardGrantKind> = /*@__PURE__*/
+  enumDesc(file_referral_v1_resources, 15);
+
+/**
+ * RewardGrantChangeCause says what moved a reward grant to a status.
+ *
+ * @generated from enum referral.v1.RewardGrantChangeCause
+ */
+export enum RewardGrantChangeCause {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: REWARD_GRANT_CHANGE_CAUSE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The grant was created when its referral was accepted. The actor is the
+   * referral's acceptance actor (a checkpoint or an API key). REST: "earned".
+   *
+   * @generated from enum value: REWARD_GRANT_CHANGE_CAUSE_EARNED = 1;
+   */
+  EARNED = 1,
+
+  /**
+   * CreateRewardGrant created the grant. The actor is the API key. REST:
+   * "manual".
+   *
+   * @generated from enum value: REWARD_GRANT_CHANGE_CAUSE_MANUAL = 2;
+   */
+  MANUAL = 2,
+
+  /**
+   * UpdateRewardGrantStatus. The actor is the API key. REST: "review".
+   *
+   * @generated from enum value: REWARD_GRANT_CHANGE_CAUSE_REVIEW = 3;
+   */
+  REVIEW = 3,
+
+  /**
+   * The hold period ended and the reward approves automatically. The actor
+   * is "service". REST: "hold_ended".
+   *
+   * @generated from enum value: REWARD_GRANT_CHANGE_CAUSE_HOLD_ENDED = 4;
+   */
+  HOLD_ENDED = 4,
+
+  /**
+   * The grant was not fulfilled by expires_at. The actor is "service".
+   * REST: "expiry".
+   *
+   * @generated from enum value: REWARD_GRANT_CHANGE_CAUSE_EXPIRY = 5;
+   */
+  EXPIRY = 5,
+
+  /**
+   * The grant's referral was reversed. The actor is the API key that
+   * reversed it. REST: "reversal".
+   *
+   * @generated from enum value: REWARD_GRANT_CHANGE_CAUSE_REVERSAL = 6;
+   */
+  REVERSAL = 6,
+}
+
+/**
+ * Describes the enum referral.v1.RewardGrantChangeCause.
+ */
+export const RewardGrantChangeCauseSchema: GenEnum<RewardGrantChangeCause> = /*@__PURE__*/
+  enumDesc(file_referral_v1_resources, 16);
 

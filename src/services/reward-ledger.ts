@@ -1,0 +1,510 @@
+import { newId } from "../domain/ids.js";
+import { type CurrencyName, digitsOf, fromMinorUnits, toMinorUnits } from "../domain/money.js";
+import {
+  clawbackGrantId,
+  earnedGrantId,
+  holdsRoom,
+  type LimitIntervalName,
+  type LimitUnitName,
+  limitWindowOf,
+  parseDuration,
+  type RewardGrantCauseName,
+  type RewardGrantStatusName,
+  reversalOf,
+} from "../domain/reward-ledger.js";
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
+import { grantCreated, grantMoved, grantView } from "../events/events.js";
+import type {
+  CampaignDoc,
+  FulfillmentDoc,
+  GrantStatusChangeDoc,
+  PlannedGrantDoc,
+  PlannedLimitDoc,
+  ReferralDoc,
+  RewardGrantDoc,
+  RewardValueDoc,
+  StatusChangeDoc,
+} from "../store/documents.js";
+import { movedGrant } from "../store/reward-grants.js";
+import type { TenantStore } from "../store/tenant-store.js";
+
+/**
+ * The reward ledger's steps, each written once for the calls that take them
+ * (a conversion, a review, a reversal, CreateRewardGrant) and for the
+ * reward sweep, which finishes what a crash interrupted.
+ */
+
+/** A campaign reward as its campaign document stores it: the plain form of `referral.v1.Reward`. */
+export interface StoredReward {
+  readonly id: string;
+  readonly type: "payout" | "discount" | null;
+  readonly party: "referrer" | "referee" | null;
+  readonly method: string | null;
+  readonly currency: CurrencyName | null;
+  readonly payoutAmount: number | null;
+  readonly discountAmount: number | null;
+  readonly discountPercentage: number | null;
+  readonly discountDurationInMonth: number | null;
+  readonly limit: number | null;
+  readonly limitUnit: LimitUnitName | null;
+  readonly limitInterval: LimitIntervalName | null;
+  readonly disabled: boolean;
+  readonly approval: "automatic" | "manual" | null;
+  readonly holdPeriod: string | null;
+  readonly expiresAfter: string | null;
+}
+
+/** The actor of what the service does by itself (an approval at the end of a hold, an expiry). */
+export const serviceActor = "service";
+
+/** The rewards of a campaign, as stored. */
+export function rewardsOf(campaign: CampaignDoc): readonly StoredReward[] {
+  return (campaign.rewards as StoredReward[] | undefined) ?? [];
+}
+
+/** A campaign's time zone: its calendar for limit windows. */
+export function timeZoneOf(campaign: CampaignDoc): string {
+  return (campaign.timeZone as string | undefined) || "UTC";
+}
+
+/**
+ * The grants a referral's acceptance earns: one per enabled reward of its
+ * campaign, to the reward's party. Written into the referral in the
+ * accepting write, then made by {@link makePlannedGrants}.
+ */
+export function planEarnedGrants(
+  campaign: CampaignDoc,
+  referral: ReferralDoc,
+  acceptance: StatusChangeDoc,
+): PlannedGrantDoc[] {
+  const at = acceptance.changedAt;
+  const planned: PlannedGrantDoc[] = [];
+  for (const reward of rewardsOf(campaign)) {
+    if (reward.disabled || !reward.party || !reward.type) continue;
+    const customerId = reward.party === "referrer" ? referral.referrerId : referral.refereeId;
+    const limit = limitOf(reward, customerId, at, timeZoneOf(campaign));
+    const grant = newGrant({
+      id: earnedGrantId(referral._id, reward.id, reward.party, at),
+      tenant: referral,
+      environment: referral.environment,
+      customerId,
+      kind: "earned",
+      campaignId: campaign._id,
+      referralId: referral._id,
+      reward,
+      ...valueOfReward(reward),
+      limitWindow: limit?.window ?? null,
+      ignoresLimit: false,
+      at,
+      cause: "earned",
+      actorId: acceptance.actorId,
+      reason: null,
+    });
+    planned.push({ grant, limit });
+  }
+  return planned;
+}
+
+/** A new grant, not yet stored, before any limit: what {@link newGrant} takes. */
+export interface GrantRequest {
+  readonly id: string;
+  readonly tenant: Tenant;
+  readonly environment: EnvironmentName;
+  readonly customerId: string;
+  readonly kind: "earned" | "manual";
+  readonly campaignId: string | null;
+  readonly referralId: string | null;
+  /** The campaign reward granted (its terms and snapshot); null for a value of the grant's own. */
+  readonly reward: StoredReward | null;
+  readonly value: RewardValueDoc;
+  readonly amountMinor: number | null;
+  readonly limitWindow: string | null;
+  readonly ignoresLimit: boolean;
+  readonly at: Date;
+  readonly cause: RewardGrantCauseName;
+  readonly actorId: string;
+  readonly reason: string | null;
+}
+
+/**
+ * A grant as it is made, before any limit: held until the reward's hold
+ * period ends, then approved automatically (at once without a hold) or
+ * left for a reviewer. A value of its own is approved at once.
+ */
+export function newGrant(request: GrantRequest): RewardGrantDoc {
+  const { reward, at } = request;
+  const holdMs = durationOf(reward?.holdPeriod) ?? 0;
+  const automatic = reward?.approval !== "manual";
+  const availableAt = new Date(at.getTime() + holdMs);
+  const status: RewardGrantStatusName = holdMs === 0 && automatic ? "approved" : "pending";
+  const expiresAt = status === "approved" ? expiryFrom(reward, at) : null;
+  return {
+    _id: request.id,
+    organizationId: request.tenant.organizationId,
+    applicationId: request.tenant.applicationId,
+    environment: request.environment,
+    campaignId: request.campaignId,
+    rewardId: reward?.id ?? null,
+    referralId: request.referralId,
+    customerId: request.customerId,
+    party: reward?.party ?? null,
+    kind: request.kind,
+    status,
+    statusReason: request.reason,
+    value: request.value,
+    amountMinor: request.amountMinor,
+    requestedAmount: request.value.amount,
+    reward: reward ? { ...reward } : null,
+    limitWindow: request.limitWindow,
+    ignoresLimit: request.ignoresLimit,
+    allowanceId: null,
+    availableAt,
+    expiresAt,
+    ...(status === "pending" && automatic ? { approvalDueAt: availableAt } : {}),
+    ...(expiresAt ? { expiryDueAt: expiresAt } : {}),
+    fulfillment: null,
+    reversalOf: null,
+    statusHistory: [
+      {
+        fromStatus: null,
+        toStatus: status,
+        cause: request.cause,
+        actorId: request.actorId,
+        reason: request.reason,
+        changedAt: at,
+      },
+    ],
+    createdAt: at,
+    updatedAt: at,
+  };
+}
+
+/** A reward's value, with its amount in minor units. */
+export function valueOfReward(reward: StoredReward): {
+  value: RewardValueDoc;
+  amountMinor: number | null;
+} {
+  const amount = reward.type === "payout" ? reward.payoutAmount : reward.discountAmount;
+  const percentage =
+    reward.type === "discount" && amount === null ? reward.discountPercentage : null;
+  const amountMinor = amount === null ? null : minorUnitsOf(amount, reward.currency);
+  return {
+    value: {
+      type: reward.type ?? "payout",
+      method: reward.method,
+      currency: reward.currency,
+      amount: amountMinor === null ? null : fromMinorUnits(amountMinor, reward.currency),
+      discountPercentage: percentage,
+      discountDurationInMonth: reward.type === "discount" ? reward.discountDurationInMonth : null,
+    },
+    amountMinor,
+  };
+}
+
+/**
+ * Minor units of a reward's amount. Campaigns are checked when saved, so
+ * the amount is exact; one saved before the check is rounded to the minor
+ * unit rather than refused at the moment a referral converts.
+ */
+function minorUnitsOf(amount: number, currency: CurrencyName | null): number {
+  const exact = toMinorUnits(amount, currency);
+  if ("minor" in exact) return exact.minor;
+  return Number.isFinite(amount) ? Math.round(amount * 10 ** digitsOf(currency)) : 0;
+}
+
+/**
+ * The limit a reward puts on a recipient's grants at an instant: the
+ * allowance of (reward, recipient, unit, window), and for an amount, its
+ * currency. Null for a reward without a limit.
+ */
+export function limitOf(
+  reward: StoredReward,
+  customerId: string,
+  at: Date,
+  timeZone: string,
+): PlannedLimitDoc | null {
+  if (reward.limit === null || reward.limit === undefined) return null;
+  const unit = reward.limitUnit ?? "rewards";
+  const window = limitWindowOf(at, reward.limitInterval ?? "lifetime", timeZone);
+  const max = unit === "rewards" ? reward.limit : minorUnitsOf(reward.limit, reward.currency);
+  const allowanceId = [
+    reward.id,
+    customerId,
+    unit,
+    window,
+    ...(unit === "amount" ? [reward.currency ?? ""] : []),
+  ].join("|");
+  return { allowanceId, unit, max, rewardId: reward.id, window };
+}
+
+/**
+ * Makes planned grants: each takes its room under its limit (see
+ * `takeRoom`), then is stored with its `reward_grant.created` event; then
+ * they leave the plan of their holder (none for a grant made in one write).
+ * Every step may run again (the sweep after a crash, two callers at once)
+ * and changes nothing the second time.
+ */
+export async function makePlannedGrants(
+  store: TenantStore,
+  holder: { readonly referralId: string } | { readonly customerId: string } | null,
+  planned: readonly PlannedGrantDoc[],
+  now: Date,
+): Promise<RewardGrantDoc[]> {
+  const made = await Promise.all(planned.map((entry) => makeGrant(store, entry, now)));
+  const ids = planned.map((entry) => entry.grant._id);
+  if (holder && "referralId" in holder) {
+    await store.rewards.removeFromReferralPlan(holder.referralId, ids);
+  } else if (holder) {
+    await store.rewards.removeFromCustomerPlan(holder.customerId, ids);
+  }
+  return made;
+}
+
+async function makeGrant(
+  store: TenantStore,
+  planned: PlannedGrantDoc,
+  now: Date,
+): Promise<RewardGrantDoc> {
+  const { limit } = planned;
+  let grant = planned.grant;
+  if (limit) {
+    const room = await store.rewards.takeRoom(limit, grant, grant.amountMinor ?? 0, now);
+    grant = withRoom(grant, limit, room);
+  }
+  const { doc, created } = await store.rewards.insert(grant, grantCreated(grant, grantView(grant)));
+  // Made already, and holding no room (capped, or voided by a reversal that
+  // raced this call): room this call took under its id would never be
+  // given back.
+  if (!created && limit && !holdsRoom(doc.status)) {
+    await store.rewards.giveRoomBack(limit.allowanceId, grant._id, now);
+  }
+  return doc;
+}
+
+/**
+ * A grant as its limit leaves it: nothing let through makes it capped
+ * (worth nothing, `limit_reached`); less than requested clamps its amount
+ * (`requestedAmount` keeps the full one); either way it records the
+ * allowance it holds room in.
+ */
+export function withRoom(
+  grant: RewardGrantDoc,
+  limit: PlannedLimitDoc,
+  room: number,
+): RewardGrantDoc {
+  if (room === 0) {
+    const { approvalDueAt: _approval, expiryDueAt: _expiry, ...rest } = grant;
+    const [created] = grant.statusHistory as [GrantStatusChangeDoc];
+    return {
+      ...rest,
+      status: "capped",
+      statusReason: "limit_reached",
+      value: {
+        ...grant.value,
+        amount: grant.value.amount === null ? null : 0,
+        discountPercentage: grant.value.discountPercentage === null ? null : 0,
+      },
+      amountMinor: grant.amountMinor === null ? null : 0,
+      expiresAt: null,
+      statusHistory: [{ ...created, toStatus: "capped", reason: "limit_reached" }],
+    };
+  }
+  if (limit.unit === "amount" && grant.amountMinor !== null && room < grant.amountMinor) {
+    return {
+      ...grant,
+      amountMinor: room,
+      value: { ...grant.value, amount: fromMinorUnits(room, grant.value.currency) },
+      allowanceId: limit.allowanceId,
+    };
+  }
+  return { ...grant, allowanceId: limit.allowanceId };
+}
+
+/** How a move is made: why, by whom, when, and a fulfilment's record. */
+export interface MoveReason {
+  readonly cause: RewardGrantCauseName;
+  readonly actorId: string;
+  readonly reason: string | null;
+  readonly at: Date;
+  readonly fulfillment?: Omit<FulfillmentDoc, "fulfilledAt">;
+}
+
+/**
+ * Moves a grant to `to` with its event, if it is still in the status it
+ * was read in (null when another move came first). Leaving pending ends
+ * its approval schedule; approval starts its expiry (counted from the end
+ * of the hold for an automatic approval); a move that stops it holding
+ * room gives the room back, flagged in the same write so the sweep
+ * finishes it after a crash.
+ */
+export async function moveGrant(
+  store: TenantStore,
+  current: RewardGrantDoc,
+  to: RewardGrantStatusName,
+  how: MoveReason,
+): Promise<RewardGrantDoc | null> {
+  const change = {
+    fromStatus: current.status,
+    toStatus: to,
+    cause: how.cause,
+    actorId: how.actorId,
+    reason: how.reason,
+    changedAt: how.at,
+  };
+  const set: Partial<RewardGrantDoc> = { statusReason: how.reason };
+  const unset: (keyof RewardGrantDoc)[] = [];
+  if (current.status === "pending") unset.push("approvalDueAt");
+  if (current.status === "approved") unset.push("expiryDueAt");
+  if (to === "approved") {
+    const approvedAt = how.cause === "hold_ended" ? current.availableAt : how.at;
+    const expiresAt = expiryFrom(current.reward as StoredReward | null, approvedAt);
+    if (expiresAt) Object.assign(set, { expiresAt, expiryDueAt: expiresAt });
+  }
+  if (to === "fulfilled") {
+    set.fulfillment = {
+      reference: how.fulfillment?.reference ?? null,
+      code: how.fulfillment?.code ?? null,
+      note: how.fulfillment?.note ?? null,
+      fulfilledAt: how.at,
+    };
+  }
+  const releases = current.allowanceId !== null && holdsRoom(current.status) && !holdsRoom(to);
+  if (releases) set.releasePending = true;
+  const move = { change, set, unset };
+  const after = movedGrant(current, move);
+  const moved = await store.rewards.move(current, move, grantMoved(after, grantView(after)));
+  if (moved && releases) await releaseRoom(store, current, how.at);
+  return moved;
+}
+
+/** Gives back the room a grant held, then clears its flag. */
+export async function releaseRoom(
+  store: TenantStore,
+  grant: RewardGrantDoc,
+  now: Date,
+): Promise<void> {
+  if (grant.allowanceId) await store.rewards.giveRoomBack(grant.allowanceId, grant._id, now);
+  await store.rewards.clearReleasePending(grant._id);
+}
+
+/**
+ * Finishes a referral's reversal: grants still planned are made first (so
+ * none escapes), then each unpaid grant is voided and each fulfilled one
+ * gains its clawback. Runs again safely: a voided grant stays voided, and a
+ * clawback's id is derived from its grant.
+ */
+export async function settleReversal(
+  store: TenantStore,
+  referral: ReferralDoc,
+  now: Date,
+): Promise<void> {
+  if (referral.grantPlan?.length) {
+    await makePlannedGrants(store, { referralId: referral._id }, referral.grantPlan, now);
+  }
+  const reversal = referral.statusHistory.at(-1) as StatusChangeDoc;
+  const grants = await store.rewards.findOfReferral(referral._id);
+  const clawedBack = new Set(grants.map((grant) => grant.reversalOf));
+  for (const grant of grants) {
+    if (grant.kind === "clawback") continue;
+    await reverseGrant(store, grant, reversal, clawedBack.has(grant._id));
+  }
+  await store.rewards.clearReversalPending(referral._id);
+}
+
+// A grant moved by someone else between the read and the write is read
+// again; it ends in a final status within a few moves.
+const moveAttempts = 5;
+
+async function reverseGrant(
+  store: TenantStore,
+  grant: RewardGrantDoc,
+  reversal: StatusChangeDoc,
+  hasClawback: boolean,
+): Promise<void> {
+  let current: RewardGrantDoc | null = grant;
+  for (let attempt = 1; current && attempt <= moveAttempts; attempt++) {
+    switch (reversalOf(current.status)) {
+      case "nothing":
+        return;
+      case "claw back": {
+        if (hasClawback) return;
+        const clawback = clawbackOf(current, reversal);
+        await store.rewards.insert(clawback, grantCreated(clawback, grantView(clawback)));
+        return;
+      }
+      case "void": {
+        const moved = await moveGrant(store, current, "voided", {
+          cause: "reversal",
+          actorId: reversal.actorId,
+          reason: reversal.reason,
+          at: reversal.changedAt,
+        });
+        if (moved) return;
+        current = await store.rewards.find(current._id);
+      }
+    }
+  }
+  if (current) throw new Error(`grant ${grant._id} kept changing during its reversal`);
+}
+
+/** The clawback of a fulfilled grant: its negative, pending, for the operator to collect or write off. */
+function clawbackOf(grant: RewardGrantDoc, reversal: StatusChangeDoc): RewardGrantDoc {
+  const at = reversal.changedAt;
+  const negative = (value: number | null) => (value === null || value === 0 ? value : -value);
+  return {
+    _id: clawbackGrantId(grant._id, at),
+    organizationId: grant.organizationId,
+    applicationId: grant.applicationId,
+    environment: grant.environment,
+    campaignId: grant.campaignId,
+    rewardId: grant.rewardId,
+    referralId: grant.referralId,
+    customerId: grant.customerId,
+    party: grant.party,
+    kind: "clawback",
+    status: "pending",
+    statusReason: reversal.reason,
+    value: {
+      ...grant.value,
+      amount: negative(grant.value.amount),
+      discountPercentage: negative(grant.value.discountPercentage),
+    },
+    amountMinor: negative(grant.amountMinor),
+    requestedAmount: negative(grant.value.amount),
+    reward: grant.reward,
+    limitWindow: null,
+    ignoresLimit: grant.ignoresLimit,
+    allowanceId: null,
+    availableAt: at,
+    expiresAt: null,
+    fulfillment: null,
+    reversalOf: grant._id,
+    statusHistory: [
+      {
+        fromStatus: null,
+        toStatus: "pending",
+        cause: "reversal",
+        actorId: reversal.actorId,
+        reason: reversal.reason,
+        changedAt: at,
+      },
+    ],
+    createdAt: at,
+    updatedAt: at,
+  };
+}
+
+/** A new manual grant's id. */
+export function manualGrantId(at: Date): string {
+  return newId("grt", at);
+}
+
+function durationOf(text: string | null | undefined): number | undefined {
+  return text ? parseDuration(text) : undefined;
+}
+
+/** When a grant approved at `approvedAt` expires under its reward's `expiresAfter`; null for never. */
+function expiryFrom(reward: StoredReward | null, approvedAt: Date): Date | null {
+  const ms = durationOf(reward?.expiresAfter);
+  return ms === undefined ? null : new Date(approvedAt.getTime() + ms);
+}

@@ -1,0 +1,347 @@
+import type { Filter, UpdateFilter } from "mongodb";
+import type { CurrencyName } from "../domain/money.js";
+import {
+  type RewardGrantKindName,
+  type RewardGrantStatusName,
+  roomFor,
+} from "../domain/reward-ledger.js";
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
+import type { Collections, StoreCollection } from "./collection.js";
+import type {
+  GrantPlanHolder,
+  GrantStatusChangeDoc,
+  OutboxEntryDoc,
+  PlannedGrantDoc,
+  PlannedLimitDoc,
+  RewardGrantDoc,
+} from "./documents.js";
+import { isDuplicateKeyError } from "./errors.js";
+import { type EntryList, outboxOf, removeEntries, withOutbox } from "./events.js";
+import { findNewestFirst, type PageRequest } from "./paging.js";
+import { ownedBy } from "./tenant.js";
+
+/** One grant of the application by id. */
+export function findRewardGrant(
+  db: Collections,
+  tenant: Tenant,
+  id: string,
+): Promise<RewardGrantDoc | null> {
+  return db.rewardGrants.findOne({ ...ownedBy(tenant), _id: id });
+}
+
+/** Filters of ListRewardGrants. */
+export interface RewardGrantFilter {
+  readonly customerId?: string;
+  readonly campaignId?: string;
+  readonly referralId?: string;
+  readonly status?: RewardGrantStatusName;
+  readonly kind?: RewardGrantKindName;
+  readonly environment?: EnvironmentName;
+}
+
+/** A page of grants, newest first, and the number of all matches. */
+export function findRewardGrants(
+  db: Collections,
+  tenant: Tenant,
+  filter: RewardGrantFilter,
+  page: PageRequest,
+): Promise<{ total: number; docs: RewardGrantDoc[] }> {
+  const query: Filter<RewardGrantDoc> = { ...ownedBy(tenant) };
+  for (const [field, value] of Object.entries(filter)) {
+    if (value !== undefined) (query as Record<string, unknown>)[field] = value;
+  }
+  return findNewestFirst(db.rewardGrants, query, page);
+}
+
+/** Every grant a referral earned, clawbacks included, newest first. */
+export function findGrantsOfReferral(
+  db: Collections,
+  tenant: Tenant,
+  referralId: string,
+): Promise<RewardGrantDoc[]> {
+  return db.rewardGrants
+    .find({ referralId, ...ownedBy(tenant) }, { sort: { createdAt: -1, _id: -1 } })
+    .toArray();
+}
+
+/**
+ * Stores a grant with the events it raises, or finds the one stored first:
+ * grant ids are fixed before the insert (derived for earned grants and
+ * clawbacks, planned for manual ones), so the primary key lets exactly one
+ * insert win however many callers make the same grant.
+ */
+export async function insertRewardGrant(
+  db: Collections,
+  tenant: Tenant,
+  doc: RewardGrantDoc,
+  outbox: readonly OutboxEntryDoc[],
+): Promise<{ doc: RewardGrantDoc; created: boolean }> {
+  try {
+    await db.rewardGrants.insertOne({ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) });
+    return { doc, created: true };
+  } catch (error) {
+    if (!isDuplicateKeyError(error)) throw error;
+    const winner = await findRewardGrant(db, tenant, doc._id);
+    if (!winner) throw error;
+    return { doc: winner, created: false };
+  }
+}
+
+/** A status change of a grant, and what else the same write sets and removes. */
+export interface GrantMove {
+  readonly change: GrantStatusChangeDoc & { fromStatus: RewardGrantStatusName };
+  readonly set?: Partial<RewardGrantDoc>;
+  readonly unset?: readonly (keyof RewardGrantDoc)[];
+}
+
+/** A grant as a move leaves it (see {@link moveRewardGrant}). */
+export function movedGrant(current: RewardGrantDoc, move: GrantMove): RewardGrantDoc {
+  const after: RewardGrantDoc = {
+    ...current,
+    ...move.set,
+    status: move.change.toStatus,
+    updatedAt: move.change.changedAt,
+    statusHistory: [...current.statusHistory, move.change],
+  };
+  for (const field of move.unset ?? []) delete after[field];
+  return after;
+}
+
+/**
+ * Applies a move with the events it raises, only if the grant is still in
+ * the status the move starts from: of concurrent moves exactly one
+ * applies. Null when another came first.
+ */
+export function moveRewardGrant(
+  db: Collections,
+  tenant: Tenant,
+  current: RewardGrantDoc,
+  move: GrantMove,
+  outbox: readonly OutboxEntryDoc[],
+): Promise<RewardGrantDoc | null> {
+  const { change } = move;
+  const update = withOutbox(
+    {
+      $set: { ...move.set, status: change.toStatus, updatedAt: change.changedAt },
+      $push: { statusHistory: change },
+    },
+    outbox,
+  );
+  if (move.unset?.length) {
+    update.$unset = Object.fromEntries(move.unset.map((field) => [field, ""]));
+  }
+  return db.rewardGrants.findOneAndUpdate(
+    { ...ownedBy(tenant), _id: current._id, status: change.fromStatus },
+    update as UpdateFilter<RewardGrantDoc>,
+    { returnDocument: "after" },
+  );
+}
+
+/** Clears the flag a grant carries until the room it held is given back. */
+export async function clearReleasePending(
+  db: Collections,
+  tenant: Tenant,
+  grantId: string,
+): Promise<void> {
+  await db.rewardGrants.updateOne(
+    { ...ownedBy(tenant), _id: grantId },
+    { $unset: { releasePending: "" } },
+  );
+}
+
+/** One currency, kind and status of a customer's grants: how many, and their amounts. */
+export interface BalanceGroup {
+  readonly currency: CurrencyName | null;
+  readonly kind: RewardGrantKindName;
+  readonly status: RewardGrantStatusName;
+  readonly count: number;
+  /** Minor units. */
+  readonly amountMinor: number;
+}
+
+/**
+ * A customer's grants by currency, kind and status. The embedded engine
+ * answers from totals its triggers keep in each grant's own write (see
+ * `counterDeclarations`), whatever the number of grants; MongoDB groups
+ * the customer's grants on their index.
+ */
+export async function rewardBalanceOf(
+  db: Collections,
+  tenant: Tenant,
+  customerId: string,
+): Promise<BalanceGroup[]> {
+  const groups = await db.rewardGrants
+    .aggregate([
+      { $match: { ...ownedBy(tenant), customerId } },
+      {
+        $group: {
+          _id: { currency: "$value.currency", kind: "$kind", status: "$status" },
+          count: { $sum: 1 },
+          amountMinor: { $sum: "$amountMinor" },
+        },
+      },
+    ])
+    .toArray();
+  return groups.map((group) => ({
+    currency: group._id.currency ?? null,
+    kind: group._id.kind,
+    status: group._id.status,
+    count: Number(group.count),
+    amountMinor: Number(group.amountMinor),
+  }));
+}
+
+// Each round of taking or giving back room either writes or loses to a
+// writer that did, so a round is lost at most once per concurrent writer;
+// the bound only stops a bug from spinning.
+const maxRounds = 1000;
+
+/**
+ * Takes room for a grant under its limit: what the limit lets through (see
+ * `roomFor`), recorded under the grant's id, so taking again for the same
+ * grant (a retry, the sweep) returns what it holds and takes nothing more.
+ * Zero when the limit is reached.
+ */
+export async function takeRoom(
+  db: Collections,
+  tenant: Tenant,
+  limit: PlannedLimitDoc,
+  grant: Pick<RewardGrantDoc, "_id" | "customerId">,
+  requested: number,
+  now: Date,
+): Promise<number> {
+  const allowances = db.rewardAllowances;
+  for (let round = 0; round < maxRounds; round++) {
+    const current = await allowances.findOne({ ...ownedBy(tenant), _id: limit.allowanceId });
+    const held = current?.holds[grant._id];
+    if (held !== undefined) return held;
+    const take = roomFor(limit.unit, limit.max, current?.used ?? 0, requested);
+    if (take === 0) return 0;
+    if (!current) {
+      try {
+        await allowances.insertOne({
+          _id: limit.allowanceId,
+          organizationId: tenant.organizationId,
+          applicationId: tenant.applicationId,
+          rewardId: limit.rewardId,
+          customerId: grant.customerId,
+          unit: limit.unit,
+          window: limit.window,
+          used: take,
+          holds: { [grant._id]: take },
+          version: 1,
+          createdAt: now,
+          updatedAt: now,
+        });
+        return take;
+      } catch (error) {
+        if (!isDuplicateKeyError(error)) throw error;
+        continue;
+      }
+    }
+    const { matchedCount } = await allowances.updateOne(
+      { _id: current._id, version: current.version },
+      {
+        $inc: { used: take, version: 1 },
+        $set: { [`holds.${grant._id}`]: take, updatedAt: now },
+      },
+    );
+    if (matchedCount === 1) return take;
+  }
+  throw new Error(`allowance ${limit.allowanceId} kept changing`);
+}
+
+/** Gives back the room a grant holds, if it holds any; giving it back again does nothing. */
+export async function giveRoomBack(
+  db: Collections,
+  tenant: Tenant,
+  allowanceId: string,
+  grantId: string,
+  now: Date,
+): Promise<void> {
+  const allowances = db.rewardAllowances;
+  for (let round = 0; round < maxRounds; round++) {
+    const current = await allowances.findOne({ ...ownedBy(tenant), _id: allowanceId });
+    const held = current?.holds[grantId];
+    if (!current || held === undefined) return;
+    const { matchedCount } = await allowances.updateOne(
+      { _id: current._id, version: current.version },
+      {
+        $inc: { used: -held, version: 1 },
+        $unset: { [`holds.${grantId}`]: "" },
+        $set: { updatedAt: now },
+      },
+    );
+    if (matchedCount === 1) return;
+  }
+  throw new Error(`allowance ${allowanceId} kept changing`);
+}
+
+/** A document's planned grants (see `GrantPlanHolder`). */
+export const grantPlanList: EntryList = {
+  list: "grantPlan",
+  flag: "grantPlanPending",
+  idPath: "grant._id",
+};
+
+/** Adds planned grants to a customer (manual grants), in one write. */
+export async function planCustomerGrants(
+  db: Collections,
+  tenant: Tenant,
+  customerId: string,
+  planned: readonly PlannedGrantDoc[],
+): Promise<boolean> {
+  const { matchedCount } = await db.customers.updateOne(
+    { ...ownedBy(tenant), _id: customerId },
+    { $set: { grantPlanPending: true }, $push: { grantPlan: { $each: [...planned] } } },
+  );
+  return matchedCount === 1;
+}
+
+/**
+ * Removes made grants from a holder's plan. A referral's plan is written
+ * whole by its acceptance and only ever removed whole (by the accepting
+ * call, or by the sweep: whichever comes second finds it gone); a
+ * customer's gains entries from concurrent manual grants.
+ */
+export function removeFromGrantPlan<T extends GrantPlanHolder>(
+  collection: StoreCollection<T>,
+  holderId: string,
+  grantIds: readonly string[],
+  options: { wholePlan: boolean },
+): Promise<void> {
+  return removeEntries(collection, holderId, grantPlanList, grantIds, {
+    wholeListRead: options.wholePlan,
+  });
+}
+
+/** Clears the flag a reversed referral carries until its grants are voided or clawed back. */
+export async function clearReversalPending(
+  db: Collections,
+  tenant: Tenant,
+  referralId: string,
+): Promise<void> {
+  await db.referrals.updateOne(
+    { ...ownedBy(tenant), _id: referralId },
+    { $unset: { reversalPending: "" } },
+  );
+}
+
+/** What the reward sweep works through, a batch at a time, across tenants. */
+export const sweepQueries = {
+  /** Pending grants whose hold ended, with automatic approval. */
+  dueApprovals: (db: Collections, now: Date, limit: number) =>
+    db.rewardGrants.find({ approvalDueAt: { $lte: now } }, { limit }).toArray(),
+  /** Approved grants past their expiry. */
+  dueExpiries: (db: Collections, now: Date, limit: number) =>
+    db.rewardGrants.find({ expiryDueAt: { $lte: now } }, { limit }).toArray(),
+  /** Grants that stopped holding room, whose room a crash kept. */
+  pendingReleases: (db: Collections, limit: number) =>
+    db.rewardGrants.find({ releasePending: true }, { limit }).toArray(),
+  /** Referrals and customers with planned grants. */
+  planHolders: <T extends GrantPlanHolder>(collection: StoreCollection<T>, limit: number) =>
+    collection.find({ grantPlanPending: true } as Filter<T>, { limit }).toArray(),
+  /** Reversed referrals whose grants are not yet voided or clawed back. */
+  pendingReversals: (db: Collections, limit: number) =>
+    db.referrals.find({ reversalPending: true }, { limit }).toArray(),
+};
