@@ -1,8 +1,8 @@
-import type { ExecutionContext } from "ava";
+import test, { type ExecutionContext } from "ava";
 import type { Document } from "mongodb";
 import { isDuplicateKeyError } from "../../src/store/errors.js";
 import type { Store } from "../../src/store/store.js";
-import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.js";
+import { storeTest as declareStoreTest, engineNames, openTestStore } from "../helpers/engines.js";
 
 /**
  * Where the embedded engine could answer differently from MongoDB: null
@@ -358,4 +358,115 @@ for (const engine of engineNames) {
       );
     },
   );
+
+  storeTest(
+    "kept sums stay exact through inserts, moves and deletes: grouped totals equal the documents'",
+    async (t, store) => {
+      const grants = store.system.rewardGrants;
+      const grant = (id: string, fields: Document) => ({
+        _id: id,
+        organizationId: "org_1",
+        applicationId: "app_1",
+        environment: "production",
+        customerId: "cus_a",
+        kind: "earned",
+        status: "approved",
+        value: { currency: "usd" },
+        amountMinor: 2000,
+        createdAt: t0,
+        updatedAt: t0,
+        ...fields,
+      });
+      for (let i = 0; i < 12; i++) {
+        await grants.insertOne(
+          grant(`g${i}`, {
+            customerId: i % 3 === 0 ? "cus_b" : "cus_a",
+            status: i % 4 === 0 ? "pending" : "approved",
+            value: { currency: i % 5 === 0 ? "eur" : "usd" },
+            amountMinor: i % 6 === 0 ? null : 1000 + i,
+            kind: i === 7 ? "clawback" : "earned",
+          }) as never,
+        );
+      }
+      await grants.updateOne({ _id: "g1" }, { $set: { status: "fulfilled" } });
+      await grants.updateOne({ _id: "g2" }, { $set: { amountMinor: 1 } });
+      await grants.updateOne({ _id: "g4" }, { $set: { customerId: "cus_b" } });
+      await grants.updateMany({ status: "pending" }, { $set: { status: "voided" } });
+      await grants.deleteOne({ _id: "g5" });
+
+      const grouped = (customerId: string) =>
+        grants
+          .aggregate([
+            { $match: { applicationId: "app_1", customerId } },
+            {
+              $group: {
+                _id: { currency: "$value.currency", kind: "$kind", status: "$status" },
+                count: { $sum: 1 },
+                amountMinor: { $sum: "$amountMinor" },
+              },
+            },
+          ])
+          .toArray();
+      for (const customerId of ["cus_a", "cus_b", "cus_none"]) {
+        const expected = new Map<string, { count: number; amountMinor: number }>();
+        for (const doc of await grants.find({ applicationId: "app_1", customerId }).toArray()) {
+          const key = JSON.stringify([doc.value.currency, doc.kind, doc.status]);
+          const total = expected.get(key) ?? { count: 0, amountMinor: 0 };
+          total.count += 1;
+          total.amountMinor += doc.amountMinor ?? 0;
+          expected.set(key, total);
+        }
+        const actual = new Map(
+          (await grouped(customerId)).map((group) => [
+            JSON.stringify([group._id.currency, group._id.kind, group._id.status]),
+            { count: group.count, amountMinor: group.amountMinor },
+          ]),
+        );
+        t.deepEqual(
+          [...actual].sort(([a], [b]) => a.localeCompare(b)),
+          [...expected].sort(([a], [b]) => a.localeCompare(b)),
+          customerId,
+        );
+      }
+      // The same shape with no kept total behind it is grouped over the documents.
+      const byStatus = await store.system.rewardGrants
+        .aggregate([
+          { $match: { applicationId: "app_1" } },
+          { $group: { _id: { status: "$status" }, count: { $sum: 1 } } },
+        ])
+        .toArray();
+      t.deepEqual(Object.fromEntries(byStatus.map((group) => [group._id.status, group.count])), {
+        approved: 7,
+        fulfilled: 1,
+        voided: 3,
+      });
+    },
+  );
 }
+
+test("the embedded engine refuses aggregations other than $match then $group", async (t) => {
+  const { store, cleanup } = await openTestStore("embedded");
+  try {
+    const refused = async (pipeline: Document[]) =>
+      (await t.throwsAsync(() => store.system.rewardGrants.aggregate(pipeline).toArray()))?.name;
+    t.is(await refused([{ $group: { _id: { s: "$status" } } }]), "UnsupportedQueryError");
+    t.is(
+      await refused([{ $match: {} }, { $group: { _id: "$status", n: { $sum: 1 } } }]),
+      "UnsupportedQueryError",
+    );
+    t.is(
+      await refused([{ $match: {} }, { $group: { _id: { s: "$status" }, n: { $max: "$x" } } }]),
+      "UnsupportedQueryError",
+    );
+    t.is(
+      await refused([
+        { $match: {} },
+        { $group: { _id: { s: "$status" }, n: { $sum: 1 } } },
+        { $sort: { n: 1 } },
+      ]),
+      "UnsupportedQueryError",
+    );
+  } finally {
+    await cleanup();
+  }
+});

@@ -235,7 +235,7 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   await call("GET", "/campaigns/live?environment=test", keys.public);
   await call("POST", `/campaigns/${campaign.id}/ping`, keys.public);
   await call("GET", `/campaign-checkpoints?campaignId=${campaign.id}`, keys.public);
-  await call("POST", "/referrals", keys.public, {
+  const first = await call("POST", "/referrals", keys.public, {
     campaignId: campaign.id,
     referralCode: referrer.referralCode,
     refereeId: referee.id,
@@ -267,6 +267,41 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
     environment: "test",
   });
   await call("PATCH", `/referrals/${second.id}`, sk, { status: "rejected", reason: "test" });
+
+  // The reward ledger: the purchase earned the demo campaign's two rewards.
+  for (const query of [
+    "",
+    `?customerId=${referrer.id}`,
+    `?campaignId=${campaign.id}`,
+    `?referralId=${first.id}`,
+    "?status=approved",
+    "?kind=earned",
+    "?environment=test&status=approved",
+    "?offset=1&limit=1",
+  ]) {
+    await call("GET", `/reward-grants${query}`, sk);
+  }
+  const earned = (await call("GET", `/reward-grants?customerId=${referrer.id}`, sk)).data[0];
+  await call("GET", `/reward-grants/${earned.id}`, sk);
+  await call("PATCH", `/reward-grants/${earned.id}`, sk, {
+    status: "fulfilled",
+    fulfillment: { reference: "plans" },
+  });
+  const [reward] = campaign.rewards;
+  const manual = await call("POST", "/reward-grants", sk, {
+    customerId: referrer.id,
+    rewardId: reward.id,
+    reason: "plans",
+  });
+  await call("PATCH", `/reward-grants/${manual.id}`, sk, { status: "voided" });
+  await call("POST", "/reward-grants", sk, {
+    customerId: referrer.id,
+    value: { type: "payout", method: "custom", currency: "usd", amount: 1 },
+    reason: "plans",
+  });
+  await call("GET", `/customers/${referrer.id}/reward-balance`, sk);
+  await call("PATCH", `/referrals/${first.id}`, sk, { status: "reversed", reason: "refund" });
+  await server.app.sweepRewards();
 
   await call("GET", "/webhooks", sk);
   await call("PATCH", `/webhooks/${webhook.id}`, sk, { description: "plans" });
