@@ -62,8 +62,15 @@ test.serial("create, update and delete a campaign from a JSON file", async (t) =
           method: "custom",
           currency: "cad",
           discountPercentage: 15,
+          limit: 2,
+          limitUnit: "rewards",
+          limitInterval: "week",
+          approval: "manual",
+          holdPeriod: "14d",
+          expiresAfter: "90d",
         },
       ],
+      timeZone: "America/Toronto",
       emails: [
         {
           type: "invitee:reward",
@@ -83,6 +90,15 @@ test.serial("create, update and delete a campaign from a JSON file", async (t) =
     isDefault: true,
     manualRewardTrigger: "subscription",
   });
+  t.like(campaign.rewards[0], {
+    limit: 2,
+    limitUnit: "rewards",
+    limitInterval: "week",
+    approval: "manual",
+    holdPeriod: "14d",
+    expiresAfter: "90d",
+  });
+  t.is(campaign.timeZone, "America/Toronto");
   t.regex(campaign.rewards[0].id, /^rwd_/);
   t.is(campaign.rewards[0].campaignId, campaign.id);
   t.is(campaign.emails[0].type, "invitee:reward");
