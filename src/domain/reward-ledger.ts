@@ -1,4 +1,4 @@
-import { createHash } from "node:crypto";
+import { hash } from "node:crypto";
 
 /**
  * The reward ledger's rules, pure: where a grant may move, which grants
@@ -89,6 +89,10 @@ const dateParts = new Map<string, Intl.DateTimeFormat>();
 
 /** Year, month and day of an instant on the calendar of a time zone. */
 function calendarDate(at: Date, timeZone: string): { year: number; month: number; day: number } {
+  // Most campaigns keep UTC: its calendar needs no formatter.
+  if (timeZone === "UTC") {
+    return { year: at.getUTCFullYear(), month: at.getUTCMonth() + 1, day: at.getUTCDate() };
+  }
   let format = dateParts.get(timeZone);
   if (!format) {
     format = new Intl.DateTimeFormat("en-US", {
@@ -191,5 +195,5 @@ export function clawbackGrantId(grantId: string, reversedAt: Date): string {
 
 function derivedId(at: Date, key: string): string {
   const time = at.getTime().toString(36).padStart(9, "0");
-  return `grt_${time}${createHash("sha256").update(key).digest("hex").slice(0, 16)}`;
+  return `grt_${time}${hash("sha256", key, "hex").slice(0, 16)}`;
 }

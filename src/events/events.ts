@@ -94,9 +94,15 @@ export function referralStatusChanged(
   return entries([type], after.updatedAt, data);
 }
 
-/** A grant as the API shows it, from the document a change leaves. */
-export function grantView(doc: RewardGrantDoc): RewardGrant {
-  return messageFromDoc(RewardGrantSchema, doc);
+/**
+ * A grant as the API shows it, from the document a change leaves and the
+ * reward it was made from (its snapshot; null for a value of its own).
+ */
+export function grantView(
+  doc: RewardGrantDoc,
+  reward: Record<string, unknown> | null | undefined,
+): RewardGrant {
+  return messageFromDoc(RewardGrantSchema, doc, { reward: reward ?? null });
 }
 
 /** A new grant: `reward_grant.created`, whatever its status (pending, approved or capped). */

@@ -32,7 +32,7 @@ import {
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
-import { makePlannedGrants, planEarnedGrants, settleReversal } from "./reward-ledger.js";
+import { makePlannedGrants, prepareEarnedGrants, settleReversal } from "./reward-ledger.js";
 
 /** What the lifecycle needs. */
 export interface LifecycleDeps {
@@ -180,7 +180,7 @@ export async function reviewReferral(
     const view = referralView(after);
     if (to === "accepted") {
       const campaign = await store.campaigns.find(current.campaignId);
-      const plan = campaign ? planEarnedGrants(campaign, after, change) : [];
+      const plan = campaign ? await prepareEarnedGrants(store, campaign, after, change) : [];
       const moved = await accept(store, current, change, after, plan);
       if (moved) return { doc: moved, view };
       continue;
@@ -257,13 +257,8 @@ export async function convertReferrals(
         `checkpoint "${checkpoint.name}"`,
       );
       const after = transitioned(referral, change);
-      const moved = await accept(
-        store,
-        referral,
-        change,
-        after,
-        planEarnedGrants(campaign, after, change),
-      );
+      const plan = await prepareEarnedGrants(store, campaign, after, change);
+      const moved = await accept(store, referral, change, after, plan);
       if (moved) {
         accepted.push(moved);
         break;

@@ -1,3 +1,4 @@
+import { hash } from "node:crypto";
 import { newId } from "../domain/ids.js";
 import { type CurrencyName, digitsOf, fromMinorUnits, toMinorUnits } from "../domain/money.js";
 import {
@@ -25,7 +26,8 @@ import type {
   RewardValueDoc,
   StatusChangeDoc,
 } from "../store/documents.js";
-import { movedGrant } from "../store/reward-grants.js";
+import { isDuplicateKeyError } from "../store/errors.js";
+import { movedGrant, referralGrants } from "../store/reward-grants.js";
 import type { TenantStore } from "../store/tenant-store.js";
 
 /**
@@ -65,6 +67,31 @@ export function rewardsOf(campaign: CampaignDoc): readonly StoredReward[] {
 /** A campaign's time zone: its calendar for limit windows. */
 export function timeZoneOf(campaign: CampaignDoc): string {
   return (campaign.timeZone as string | undefined) || "UTC";
+}
+
+/**
+ * The grants a referral's acceptance earns (see {@link planEarnedGrants}),
+ * once the snapshots of the rewards they are made from are stored: a plan
+ * names its rewards by snapshot.
+ */
+export async function prepareEarnedGrants(
+  store: TenantStore,
+  campaign: CampaignDoc,
+  referral: ReferralDoc,
+  acceptance: StatusChangeDoc,
+): Promise<PlannedGrantDoc[]> {
+  const planned = planEarnedGrants(campaign, referral, acceptance);
+  for (const reward of rewardsOf(campaign)) {
+    const id = rewardSnapshotId(reward);
+    if (planned.some((entry) => entry.grant.rewardSnapshotId === id)) {
+      await store.rewards.storeSnapshot(
+        id,
+        reward as unknown as Record<string, unknown>,
+        acceptance.changedAt,
+      );
+    }
+  }
+  return planned;
 }
 
 /**
@@ -154,7 +181,7 @@ export function newGrant(request: GrantRequest): RewardGrantDoc {
     value: request.value,
     amountMinor: request.amountMinor,
     requestedAmount: request.value.amount,
-    reward: reward ? { ...reward } : null,
+    rewardSnapshotId: reward ? rewardSnapshotId(reward) : null,
     limitWindow: request.limitWindow,
     ignoresLimit: request.ignoresLimit,
     allowanceId: null,
@@ -227,14 +254,14 @@ export function limitOf(
   const unit = reward.limitUnit ?? "rewards";
   const window = limitWindowOf(at, reward.limitInterval ?? "lifetime", timeZone);
   const max = unit === "rewards" ? reward.limit : minorUnitsOf(reward.limit, reward.currency);
-  const allowanceId = [
+  const key = [
     reward.id,
     customerId,
     unit,
     window,
     ...(unit === "amount" ? [reward.currency ?? ""] : []),
   ].join("|");
-  return { allowanceId, unit, max, rewardId: reward.id, window };
+  return { key, unit, max, rewardId: reward.id, window };
 }
 
 /**
@@ -250,7 +277,14 @@ export async function makePlannedGrants(
   planned: readonly PlannedGrantDoc[],
   now: Date,
 ): Promise<RewardGrantDoc[]> {
-  const made = await Promise.all(planned.map((entry) => makeGrant(store, entry, now)));
+  const rewards = await store.rewards.snapshots(
+    planned.map((entry) => entry.grant.rewardSnapshotId),
+  );
+  const made = await Promise.all(
+    planned.map((entry) =>
+      makeGrant(store, entry, rewards.get(entry.grant.rewardSnapshotId ?? "") ?? null, now),
+    ),
+  );
   const ids = planned.map((entry) => entry.grant._id);
   if (holder && "referralId" in holder) {
     await store.rewards.removeFromReferralPlan(holder.referralId, ids);
@@ -263,29 +297,72 @@ export async function makePlannedGrants(
 async function makeGrant(
   store: TenantStore,
   planned: PlannedGrantDoc,
+  reward: Record<string, unknown> | null,
   now: Date,
 ): Promise<RewardGrantDoc> {
-  const { limit } = planned;
-  let grant = planned.grant;
-  if (limit) {
-    const room = await store.rewards.takeRoom(limit, grant, grant.amountMinor ?? 0, now);
-    grant = withRoom(grant, limit, room);
-  }
-  const { doc, created } = await store.rewards.insert(grant, grantCreated(grant, grantView(grant)));
+  const { grant, limit } = planned;
+  const insert = (made: RewardGrantDoc) =>
+    store.rewards.insert(made, () => grantCreated(made, grantView(made, reward)));
+  if (!limit) return (await insert(grant)).doc;
+  if (limit.unit === "rewards") return makeInSlot(store, grant, limit, insert);
+  const room = await store.rewards.takeRoom(limit, grant, grant.amountMinor ?? 0, now);
+  const { doc, created } = await insert(withRoom(grant, limit, room));
   // Made already, and holding no room (capped, or voided by a reversal that
   // raced this call): room this call took under its id would never be
   // given back.
-  if (!created && limit && !holdsRoom(doc.status)) {
-    await store.rewards.giveRoomBack(limit.allowanceId, grant._id, now);
+  if (!created && !holdsRoom(doc.status)) {
+    await store.rewards.giveRoomBack(limit.key, grant._id, now);
   }
   return doc;
 }
 
 /**
- * A grant as its limit leaves it: nothing let through makes it capped
- * (worth nothing, `limit_reached`); less than requested clamps its amount
- * (`requestedAmount` keeps the full one); either way it records the
- * allowance it holds room in.
+ * Stores a grant under a count limit in the lowest free slot, or capped
+ * when none is free: slots are one grant's each (a unique index), so of
+ * grants racing for a slot one is stored and the others try the next. The
+ * first try assumes the slots are held from the first (none given back).
+ */
+async function makeInSlot(
+  store: TenantStore,
+  grant: RewardGrantDoc,
+  limit: PlannedLimitDoc,
+  insert: (made: RewardGrantDoc) => Promise<{ doc: RewardGrantDoc }>,
+): Promise<RewardGrantDoc> {
+  for (let round = 0; round < slotRounds; round++) {
+    let slot: number | undefined;
+    if (round === 0) {
+      const held = await store.rewards.countSlotsHeld(limit.key);
+      slot = held < limit.max ? held + 1 : undefined;
+    } else {
+      const held = await store.rewards.findSlotsHeld(limit.key);
+      slot = Array.from({ length: limit.max }, (_, i) => i + 1).find(
+        (n) => !held.has(`${limit.key}#${n}`),
+      );
+    }
+    const candidate =
+      slot === undefined
+        ? withRoom(grant, limit, 0)
+        : { ...grant, limitSlot: `${limit.key}#${slot}` };
+    try {
+      return (await insert(candidate)).doc;
+    } catch (error) {
+      // Another grant took the slot (the grant itself would have been found).
+      if (!isDuplicateKeyError(error)) throw error;
+    }
+  }
+  throw new Error(`the slots of ${limit.key} kept changing`);
+}
+
+// A round is lost only to a grant that took the slot, so a few rounds more
+// than the grants racing always suffice; the bound only stops a bug.
+const slotRounds = 1000;
+
+/**
+ * A grant as an amount limit leaves it: nothing let through makes it
+ * capped (worth nothing, `limit_reached`); less than requested clamps its
+ * amount (`requestedAmount` keeps the full one); either way it records the
+ * allowance it holds room in. A count limit's nothing-left is the same
+ * capped grant.
  */
 export function withRoom(
   grant: RewardGrantDoc,
@@ -309,15 +386,15 @@ export function withRoom(
       statusHistory: [{ ...created, toStatus: "capped", reason: "limit_reached" }],
     };
   }
-  if (limit.unit === "amount" && grant.amountMinor !== null && room < grant.amountMinor) {
+  if (grant.amountMinor !== null && room < grant.amountMinor) {
     return {
       ...grant,
       amountMinor: room,
       value: { ...grant.value, amount: fromMinorUnits(room, grant.value.currency) },
-      allowanceId: limit.allowanceId,
+      allowanceId: limit.key,
     };
   }
-  return { ...grant, allowanceId: limit.allowanceId };
+  return { ...grant, allowanceId: limit.key };
 }
 
 /** How a move is made: why, by whom, when, and a fulfilment's record. */
@@ -355,9 +432,10 @@ export async function moveGrant(
   const unset: (keyof RewardGrantDoc)[] = [];
   if (current.status === "pending") unset.push("approvalDueAt");
   if (current.status === "approved") unset.push("expiryDueAt");
+  const reward = await rewardOfGrant(store, current);
   if (to === "approved") {
     const approvedAt = how.cause === "hold_ended" ? current.availableAt : how.at;
-    const expiresAt = expiryFrom(current.reward as StoredReward | null, approvedAt);
+    const expiresAt = expiryFrom(reward as StoredReward | null, approvedAt);
     if (expiresAt) Object.assign(set, { expiresAt, expiryDueAt: expiresAt });
   }
   if (to === "fulfilled") {
@@ -368,11 +446,17 @@ export async function moveGrant(
       fulfilledAt: how.at,
     };
   }
-  const releases = current.allowanceId !== null && holdsRoom(current.status) && !holdsRoom(to);
+  // Giving a slot back is part of this write; an allowance's room is given
+  // back after it, flagged here until it is.
+  const stopsHolding = holdsRoom(current.status) && !holdsRoom(to);
+  if (stopsHolding && current.limitSlot !== undefined) unset.push("limitSlot");
+  const releases = stopsHolding && current.allowanceId !== null;
   if (releases) set.releasePending = true;
   const move = { change, set, unset };
   const after = movedGrant(current, move);
-  const moved = await store.rewards.move(current, move, grantMoved(after, grantView(after)));
+  const moved = await store.rewards.move(current, move, () =>
+    grantMoved(after, grantView(after, reward)),
+  );
   if (moved && releases) await releaseRoom(store, current, how.at);
   return moved;
 }
@@ -402,7 +486,8 @@ export async function settleReversal(
     await makePlannedGrants(store, { referralId: referral._id }, referral.grantPlan, now);
   }
   const reversal = referral.statusHistory.at(-1) as StatusChangeDoc;
-  const grants = await store.rewards.findOfReferral(referral._id);
+  const where = referralGrants(referral);
+  const grants = where ? await store.rewards.findOfReferral(where) : [];
   const clawedBack = new Set(grants.map((grant) => grant.reversalOf));
   for (const grant of grants) {
     if (grant.kind === "clawback") continue;
@@ -429,7 +514,10 @@ async function reverseGrant(
       case "claw back": {
         if (hasClawback) return;
         const clawback = clawbackOf(current, reversal);
-        await store.rewards.insert(clawback, grantCreated(clawback, grantView(clawback)));
+        const reward = await rewardOfGrant(store, current);
+        await store.rewards.insert(clawback, () =>
+          grantCreated(clawback, grantView(clawback, reward)),
+        );
         return;
       }
       case "void": {
@@ -471,7 +559,7 @@ function clawbackOf(grant: RewardGrantDoc, reversal: StatusChangeDoc): RewardGra
     },
     amountMinor: negative(grant.amountMinor),
     requestedAmount: negative(grant.value.amount),
-    reward: grant.reward,
+    rewardSnapshotId: grant.rewardSnapshotId,
     limitWindow: null,
     ignoresLimit: grant.ignoresLimit,
     allowanceId: null,
@@ -492,6 +580,30 @@ function clawbackOf(grant: RewardGrantDoc, reversal: StatusChangeDoc): RewardGra
     createdAt: at,
     updatedAt: at,
   };
+}
+
+/** The reward a grant was made from, as it was then (its snapshot); null for a value of its own. */
+export async function rewardOfGrant(
+  store: TenantStore,
+  grant: RewardGrantDoc,
+): Promise<Record<string, unknown> | null> {
+  if (grant.rewardSnapshotId === null) return null;
+  const found = await store.rewards.snapshots([grant.rewardSnapshotId]);
+  return found.get(grant.rewardSnapshotId) ?? null;
+}
+
+// A reward object of a cached campaign is read again only when the cache
+// is refreshed, so its snapshot id is hashed about once per refresh.
+const snapshotIds = new WeakMap<StoredReward, string>();
+
+/** The id of a reward's snapshot: a hash of its plain form, so the same content has one. */
+export function rewardSnapshotId(reward: StoredReward): string {
+  let id = snapshotIds.get(reward);
+  if (!id) {
+    id = `rws_${hash("sha256", JSON.stringify(reward), "hex").slice(0, 32)}`;
+    snapshotIds.set(reward, id);
+  }
+  return id;
 }
 
 /** A new manual grant's id. */

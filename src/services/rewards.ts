@@ -7,7 +7,6 @@ import {
   RewardBalanceSchema,
   type RewardFulfillment,
   RewardGrantKindSchema,
-  RewardGrantSchema,
   RewardGrantStatusSchema,
   RewardMethodSchema,
   type RewardTotal,
@@ -17,7 +16,6 @@ import {
 } from "../../gen/referral/v1/resources_pb.js";
 import type { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { enumWords } from "../contract/options.js";
-import { messageFromDoc } from "../contract/records.js";
 import { limits } from "../domain/limits.js";
 import { type CurrencyName, fromMinorUnits, toMinorUnits } from "../domain/money.js";
 import {
@@ -26,13 +24,14 @@ import {
   type RewardGrantStatusName,
 } from "../domain/reward-ledger.js";
 import type { Clock } from "../domain/tenancy.js";
+import { grantView } from "../events/events.js";
 import type {
   CampaignDoc,
   CustomerDoc,
   RewardGrantDoc,
   RewardValueDoc,
 } from "../store/documents.js";
-import type { BalanceGroup } from "../store/reward-grants.js";
+import { type BalanceGroup, type ReferralGrants, referralGrants } from "../store/reward-grants.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { type Caller, callerOf } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
@@ -42,6 +41,7 @@ import {
   manualGrantId,
   moveGrant,
   newGrant,
+  rewardOfGrant,
   rewardsOf,
   type StoredReward,
   timeZoneOf,
@@ -63,22 +63,26 @@ export function createRewardsService(deps: RewardsDeps): ServiceImpl<typeof Rewa
     async listRewardGrants(request, context) {
       const { store } = callerOf(context);
       const page = pageOf(request.limit, request.offset);
+      const filter = {
+        customerId: optionalText(request.customerId, "customerId"),
+        campaignId: optionalText(request.campaignId, "campaignId"),
+        status: enumWord<RewardGrantStatusName>(RewardGrantStatusSchema, request.status, "status"),
+        kind: enumWord<RewardGrantKindName>(RewardGrantKindSchema, request.kind, "kind"),
+        environment: environmentName(request.environment),
+      };
+      const referralId = optionalText(request.referralId, "referralId");
+      let referral: ReferralGrants | undefined;
+      if (referralId !== undefined) {
+        const found = await store.referrals.find(referralId);
+        referral = found ? referralGrants(found) : undefined;
+        // An unknown or unaccepted referral has no grants.
+        if (!referral) return { total: 0, ...page, data: [] };
+      }
       const { total, docs } = await store.rewards.findMany(
-        {
-          customerId: optionalText(request.customerId, "customerId"),
-          campaignId: optionalText(request.campaignId, "campaignId"),
-          referralId: optionalText(request.referralId, "referralId"),
-          status: enumWord<RewardGrantStatusName>(
-            RewardGrantStatusSchema,
-            request.status,
-            "status",
-          ),
-          kind: enumWord<RewardGrantKindName>(RewardGrantKindSchema, request.kind, "kind"),
-          environment: environmentName(request.environment),
-        },
+        referral ? { ...filter, referral } : filter,
         page,
       );
-      return { total, ...page, data: docs.map(grantMessage) };
+      return { total, ...page, data: await grantMessages(store, docs) };
     },
 
     async getRewardGrant(request, context) {
@@ -86,7 +90,7 @@ export function createRewardsService(deps: RewardsDeps): ServiceImpl<typeof Rewa
       const id = requiredText(request.id, "id");
       const grant = await store.rewards.find(id);
       if (!grant) throw notFound(`reward grant ${id}`);
-      return { grant: grantMessage(grant) };
+      return { grant: await grantMessage(store, grant) };
     },
 
     async createRewardGrant(request, context) {
@@ -117,7 +121,7 @@ export function createRewardsService(deps: RewardsDeps): ServiceImpl<typeof Rewa
         at: clock(),
       });
       deps.notifyWebhooks();
-      return { grant: grantMessage(grant) };
+      return { grant: await grantMessage(store, grant) };
     },
 
     async updateRewardGrantStatus(request, context) {
@@ -145,7 +149,7 @@ export function createRewardsService(deps: RewardsDeps): ServiceImpl<typeof Rewa
         });
         if (!moved) continue;
         deps.notifyWebhooks();
-        return { grant: grantMessage(moved) };
+        return { grant: await grantMessage(store, moved) };
       }
       throw new Error(`reward grant ${id} kept changing during ${reviewAttempts} attempts`);
     },
@@ -169,8 +173,14 @@ export function createRewardsService(deps: RewardsDeps): ServiceImpl<typeof Rewa
 // is still allowed, makes it. A grant has few moves, so few attempts do.
 const reviewAttempts = 5;
 
-function grantMessage(doc: RewardGrantDoc) {
-  return messageFromDoc(RewardGrantSchema, doc);
+/** Grants as the API shows them, each with the reward it was made from. */
+async function grantMessages(store: TenantStore, docs: readonly RewardGrantDoc[]) {
+  const rewards = await store.rewards.snapshots(docs.map((doc) => doc.rewardSnapshotId));
+  return docs.map((doc) => grantView(doc, rewards.get(doc.rewardSnapshotId ?? "")));
+}
+
+async function grantMessage(store: TenantStore, doc: RewardGrantDoc) {
+  return grantView(doc, await rewardOfGrant(store, doc));
 }
 
 /** A campaign reward by id, in a campaign of the customer's environment. */
@@ -234,6 +244,10 @@ async function grantByHand(
     reason: request.reason,
   });
   const planned = { grant, limit };
+  if (found && grant.rewardSnapshotId) {
+    const reward = found.reward as unknown as Record<string, unknown>;
+    await store.rewards.storeSnapshot(grant.rewardSnapshotId, reward, at);
+  }
   if (limit) {
     if (!(await store.rewards.planForCustomer(customer._id, [planned]))) {
       throw notFound(`customer ${customer._id}`);

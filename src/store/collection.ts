@@ -28,6 +28,7 @@ import type {
   ReferralDoc,
   RewardAllowanceDoc,
   RewardGrantDoc,
+  RewardSnapshotDoc,
   WebhookDoc,
 } from "./documents.js";
 
@@ -85,6 +86,7 @@ export interface Collections {
   readonly checkpoints: StoreCollection<CheckpointDoc>;
   readonly rewardGrants: StoreCollection<RewardGrantDoc>;
   readonly rewardAllowances: StoreCollection<RewardAllowanceDoc>;
+  readonly rewardSnapshots: StoreCollection<RewardSnapshotDoc>;
   readonly campaigns: StoreCollection<CampaignDoc>;
   readonly webhooks: StoreCollection<WebhookDoc>;
   readonly events: StoreCollection<EventDoc>;

@@ -395,8 +395,12 @@ export interface PlannedGrantDoc {
 
 /** The limit a planned grant counts against. */
 export interface PlannedLimitDoc {
-  /** The allowance document of the (reward, recipient, window). */
-  allowanceId: string;
+  /**
+   * The limit's (reward, recipient, unit, window) and, for an amount, its
+   * currency: the prefix of a count limit's slots, an amount limit's
+   * allowance id.
+   */
+  key: string;
   unit: LimitUnitName;
   /** The limit: a number of grants, or minor units. */
   max: number;
@@ -459,13 +463,22 @@ export interface RewardGrantDoc {
   /** Storage: the value's amount in minor units (exact); null for a percentage discount. */
   amountMinor: number | null;
   requestedAmount: number | null;
-  /** The campaign reward as it was when granted (its plain form); null for a value of its own. */
-  reward: Record<string, unknown> | null;
+  /**
+   * Storage: the campaign reward as it was when granted, by its snapshot
+   * (shown as `reward`); null for a value of its own.
+   */
+  rewardSnapshotId: string | null;
   limitWindow: string | null;
   ignoresLimit: boolean;
   /**
-   * Storage: the allowance the grant holds room in, while it does; what it
-   * holds is one grant or `amountMinor`.
+   * Storage, under a count limit: the slot the grant holds (`<key>#<n>`, n
+   * from 1 to the limit), while it holds one. A unique index makes each
+   * slot one grant's, so the grant and its room are one write.
+   */
+  limitSlot?: string;
+  /**
+   * Storage, under an amount limit: the allowance the grant holds room in
+   * (`amountMinor` of it); null otherwise.
    */
   allowanceId: string | null;
   availableAt: Date;
@@ -491,8 +504,8 @@ export interface RewardGrantDoc {
 }
 
 /**
- * The room one customer has used under one reward's limit in one window.
- * Grants take room here before they are stored, each under its own id, so
+ * The amount one customer has used under one reward's amount limit in one
+ * window. Grants take room here before they are stored, each under its own id, so
  * taking it again (a retry, the sweep after a crash) takes nothing more;
  * concurrent takers race on `version`, and exactly one of them wins each
  * round, so a limit is exact under any concurrency.
@@ -506,7 +519,7 @@ export interface RewardAllowanceDoc {
   customerId: string;
   unit: LimitUnitName;
   window: string;
-  /** Grants, or minor units, in use: the sum of `holds`. */
+  /** Minor units in use: the sum of `holds`. */
   used: number;
   /** What each grant holds, by grant id. */
   holds: Record<string, number>;
@@ -514,4 +527,20 @@ export interface RewardAllowanceDoc {
   version: number;
   createdAt: Date;
   updatedAt: Date;
+}
+
+/**
+ * A campaign reward as it was at some moment, stored once per distinct
+ * content and named by its hash: the grants made from it share it, so a
+ * grant carries an id rather than a copy, and a campaign edited later
+ * leaves it as it was.
+ */
+export interface RewardSnapshotDoc {
+  /** `rws_` and a hash of the reward's plain form. */
+  _id: string;
+  organizationId: string;
+  applicationId: string;
+  /** The reward's plain form (`referral.v1.Reward`). */
+  reward: Record<string, unknown>;
+  createdAt: Date;
 }

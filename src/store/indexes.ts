@@ -120,7 +120,8 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     outboxIndex,
     {
       key: { applicationId: 1, createdAt: -1, _id: -1 },
-      serves: "ListRewardGrants, newest first (environment and kind filter along it)",
+      serves:
+        "ListRewardGrants, newest first; its environment, campaign and kind filters walk it (a grant index fewer on every conversion)",
     },
     {
       key: { applicationId: 1, status: 1, createdAt: -1, _id: -1 },
@@ -128,15 +129,8 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     },
     {
       key: { customerId: 1, createdAt: -1, _id: -1 },
-      serves: "a customer's grants: ListRewardGrants by customer, balances on MongoDB",
-    },
-    {
-      key: { referralId: 1, createdAt: -1, _id: -1 },
-      serves: "a referral's grants: its reversal; ListRewardGrants by referral",
-    },
-    {
-      key: { campaignId: 1, createdAt: -1, _id: -1 },
-      serves: "ListRewardGrants by campaign",
+      serves:
+        "a customer's grants: ListRewardGrants by customer, balances on MongoDB; a referral's grants, which are its two parties' since its acceptance",
     },
     {
       key: { approvalDueAt: 1 },
@@ -149,6 +143,12 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "the reward sweep: approved grants past their expiry (set only until then)",
     },
     {
+      key: { limitSlot: 1 },
+      options: { unique: true, sparse: true },
+      serves:
+        "count limits: one grant per slot of a (reward, recipient, window), so of grants racing for the last slot one is stored; the slots taken, by range",
+    },
+    {
       key: { releasePending: 1 },
       options: { sparse: true },
       serves: "the reward sweep: room a crash left held by a grant that no longer holds it",
@@ -156,6 +156,7 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
   ],
   // Read and written by id only.
   rewardAllowances: [],
+  rewardSnapshots: [],
   checkpoints: [
     outboxIndex,
     {
@@ -362,6 +363,7 @@ export type CollectionName =
   | "checkpoints"
   | "rewardGrants"
   | "rewardAllowances"
+  | "rewardSnapshots"
   | "campaigns"
   | "webhooks"
   | "events"

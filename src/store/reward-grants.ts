@@ -13,7 +13,9 @@ import type {
   OutboxEntryDoc,
   PlannedGrantDoc,
   PlannedLimitDoc,
+  ReferralDoc,
   RewardGrantDoc,
+  RewardSnapshotDoc,
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { type EntryList, outboxOf, removeEntries, withOutbox } from "./events.js";
@@ -33,34 +35,73 @@ export function findRewardGrant(
 export interface RewardGrantFilter {
   readonly customerId?: string;
   readonly campaignId?: string;
-  readonly referralId?: string;
+  /** Only the grants of this referral (see {@link ReferralGrants}). */
+  readonly referral?: ReferralGrants;
   readonly status?: RewardGrantStatusName;
   readonly kind?: RewardGrantKindName;
   readonly environment?: EnvironmentName;
 }
 
+/**
+ * Where a referral's grants are: made for its referrer and its referee, at
+ * or after its acceptance (earned then, clawed back later). So they are
+ * found on the customers' index, with no index of their own.
+ */
+export interface ReferralGrants {
+  readonly id: string;
+  readonly customerIds: readonly string[];
+  readonly since: Date;
+}
+
 /** A page of grants, newest first, and the number of all matches. */
-export function findRewardGrants(
+export async function findRewardGrants(
   db: Collections,
   tenant: Tenant,
   filter: RewardGrantFilter,
   page: PageRequest,
 ): Promise<{ total: number; docs: RewardGrantDoc[] }> {
+  const { referral, customerId, ...fields } = filter;
   const query: Filter<RewardGrantDoc> = { ...ownedBy(tenant) };
-  for (const [field, value] of Object.entries(filter)) {
+  for (const [field, value] of Object.entries(fields)) {
     if (value !== undefined) (query as Record<string, unknown>)[field] = value;
+  }
+  if (customerId !== undefined) query.customerId = customerId;
+  if (referral) {
+    if (customerId !== undefined && !referral.customerIds.includes(customerId)) {
+      return { total: 0, docs: [] };
+    }
+    Object.assign(query, ofReferral(referral, customerId));
   }
   return findNewestFirst(db.rewardGrants, query, page);
 }
 
-/** Every grant a referral earned, clawbacks included, newest first. */
+/** Where a referral's grants are; none before it is accepted. */
+export function referralGrants(referral: ReferralDoc): ReferralGrants | undefined {
+  const accepted = referral.statusHistory.find((change) => change.toStatus === "accepted");
+  if (!accepted) return undefined;
+  return {
+    id: referral._id,
+    customerIds: [referral.referrerId, referral.refereeId],
+    since: accepted.changedAt,
+  };
+}
+
+function ofReferral(referral: ReferralGrants, customerId?: string): Filter<RewardGrantDoc> {
+  return {
+    referralId: referral.id,
+    customerId: customerId ?? { $in: [...referral.customerIds] },
+    createdAt: { $gte: referral.since },
+  };
+}
+
+/** Every grant of a referral, clawbacks included, newest first. */
 export function findGrantsOfReferral(
   db: Collections,
   tenant: Tenant,
-  referralId: string,
+  referral: ReferralGrants,
 ): Promise<RewardGrantDoc[]> {
   return db.rewardGrants
-    .find({ referralId, ...ownedBy(tenant) }, { sort: { createdAt: -1, _id: -1 } })
+    .find({ ...ownedBy(tenant), ...ofReferral(referral) }, { sort: { createdAt: -1, _id: -1 } })
     .toArray();
 }
 
@@ -191,16 +232,42 @@ export async function rewardBalanceOf(
   }));
 }
 
+/**
+ * How many slots of a count limit are held: grants hold slots `<key>#1`
+ * to `<key>#<limit>` (see `RewardGrantDoc.limitSlot`), counted on their
+ * unique index.
+ */
+export function countSlotsHeld(db: Collections, tenant: Tenant, key: string): Promise<number> {
+  return db.rewardGrants.countDocuments({ ...ownedBy(tenant), ...slotsOf(key) });
+}
+
+/** The slots of a count limit that are held, when some were given back out of order. */
+export async function findSlotsHeld(
+  db: Collections,
+  tenant: Tenant,
+  key: string,
+): Promise<Set<string>> {
+  const holders = await db.rewardGrants
+    .find({ ...ownedBy(tenant), ...slotsOf(key) }, { projection: { limitSlot: 1 } })
+    .toArray();
+  return new Set(holders.map((holder) => holder.limitSlot as string));
+}
+
+function slotsOf(key: string): Filter<RewardGrantDoc> {
+  // "$" follows "#": the range holds exactly the key's slots.
+  return { limitSlot: { $gte: `${key}#`, $lt: `${key}$` } };
+}
+
 // Each round of taking or giving back room either writes or loses to a
 // writer that did, so a round is lost at most once per concurrent writer;
 // the bound only stops a bug from spinning.
 const maxRounds = 1000;
 
 /**
- * Takes room for a grant under its limit: what the limit lets through (see
- * `roomFor`), recorded under the grant's id, so taking again for the same
- * grant (a retry, the sweep) returns what it holds and takes nothing more.
- * Zero when the limit is reached.
+ * Takes room for a grant under its amount limit: what the limit lets
+ * through (see `roomFor`), recorded under the grant's id, so taking again
+ * for the same grant (a retry, the sweep) returns what it holds and takes
+ * nothing more. Zero when the limit is reached.
  */
 export async function takeRoom(
   db: Collections,
@@ -212,7 +279,7 @@ export async function takeRoom(
 ): Promise<number> {
   const allowances = db.rewardAllowances;
   for (let round = 0; round < maxRounds; round++) {
-    const current = await allowances.findOne({ ...ownedBy(tenant), _id: limit.allowanceId });
+    const current = await allowances.findOne({ ...ownedBy(tenant), _id: limit.key });
     const held = current?.holds[grant._id];
     if (held !== undefined) return held;
     const take = roomFor(limit.unit, limit.max, current?.used ?? 0, requested);
@@ -220,7 +287,7 @@ export async function takeRoom(
     if (!current) {
       try {
         await allowances.insertOne({
-          _id: limit.allowanceId,
+          _id: limit.key,
           organizationId: tenant.organizationId,
           applicationId: tenant.applicationId,
           rewardId: limit.rewardId,
@@ -248,7 +315,7 @@ export async function takeRoom(
     );
     if (matchedCount === 1) return take;
   }
-  throw new Error(`allowance ${limit.allowanceId} kept changing`);
+  throw new Error(`allowance ${limit.key} kept changing`);
 }
 
 /** Gives back the room a grant holds, if it holds any; giving it back again does nothing. */
@@ -345,3 +412,78 @@ export const sweepQueries = {
   pendingReversals: (db: Collections, limit: number) =>
     db.referrals.find({ reversalPending: true }, { limit }).toArray(),
 };
+
+// Snapshots never change once stored, so what this process has stored or
+// read is current for as long as it is kept (per store, as campaigns are).
+const snapshotCaches = new WeakMap<Collections, Map<string, RewardSnapshotDoc>>();
+const snapshotCacheSize = 10_000;
+
+function snapshotCacheOf(db: Collections): Map<string, RewardSnapshotDoc> {
+  let cache = snapshotCaches.get(db);
+  if (!cache) {
+    cache = new Map();
+    snapshotCaches.set(db, cache);
+  }
+  return cache;
+}
+
+function remember(cache: Map<string, RewardSnapshotDoc>, doc: RewardSnapshotDoc): void {
+  if (cache.size >= snapshotCacheSize) cache.clear();
+  cache.set(doc._id, doc);
+}
+
+/**
+ * Stores a reward snapshot unless it is stored already: its id is its
+ * content's hash, so storing it twice (two processes, a retry) stores it
+ * once. Resolves once it is durable, so what names it can be written next.
+ */
+export async function storeRewardSnapshot(
+  db: Collections,
+  tenant: Tenant,
+  id: string,
+  reward: Record<string, unknown>,
+  now: Date,
+): Promise<void> {
+  const cache = snapshotCacheOf(db);
+  if (cache.get(id)?.applicationId === tenant.applicationId) return;
+  const doc: RewardSnapshotDoc = {
+    _id: id,
+    organizationId: tenant.organizationId,
+    applicationId: tenant.applicationId,
+    reward,
+    createdAt: now,
+  };
+  try {
+    await db.rewardSnapshots.insertOne(doc);
+  } catch (error) {
+    if (!isDuplicateKeyError(error)) throw error;
+  }
+  remember(cache, doc);
+}
+
+/** The application's reward snapshots by id (the plain rewards), from memory where it can. */
+export async function findRewardSnapshots(
+  db: Collections,
+  tenant: Tenant,
+  ids: readonly (string | null)[],
+): Promise<Map<string, Record<string, unknown>>> {
+  const cache = snapshotCacheOf(db);
+  const found = new Map<string, Record<string, unknown>>();
+  const missing: string[] = [];
+  for (const id of new Set(ids)) {
+    if (id === null) continue;
+    const cached = cache.get(id);
+    if (cached?.applicationId === tenant.applicationId) found.set(id, cached.reward);
+    else if (!cached) missing.push(id);
+  }
+  if (missing.length > 0) {
+    const docs = await db.rewardSnapshots
+      .find({ ...ownedBy(tenant), _id: { $in: missing } })
+      .toArray();
+    for (const doc of docs) {
+      remember(cache, doc);
+      found.set(doc._id, doc.reward);
+    }
+  }
+  return found;
+}

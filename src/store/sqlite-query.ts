@@ -25,9 +25,9 @@ const pathSegment = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /**
  * Fields kept beside the document, in a `side` column of their own: the
  * webhook outbox, which the relay empties soon after nearly every write,
- * and the grants a referral's acceptance earned, stored and removed right
- * after. A change to them alone rewrites neither the document nor its
- * indexes.
+ * and the reward ledger's flags and plans, set by a write and removed right
+ * after it. A change to them alone rewrites neither the document nor its
+ * indexes, and removing them does not even read the document.
  */
 const sideFields: ReadonlySet<string> = new Set([
   "outbox",
@@ -35,7 +35,20 @@ const sideFields: ReadonlySet<string> = new Set([
   "grantPlan",
   "grantPlanPending",
   "reversalPending",
+  "releasePending",
 ]);
+
+/**
+ * The side fields an update only removes (`{ $unset: { outbox: "", ... } }`
+ * naming whole side fields), or undefined for any other update: those the
+ * engine applies in SQL, without reading the document.
+ */
+export function sideFieldsRemoved(update: Document): string[] | undefined {
+  const keys = Object.keys(update);
+  if (keys.length !== 1 || keys[0] !== "$unset") return undefined;
+  const fields = Object.keys(update.$unset as Document);
+  return fields.length > 0 && fields.every((field) => sideFields.has(field)) ? fields : undefined;
+}
 
 /** Whether a field path lies in the `side` column (see {@link sideFields}). */
 export function isSidePath(path: string): boolean {

@@ -35,6 +35,7 @@ import {
   fieldExpression,
   isSidePath,
   project,
+  sideFieldsRemoved,
   UnsupportedQueryError,
 } from "./sqlite-query.js";
 import { rewindSignal } from "./sqlite-rewind-signal.js";
@@ -462,6 +463,19 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     update: UpdateFilter<T>,
     options: UpdateOptions = {},
   ): Promise<UpdateResult<T>> {
+    const removed = options.upsert ? undefined : sideFieldsRemoved(update as Document);
+    if (removed) {
+      const { matched, modified } = await this.database.write(() =>
+        this.removeSideFields(filter, removed),
+      );
+      return {
+        acknowledged: true,
+        matchedCount: matched,
+        modifiedCount: modified,
+        upsertedCount: 0,
+        upsertedId: null,
+      };
+    }
     const result = await this.database.write(() =>
       this.updateFirst(filter, update, options.upsert ?? false, undefined),
     );
@@ -887,6 +901,31 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     applyUpdate(inserted, operators);
     inserted._id = this.insertRow(inserted) as never;
     return { matched: 0, modified: false, upserted: true, doc: inserted };
+  }
+
+  /**
+   * `$unset` of whole side fields, in SQL: the first match's side column
+   * loses them, its document is neither read nor rewritten (the relay and
+   * the reward ledger clear their marks so after nearly every write).
+   */
+  private removeSideFields(
+    filter: Filter<T>,
+    fields: readonly string[],
+  ): { matched: number; modified: number } {
+    const where = compileFilter(filter);
+    const present = fields.map((field) => `${fieldExpression(field)} IS NOT NULL`).join(" OR ");
+    const sql = `SELECT rowid AS row, (${present}) AS present FROM "${this.name}" WHERE ${where.sql} LIMIT 1`;
+    this.database.noteQuery(sql, this.name, filter);
+    const found = this.database.statement(sql).get(...where.params) as
+      | { row: number; present: number }
+      | undefined;
+    if (!found) return { matched: 0, modified: 0 };
+    if (!found.present) return { matched: 1, modified: 0 };
+    const paths = fields.map((field) => `'$.${field}'`).join(", ");
+    this.database
+      .statement(`UPDATE "${this.name}" SET side = jsonb_remove(side, ${paths}) WHERE rowid = ?`)
+      .run(found.row);
+    return { matched: 1, modified: 1 };
   }
 
   /** Inserts a document (its `_id` the key, a new one when it has none); returns the id. */

@@ -62,6 +62,7 @@ const collectionNames: readonly CollectionName[] = [
   "checkpoints",
   "rewardGrants",
   "rewardAllowances",
+  "rewardSnapshots",
   "campaigns",
   "webhooks",
   "events",

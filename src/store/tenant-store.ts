@@ -45,9 +45,12 @@ import {
 import {
   clearReleasePending,
   clearReversalPending,
+  countSlotsHeld,
   findGrantsOfReferral,
   findRewardGrant,
   findRewardGrants,
+  findRewardSnapshots,
+  findSlotsHeld,
   type GrantMove,
   giveRoomBack,
   insertRewardGrant,
@@ -55,10 +58,17 @@ import {
   planCustomerGrants,
   removeFromGrantPlan,
   rewardBalanceOf,
+  storeRewardSnapshot,
   takeRoom,
 } from "./reward-grants.js";
 import type { WebhookAudience } from "./webhook-audience.js";
 import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
+
+/**
+ * The events a write raises, or how to build them: a write nobody listens
+ * to (see webhook-audience.ts) never builds them.
+ */
+export type Outbox = readonly OutboxEntryDoc[] | (() => readonly OutboxEntryDoc[]);
 
 /** A repository function with the collections and the tenant already given. */
 type Bound<F> = F extends (db: Collections, tenant: Tenant, ...rest: infer A) => infer R
@@ -90,18 +100,20 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
   ) => ((...rest: unknown[]) => repository(db, tenant, ...rest)) as Bound<F>;
   const views = kept?.views;
   // Writes with events keep only those someone listens to (see
-  // webhook-audience.ts). The decision is made in the step that starts the
-  // write, so no endpoint can be created in between.
+  // webhook-audience.ts), and build them only then. The decision is made
+  // in the step that starts the write, so no endpoint can be created in
+  // between.
   const listened = async <R>(
     environment: EnvironmentName,
-    outbox: readonly OutboxEntryDoc[],
+    outbox: Outbox,
     write: (outbox: readonly OutboxEntryDoc[]) => Promise<R>,
   ): Promise<R> => {
-    if (!kept) return write(outbox);
+    const events = () => (typeof outbox === "function" ? outbox() : outbox);
+    if (!kept) return write(events());
     for (;;) {
-      const events = kept.audience.eventsFor(tenant.applicationId, environment, outbox);
-      if (!(events instanceof Promise)) return write(events);
-      await events;
+      const listens = kept.audience.listens(tenant.applicationId, environment);
+      if (!(listens instanceof Promise)) return write(listens ? events() : []);
+      await listens;
     }
   };
   return {
@@ -155,15 +167,17 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
       find: bind(findRewardGrant),
       findMany: bind(findRewardGrants),
       findOfReferral: bind(findGrantsOfReferral),
-      insert: (doc: RewardGrantDoc, outbox: readonly OutboxEntryDoc[]) =>
+      insert: (doc: RewardGrantDoc, outbox: Outbox) =>
         listened(doc.environment, outbox, (events) => insertRewardGrant(db, tenant, doc, events)),
-      move: (current: RewardGrantDoc, move: GrantMove, outbox: readonly OutboxEntryDoc[]) =>
+      move: (current: RewardGrantDoc, move: GrantMove, outbox: Outbox) =>
         listened(current.environment, outbox, (events) =>
           moveRewardGrant(db, tenant, current, move, events),
         ),
       clearReleasePending: bind(clearReleasePending),
       balance: bind(rewardBalanceOf),
       takeRoom: bind(takeRoom),
+      countSlotsHeld: bind(countSlotsHeld),
+      findSlotsHeld: bind(findSlotsHeld),
       giveRoomBack: bind(giveRoomBack),
       planForCustomer: bind(planCustomerGrants),
       removeFromReferralPlan: (referralId: string, grantIds: readonly string[]) =>
@@ -171,6 +185,8 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
       removeFromCustomerPlan: (customerId: string, grantIds: readonly string[]) =>
         removeFromGrantPlan(db.customers, customerId, grantIds, { wholePlan: false }),
       clearReversalPending: bind(clearReversalPending),
+      snapshots: bind(findRewardSnapshots),
+      storeSnapshot: bind(storeRewardSnapshot),
     },
     checkpoints: {
       insert: (doc: CheckpointDoc, outbox: readonly OutboxEntryDoc[]) =>

@@ -1,6 +1,5 @@
 import type { EnvironmentName } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
-import type { OutboxEntryDoc } from "./documents.js";
 import { findEnabledWebhooks } from "./webhooks.js";
 
 /**
@@ -18,16 +17,12 @@ import { findEnabledWebhooks } from "./webhooks.js";
  */
 export interface WebhookAudience {
   /**
-   * The events to write: `outbox` when an enabled endpoint of the
-   * environment exists, else none. Synchronous while the endpoints are
-   * known, so nothing runs between the decision and a write started in the
-   * same step; a promise only while they are read.
+   * Whether an enabled endpoint of the environment exists: a write keeps its
+   * events only then. Synchronous while the endpoints are known, so nothing
+   * runs between the decision and a write started in the same step; a
+   * promise only while they are read.
    */
-  eventsFor(
-    applicationId: string,
-    environment: EnvironmentName,
-    outbox: readonly OutboxEntryDoc[],
-  ): readonly OutboxEntryDoc[] | Promise<readonly OutboxEntryDoc[]>;
+  listens(applicationId: string, environment: EnvironmentName): boolean | Promise<boolean>;
 }
 
 /** The audience over a store whose webhook writes move `versionOf`. */
@@ -35,23 +30,19 @@ export function createWebhookAudience(db: Collections, versionOf: () => number):
   // Per application: the environments some enabled endpoint listens to
   // (null: both), as of a version of the webhooks table.
   const known = new Map<string, { version: number; environments: Set<EnvironmentName | null> }>();
-  const decide = (
-    environments: Set<EnvironmentName | null>,
-    environment: EnvironmentName,
-    outbox: readonly OutboxEntryDoc[],
-  ) => (environments.has(null) || environments.has(environment) ? outbox : []);
-  const eventsFor: WebhookAudience["eventsFor"] = (applicationId, environment, outbox) => {
-    if (outbox.length === 0) return outbox;
+  const decide = (environments: Set<EnvironmentName | null>, environment: EnvironmentName) =>
+    environments.has(null) || environments.has(environment);
+  const listens: WebhookAudience["listens"] = (applicationId, environment) => {
     const version = versionOf();
     const entry = known.get(applicationId);
-    if (entry && entry.version === version) return decide(entry.environments, environment, outbox);
+    if (entry && entry.version === version) return decide(entry.environments, environment);
     return findEnabledWebhooks(db, applicationId).then((webhooks) => {
       // A webhook written while they were read: read them again.
-      if (versionOf() !== version) return eventsFor(applicationId, environment, outbox);
+      if (versionOf() !== version) return listens(applicationId, environment);
       const environments = new Set(webhooks.map((webhook) => webhook.environment ?? null));
       known.set(applicationId, { version, environments });
-      return decide(environments, environment, outbox);
+      return decide(environments, environment);
     });
   };
-  return { eventsFor };
+  return { listens };
 }

@@ -724,11 +724,11 @@ test("a crash between an acceptance and its grants loses none: the sweep makes t
       ).data;
       t.deepEqual(made.map((grant: Json) => grant.party).sort(), ["referee", "referrer"]);
       t.true(made.every((grant: Json) => grant.referralId === referral.id));
-      // The demo campaign limits both rewards: each took its room once.
-      const allowances = await restarted.app.store.system.rewardAllowances.find({}).toArray();
+      // The demo campaign limits both rewards: each grant holds the first slot of its limit.
+      const stored = await restarted.app.store.system.rewardGrants.find({}).toArray();
       t.deepEqual(
-        allowances.map((allowance) => allowance.used),
-        [1, 1],
+        stored.map((grant) => grant.limitSlot?.split("#")[1]),
+        ["1", "1"],
       );
     } finally {
       await restarted.stop();
