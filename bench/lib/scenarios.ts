@@ -11,7 +11,13 @@ import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { Environment } from "../../gen/referral/v1/resources_pb.js";
-import { benchEnvironment, benchKeys, referralCodeOf, type SeededData } from "./seed.js";
+import {
+  benchEnvironment,
+  benchKeys,
+  type PendingCampaign,
+  referralCodeOf,
+  type SeededData,
+} from "./seed.js";
 import type { GrpcRequestSpec, HttpRequestSpec } from "./senders.js";
 
 /** The three ways the contract is served. */
@@ -121,7 +127,8 @@ export type WriteKind =
   | "identify-new"
   | "identify-existing"
   | "create-referral"
-  | "trigger-checkpoint";
+  | "trigger-checkpoint"
+  | "trigger-checkpoint-rewards";
 
 /** Every write kind, in report order. */
 export const writeKinds: readonly WriteKind[] = [
@@ -129,6 +136,7 @@ export const writeKinds: readonly WriteKind[] = [
   "identify-existing",
   "create-referral",
   "trigger-checkpoint",
+  "trigger-checkpoint-rewards",
 ];
 
 const grpcEnvironment = benchEnvironment === "test" ? Environment.TEST : Environment.PRODUCTION;
@@ -163,7 +171,9 @@ export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string):
         refereeExternalUserId: `p-${i}`,
       }));
     case "trigger-checkpoint":
-      // Referee `t-<i>` has a pending referral in the default campaign; its trigger converts it.
+    case "trigger-checkpoint-rewards":
+      // Referee `t-<i>` has a pending referral in a campaign of its own (without
+      // rewards, or with two: see `pendingCampaignOf`); its trigger converts it.
       return postScenario(
         kind,
         CheckpointsService.method.ingestCheckpoint,
@@ -196,6 +206,20 @@ function postScenario(
 /** Which seeded pool a write kind consumes, one entry per request; none for identifies. */
 export function poolOf(kind: WriteKind): "referees" | "pendingReferees" | undefined {
   if (kind === "create-referral") return "referees";
-  if (kind === "trigger-checkpoint") return "pendingReferees";
+  if (kind === "trigger-checkpoint" || kind === "trigger-checkpoint-rewards") {
+    return "pendingReferees";
+  }
+  return undefined;
+}
+
+/**
+ * The rewards of the campaign a write kind's pending referrals are in:
+ * `trigger-checkpoint` converts in a campaign without rewards,
+ * `trigger-checkpoint-rewards` in one with a reward per party (the
+ * referrer's limited to 5 a month), so the two measure what grants cost.
+ */
+export function pendingCampaignOf(kind: WriteKind): PendingCampaign | undefined {
+  if (kind === "trigger-checkpoint") return "none";
+  if (kind === "trigger-checkpoint-rewards") return "two-rewards";
   return undefined;
 }

@@ -1,12 +1,42 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  CampaignSchema,
+  Currency,
+  RewardLimitInterval,
+  RewardLimitUnit,
+  RewardMethod,
+  RewardParty,
+  RewardSchema,
+  RewardType,
+} from "../../gen/referral/v1/resources_pb.js";
 import { canonicalEmail, normalizeEmailForLookup } from "../../src/domain/email.js";
 import { newId } from "../../src/domain/ids.js";
 import { referralCodeAlphabet, referralCodeLength } from "../../src/domain/referral-code.js";
 import type { ReferralStatusName } from "../../src/domain/referral-status.js";
-import type { EnvironmentName } from "../../src/domain/tenancy.js";
-import { provisionDemo } from "../../src/services/provisioning.js";
+import { earnedGrantId, roomFor } from "../../src/domain/reward-ledger.js";
+import type { EnvironmentName, Tenant } from "../../src/domain/tenancy.js";
+import { newCampaignDoc } from "../../src/services/campaign-records.js";
+import { demoCampaign, provisionDemo } from "../../src/services/provisioning.js";
+import {
+  limitOf,
+  newGrant,
+  rewardSnapshotId,
+  rewardsOf,
+  type StoredReward,
+  timeZoneOf,
+  valueOfReward,
+  withRoom,
+} from "../../src/services/reward-ledger.js";
+import { insertCampaign } from "../../src/store/campaigns.js";
 import type { StoreCollection } from "../../src/store/collection.js";
-import type { CampaignDoc, CustomerDoc, ReferralDoc } from "../../src/store/documents.js";
-import { openStore } from "../../src/store/store.js";
+import type {
+  CampaignDoc,
+  CustomerDoc,
+  ReferralDoc,
+  RewardAllowanceDoc,
+} from "../../src/store/documents.js";
+import { movedGrant } from "../../src/store/reward-grants.js";
+import { openStore, type Store } from "../../src/store/store.js";
 
 /** The keys every bench store is provisioned with, so load generators know them. */
 export const benchKeys = {
@@ -27,8 +57,14 @@ export interface SeedPlan {
   readonly customers: number;
   /** Customers `p-<i>` with no referral: the referees of create-referral runs. */
   readonly referees?: number;
-  /** Customers `t-<i>`, each referred (pending) in the default campaign: trigger-checkpoint targets. */
+  /**
+   * Customers `t-<i>`, each referred (pending) in a campaign of their own
+   * (see `pendingCampaign`), by a base customer or, past four times the
+   * base, another `t-<j>`: trigger-checkpoint targets.
+   */
   readonly pendingReferees?: number;
+  /** The rewards of the campaign the `t-<i>` referrals are in; `none` unless given. */
+  readonly pendingCampaign?: PendingCampaign;
   /**
    * Every tenth referral of the base goes to the oldest customer (`c-0`)
    * instead: one referrer with many referrals, as a popular one has.
@@ -40,7 +76,25 @@ export interface SeedPlan {
    * of the newer half only: the scale run's "1M customers and 1M referrals".
    */
   readonly everyoneReferred?: boolean;
+  /**
+   * Reward grants in all, in the default campaign's application: one to the
+   * referee of each accepted base referral (the campaign's referee reward,
+   * in a slot of its count limit), {@link busyGrants} on the oldest
+   * customer (the referrer reward for its accepted referrals: the first ones
+   * under the limit, the rest capped), and the rest manual grants of a value
+   * of their own, round-robin over the other base customers.
+   */
+  readonly rewardGrants?: number;
 }
+
+/**
+ * The rewards of the campaign of the pending referrals: none, or one per
+ * party (a referrer payout limited to 5 a month, a referee discount).
+ */
+export type PendingCampaign = "none" | "two-rewards";
+
+/** The grants the busy customer (the oldest) holds when the plan asks for grants. */
+export const busyGrants = 300;
 
 /** What a seeded store holds, for building requests. */
 export interface SeededData {
@@ -48,7 +102,7 @@ export interface SeededData {
   readonly engine: string;
   readonly applicationId: string;
   readonly defaultCampaignId: string;
-  /** The trigger that converts a pending referral of the default campaign. */
+  /** The trigger that converts a pending referral of the `t-<i>` (their campaign's). */
   readonly rewardTrigger: string;
   readonly customers: number;
   /** Referrals of the base customers (the `c-<i>`). */
@@ -57,6 +111,12 @@ export interface SeededData {
   readonly sampleCustomerId: string;
   /** The oldest customer: with `busyReferrer`, the referrer of a tenth of the referrals. */
   readonly oldestCustomerId: string;
+  /** Reward grants seeded (see `SeedPlan.rewardGrants`). */
+  readonly rewardGrants: number;
+  /** A customer with as many grants as most customers with grants; with grants only. */
+  readonly typicalGrantCustomerId?: string;
+  /** The customer holding {@link busyGrants} grants; with grants only. */
+  readonly busyGrantCustomerId?: string;
 }
 
 /**
@@ -124,6 +184,9 @@ export async function seedStore(
       ? (i: number) => Math.floor(i / 2)
       : (i: number) => half + Math.floor((i - half) / 2);
     const referrals = Math.max(0, base - firstReferred);
+    // The accepted ones, kept only when grants are to be seeded for them.
+    const accepted: AcceptedReferral[] = [];
+    const keepAccepted = (plan.rewardGrants ?? 0) > 0;
     await insertAll(
       store.system.referrals,
       referrals,
@@ -131,13 +194,26 @@ export async function seedStore(
         const i = firstReferred + k;
         const status: ReferralStatusName = k % 3 === 0 ? "accepted" : "pending";
         const referrer = plan.busyReferrer && k % 10 === 0 ? 0 : referrerOf(i);
-        return referralDoc(tenant, baseIds[referrer] as string, baseIds[i] as string, {
+        const doc = referralDoc(tenant, baseIds[referrer] as string, baseIds[i] as string, {
           status,
           at: baseAt(i),
         });
+        if (keepAccepted && status === "accepted") accepted.push(acceptedOf(doc, referrer, i));
+        return doc;
       },
       progress,
     );
+    const grants =
+      keepAccepted && base > 0
+        ? await seedGrants(store, campaign, tenant, {
+            total: plan.rewardGrants ?? 0,
+            accepted,
+            baseIds,
+            createdAt: baseAt,
+            now,
+            progress,
+          })
+        : undefined;
     const referees = plan.referees ?? 0;
     await insertAll(
       store.system.customers,
@@ -146,6 +222,13 @@ export async function seedStore(
       progress,
     );
     const pendingReferees = plan.pendingReferees ?? 0;
+    // The pending referrals get a campaign of their own, so the write runs
+    // choose its rewards without touching the default one.
+    const pendingCampaign =
+      pendingReferees > 0
+        ? await insertPendingCampaign(store, demo, plan.pendingCampaign ?? "none", now)
+        : campaign;
+    const pendingTenant = { ...tenant, campaignId: pendingCampaign._id };
     const pendingIds: string[] = [];
     await insertAll(
       store.system.customers,
@@ -162,18 +245,28 @@ export async function seedStore(
       },
       progress,
     );
+    // The referrers take turns: the base, and when the pool is more than four
+    // times the base, the pool's own customers too, so no referrer has more
+    // than four conversions in a run (the two-rewards campaign's referrer
+    // reward allows five a month: every grant takes room, none is capped).
+    const referrerTurns = Math.max(base, Math.ceil(pendingReferees / 4));
+    const pendingReferrer = (i: number) => {
+      const turn = i % referrerTurns;
+      return (turn < base ? baseIds[turn] : pendingIds[turn - base]) as string;
+    };
     await insertAll(
       store.system.referrals,
       pendingReferees,
       (i) =>
-        referralDoc(tenant, baseIds[i % base] as string, pendingIds[i] as string, {
+        referralDoc(pendingTenant, pendingReferrer(i), pendingIds[i] as string, {
           status: "pending",
           at: recentAt(i, pendingReferees),
         }),
       progress,
     );
-    const rewardTrigger = campaign.manualRewardTrigger ?? campaign.proposedRewardTrigger;
-    if (!rewardTrigger) throw new Error("the default campaign has no reward trigger");
+    const rewardTrigger =
+      pendingCampaign.manualRewardTrigger ?? pendingCampaign.proposedRewardTrigger;
+    if (!rewardTrigger) throw new Error("the pending referrals' campaign has no reward trigger");
     return {
       engine: store.engine,
       applicationId: demo.applicationId,
@@ -184,6 +277,13 @@ export async function seedStore(
       // A referred customer that refers others (two, unless everyoneReferred).
       sampleCustomerId: baseIds[Math.min(half + 1, base - 1)] as string,
       oldestCustomerId: baseIds[0] as string,
+      rewardGrants: grants?.count ?? 0,
+      ...(grants
+        ? {
+            typicalGrantCustomerId: grants.typicalCustomerId,
+            busyGrantCustomerId: grants.busyCustomerId,
+          }
+        : {}),
     };
   } finally {
     await store.close();
@@ -280,6 +380,285 @@ function referralDoc(
     updatedAt: at,
     deletedAt: null,
   };
+}
+
+/** The two rewards of the `two-rewards` pending campaign: one per party. */
+const twoRewards: readonly MessageInitShape<typeof RewardSchema>[] = [
+  {
+    name: "$20 for a friend who buys, 5 a month",
+    type: RewardType.PAYOUT,
+    party: RewardParty.REFERRER,
+    method: RewardMethod.PAYPAL,
+    currency: Currency.USD,
+    payoutAmount: 20,
+    limit: 5,
+    limitUnit: RewardLimitUnit.REWARDS,
+    limitInterval: RewardLimitInterval.MONTH,
+  },
+  {
+    name: "$20 off your first order",
+    type: RewardType.DISCOUNT,
+    party: RewardParty.REFEREE,
+    method: RewardMethod.MOBILE_COUPON,
+    currency: Currency.USD,
+    discountAmount: 20,
+  },
+];
+
+/**
+ * A live campaign of the bench environment, not the default, converting on
+ * the demo campaign's trigger, with the rewards asked for; built and stored
+ * the way CreateCampaign does (`newCampaignDoc`, `insertCampaign`).
+ */
+async function insertPendingCampaign(
+  store: Store,
+  tenant: Tenant,
+  rewards: PendingCampaign,
+  now: Date,
+): Promise<CampaignDoc> {
+  const input = create(CampaignSchema, demoCampaign(benchEnvironment));
+  input.name = rewards === "none" ? "Bench: no rewards" : "Bench: two rewards";
+  input.isDefault = false;
+  input.rewards =
+    rewards === "none" ? [] : twoRewards.map((reward) => create(RewardSchema, reward));
+  const doc = newCampaignDoc(tenant, input, now);
+  await insertCampaign(store.system, doc);
+  return doc;
+}
+
+/** What grant seeding needs of an accepted base referral. */
+interface AcceptedReferral {
+  readonly id: string;
+  readonly referrerId: string;
+  readonly refereeId: string;
+  /** Base index of the referrer. */
+  readonly referrer: number;
+  /** Base index of the referee. */
+  readonly referee: number;
+  /** The acceptance: when, and by which checkpoint. */
+  readonly at: Date;
+  readonly actorId: string;
+}
+
+/** An accepted referral as grant seeding keeps it. */
+function acceptedOf(doc: ReferralDoc, referrer: number, referee: number): AcceptedReferral {
+  const acceptance = doc.statusHistory.at(-1) as ReferralDoc["statusHistory"][number];
+  return {
+    id: doc._id,
+    referrerId: doc.referrerId,
+    refereeId: doc.refereeId,
+    referrer,
+    referee,
+    at: acceptance.changedAt,
+    actorId: acceptance.actorId,
+  };
+}
+
+/**
+ * Inserts `total` grants (see `SeedPlan.rewardGrants`) through the grants
+ * collection's `insertMany`, then the allowances the amount-limited ones hold
+ * room in, as the ledger would have left them: earned grants are built by
+ * `newGrant` under `limitOf`/`roomFor`/`withRoom` with their derived ids,
+ * manual ones by `newGrant` with ids numbered in order (every fourth one
+ * fulfilled, as a review leaves it).
+ */
+async function seedGrants(
+  store: Store,
+  campaign: CampaignDoc,
+  tenant: SeedTenant,
+  options: {
+    readonly total: number;
+    readonly accepted: readonly AcceptedReferral[];
+    readonly baseIds: readonly string[];
+    readonly createdAt: (index: number) => Date;
+    readonly now: Date;
+    readonly progress: (count: number) => void;
+  },
+): Promise<{ count: number; typicalCustomerId: string; busyCustomerId: string }> {
+  const { total, accepted, baseIds, now, progress } = options;
+  const base = baseIds.length;
+  const rewards = rewardsOf(campaign);
+  const referrerReward = rewards.find((reward) => reward.party === "referrer" && !reward.disabled);
+  const refereeReward = rewards.find((reward) => reward.party === "referee" && !reward.disabled);
+  if (!referrerReward || !refereeReward) {
+    throw new Error("the default campaign has no reward for each party");
+  }
+  // The snapshots the earned grants name, as acceptance stores them.
+  for (const reward of [referrerReward, refereeReward]) {
+    await store.system.rewardSnapshots.insertOne({
+      _id: rewardSnapshotId(reward),
+      organizationId: tenant.organizationId,
+      applicationId: tenant.applicationId,
+      reward: reward as unknown as Record<string, unknown>,
+      createdAt: now,
+    });
+  }
+  const timeZone = timeZoneOf(campaign);
+  const allowances = new Map<string, RewardAllowanceDoc>();
+  const slotsHeld = new Map<string, number>();
+  const grantsOf = new Uint32Array(base);
+  const earned = (referral: AcceptedReferral, reward: StoredReward, index: number) => {
+    const party = reward.party as "referrer" | "referee";
+    const customerId = party === "referrer" ? referral.referrerId : referral.refereeId;
+    const at = referral.at;
+    const limit = limitOf(reward, customerId, at, timeZone);
+    grantsOf[index] = (grantsOf[index] ?? 0) + 1;
+    const grant = newGrant({
+      id: earnedGrantId(referral.id, reward.id, party, at),
+      tenant,
+      environment: benchEnvironment,
+      customerId,
+      kind: "earned",
+      campaignId: campaign._id,
+      referralId: referral.id,
+      reward,
+      ...valueOfReward(reward),
+      limitWindow: limit?.window ?? null,
+      ignoresLimit: false,
+      at,
+      cause: "earned",
+      actorId: referral.actorId,
+      reason: null,
+    });
+    if (!limit) return grant;
+    if (limit.unit === "rewards") {
+      // A count limit: the lowest free slot, as `makeInSlot` takes it, or capped.
+      const held = slotsHeld.get(limit.key) ?? 0;
+      if (held >= limit.max) return withRoom(grant, limit, 0);
+      slotsHeld.set(limit.key, held + 1);
+      return { ...grant, limitSlot: `${limit.key}#${held + 1}` };
+    }
+    let allowance = allowances.get(limit.key);
+    const room = roomFor(limit.unit, limit.max, allowance?.used ?? 0, grant.amountMinor ?? 0);
+    if (room > 0) {
+      allowance ??= {
+        _id: limit.key,
+        organizationId: tenant.organizationId,
+        applicationId: tenant.applicationId,
+        rewardId: limit.rewardId,
+        customerId,
+        unit: limit.unit,
+        window: limit.window,
+        used: 0,
+        holds: {},
+        version: 0,
+        createdAt: at,
+        updatedAt: at,
+      };
+      allowance.used += room;
+      allowance.holds[grant._id] = room;
+      allowance.version += 1;
+      allowance.updatedAt = at;
+      allowances.set(limit.key, allowance);
+    }
+    return withRoom(grant, limit, room);
+  };
+  // The oldest customer's grants: the referrer reward for its accepted referrals.
+  const busyReferrals = accepted.filter((referral) => referral.referrer === 0);
+  const busy = Math.min(busyGrants, busyReferrals.length, total);
+  await insertAll(
+    store.system.rewardGrants,
+    busy,
+    (i) => earned(busyReferrals[i] as AcceptedReferral, referrerReward, 0),
+    progress,
+  );
+  // One to the referee of each accepted referral, as far as the total goes.
+  const referee = Math.min(accepted.length, total - busy);
+  await insertAll(
+    store.system.rewardGrants,
+    referee,
+    (i) => {
+      const referral = accepted[i] as AcceptedReferral;
+      return earned(referral, refereeReward, referral.referee);
+    },
+    progress,
+  );
+  // The rest: a value of their own, round-robin over every base customer but the oldest.
+  const manual = total - busy - referee;
+  const others = Math.max(1, base - 1);
+  const manualValue = valueOfReward({ ...referrerReward, payoutAmount: 5 });
+  await insertAll(
+    store.system.rewardGrants,
+    manual,
+    (r) => {
+      const index = base === 1 ? 0 : 1 + (r % others);
+      grantsOf[index] = (grantsOf[index] ?? 0) + 1;
+      // A minute after the customer's creation per earlier round, never after now.
+      const round = Math.floor(r / others);
+      const at = new Date(
+        Math.min(now.getTime(), options.createdAt(index).getTime() + 60_000 * (round + 1)),
+      );
+      const grant = newGrant({
+        id: `grt_${at.getTime().toString(36).padStart(9, "0")}${r.toString(16).padStart(16, "0")}`,
+        tenant,
+        environment: benchEnvironment,
+        customerId: baseIds[index] as string,
+        kind: "manual",
+        campaignId: null,
+        referralId: null,
+        reward: null,
+        ...manualValue,
+        limitWindow: null,
+        ignoresLimit: false,
+        at,
+        cause: "manual",
+        actorId: tenant.actorId,
+        reason: "bench: a goodwill credit",
+      });
+      if (r % 4 !== 3) return grant;
+      return movedGrant(grant, {
+        change: {
+          fromStatus: "approved",
+          toStatus: "fulfilled",
+          cause: "review",
+          actorId: tenant.actorId,
+          reason: null,
+          changedAt: at,
+        },
+        set: {
+          statusReason: null,
+          fulfillment: { reference: `bench-${r}`, code: null, note: null, fulfilledAt: at },
+        },
+      });
+    },
+    progress,
+  );
+  const held = [...allowances.values()];
+  await insertAll(
+    store.system.rewardAllowances,
+    held.length,
+    (i) => held[i] as RewardAllowanceDoc,
+    progress,
+  );
+  return {
+    count: busy + referee + manual,
+    typicalCustomerId: baseIds[typicalIndex(grantsOf)] as string,
+    busyCustomerId: baseIds[0] as string,
+  };
+}
+
+/**
+ * A customer with the most common number of grants among those with any,
+ * the one nearest the middle of the base: neither the busy one nor one
+ * without grants.
+ */
+function typicalIndex(grantsOf: Uint32Array): number {
+  const customersWith = new Map<number, number>();
+  for (let i = 1; i < grantsOf.length; i++) {
+    const count = grantsOf[i] as number;
+    if (count > 0) customersWith.set(count, (customersWith.get(count) ?? 0) + 1);
+  }
+  let usual = 0;
+  for (const [count, customers] of customersWith) {
+    if (customers > (customersWith.get(usual) ?? 0)) usual = count;
+  }
+  const middle = Math.floor(grantsOf.length / 2);
+  for (let distance = 0; distance < grantsOf.length; distance++) {
+    for (const i of [middle - distance, middle + distance]) {
+      if (i >= 1 && i < grantsOf.length && grantsOf[i] === usual) return i;
+    }
+  }
+  return 0;
 }
 
 // Multiplying by a number coprime to 31^8 permutes the code space, so

@@ -8,13 +8,15 @@ import { type BenchOptions, sizeLabel } from "../lib/options.js";
 import { diskBytes, startService } from "../lib/processes.js";
 import { failureNote, formatMs, markdownTable } from "../lib/report.js";
 import { restRequest, writeScenario } from "../lib/scenarios.js";
-import { baseCustomer, benchKeys, type SeededData, seedStore } from "../lib/seed.js";
+import { baseCustomer, benchKeys, busyGrants, type SeededData, seedStore } from "../lib/seed.js";
 import { type HttpRequestSpec, http1Sender } from "../lib/senders.js";
 
 /** One store size: how reads, identify, restart, memory and disk fare. */
 export interface ScaleRow {
   readonly customers: number;
   readonly referrals: number;
+  /** Reward grants seeded (as many as customers). */
+  readonly rewardGrants?: number;
   readonly seedSeconds: number;
   /** The first start after seeding (it may build what the seeding left to it). */
   readonly firstStartMs: number;
@@ -54,10 +56,29 @@ function scaleCalls(seeded: SeededData, customers: number, referrals: number, ta
     "GET /customers?referralCode=": get(
       (i) => `/customers?referralCode=${baseCustomer(pick(i)).referralCode}`,
     ),
+    "GET /reward-grants?customerId=, typical customer": get(
+      () => `/reward-grants?customerId=${grantCustomer(seeded, "typical")}`,
+    ),
+    "GET /customers/{id}/reward-balance, typical customer": get(
+      () => `/customers/${grantCustomer(seeded, "typical")}/reward-balance`,
+    ),
+    [`GET /reward-grants?customerId=, customer of ${busyGrants}`]: get(
+      () => `/reward-grants?customerId=${grantCustomer(seeded, "busy")}`,
+    ),
+    [`GET /customers/{id}/reward-balance, customer of ${busyGrants}`]: get(
+      () => `/customers/${grantCustomer(seeded, "busy")}/reward-balance`,
+    ),
     "POST /customers/identify (new)": restRequest(
       writeScenario("identify-new", seeded, `scale-${tag}`),
     ),
   } satisfies Record<string, HttpRequestSpec>;
+}
+
+/** The customer the grant reads are about: one with as many grants as most, or the busy one. */
+function grantCustomer(seeded: SeededData, which: "typical" | "busy"): string {
+  const id = which === "typical" ? seeded.typicalGrantCustomerId : seeded.busyGrantCustomerId;
+  if (!id) throw new Error("the scale store was seeded without reward grants");
+  return id;
 }
 
 /**
@@ -76,7 +97,12 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       log(`scale ${label}: seeding`);
       const seedStarted = performance.now();
       let reported = 0;
-      const plan = { customers, busyReferrer: true, everyoneReferred: true };
+      const plan = {
+        customers,
+        busyReferrer: true,
+        everyoneReferred: true,
+        rewardGrants: customers,
+      };
       const seeded = await seedStore(dataDir, plan, (inserted) => {
         if (inserted - reported >= customers / 4) {
           reported = inserted;
@@ -129,6 +155,7 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       rows.push({
         customers,
         referrals,
+        rewardGrants: seeded.rewardGrants,
         seedSeconds,
         firstStartMs: first.readyMs,
         restartMs: median(restartMs),
@@ -185,6 +212,12 @@ export function scaleTable(rows: readonly ScaleRow[]): string {
           return `${formatMs(figure.p50Ms)} / ${formatMs(figure.p99Ms)}${figure.failed ? " (errors)" : ""}`;
         }),
       ]),
+      [
+        "reward grants seeded",
+        ...rows.map((row) =>
+          row.rewardGrants === undefined ? "-" : row.rewardGrants.toLocaleString("en-US"),
+        ),
+      ],
       ["restart to /readyz 200", ...rows.map((row) => `${formatMs(row.restartMs / 1000)} s`)],
       ["first start after seeding", ...rows.map((row) => `${formatMs(row.firstStartMs / 1000)} s`)],
       ["server RSS", ...rows.map((row) => mebibytes(row.rssBytes))],

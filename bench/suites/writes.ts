@@ -11,6 +11,7 @@ import type { ServiceVariant } from "../lib/processes.js";
 import {
   failureNote,
   formatMs,
+  formatPercent,
   formatRate,
   markdownTable,
   protocolLabel,
@@ -18,6 +19,7 @@ import {
 } from "../lib/report.js";
 import {
   type Protocol,
+  pendingCampaignOf,
   poolOf,
   type Scenario,
   type WriteKind,
@@ -32,7 +34,15 @@ export const writeGoals: Readonly<Record<WriteKind, number | undefined>> = {
   "identify-existing": undefined,
   "create-referral": 3000,
   "trigger-checkpoint": 3000,
+  // Its goal is relative: see `rewardsKeptGoal`.
+  "trigger-checkpoint-rewards": undefined,
 };
+
+/**
+ * The issue's goal for conversions that grant rewards: trigger-checkpoint in
+ * a campaign of two rewards keeps at least this share of its rate without.
+ */
+export const rewardsKeptGoal = 0.8;
 
 /** The p99 goal at half of the measured peak. */
 export const halfRateP99GoalMs = 10;
@@ -156,9 +166,11 @@ async function seededRun(
   const poolFor = (seconds: number) => Math.ceil(run.expectedRate * seconds * poolMargin) + 50;
   const warmupCount = poolFor(options.warmupSeconds);
   const measuredCount = poolFor(run.seconds);
+  const pendingCampaign = pendingCampaignOf(kind);
   const plan: SeedPlan = {
     customers: options.baseCustomers,
     ...(pool ? { [pool]: warmupCount + measuredCount } : {}),
+    ...(pendingCampaign ? { pendingCampaign } : {}),
   };
   // A service lost mid-run is measured again on a new store: pools are spent.
   let alive = true;
@@ -244,8 +256,47 @@ function offset(scenario: Scenario, start: number): Scenario {
   };
 }
 
-/** The writes table in Markdown. */
+/** The writes table in Markdown, and the rewards table when both conversions ran. */
 export function writesTable(rows: readonly WriteRow[]): string {
+  const rewards = rewardsTable(rows);
+  return rewards === undefined ? peakTable(rows) : `${peakTable(rows)}\n\n${rewards}`;
+}
+
+/**
+ * Conversions granting two rewards against conversions granting none, per
+ * protocol, from the median peaks of the same run.
+ */
+function rewardsTable(rows: readonly WriteRow[]): string | undefined {
+  const pairs = writeProtocols.flatMap((protocol) => {
+    const find = (kind: WriteKind) =>
+      rows.find((row) => row.kind === kind && row.protocol === protocol);
+    const without = find("trigger-checkpoint");
+    const withRewards = find("trigger-checkpoint-rewards");
+    return without && withRewards ? [{ protocol, without, withRewards }] : [];
+  });
+  if (pairs.length === 0) return undefined;
+  return markdownTable(
+    [
+      "trigger-checkpoint",
+      "no rewards req/s",
+      "two rewards req/s",
+      "kept",
+      `goal ≥ ${formatPercent(rewardsKeptGoal)}`,
+    ],
+    pairs.map(({ protocol, without, withRewards }) => {
+      const kept = withRewards.peak.rps / without.peak.rps;
+      return [
+        protocolLabel[protocol],
+        resultCells(without.peak)[0] as string,
+        resultCells(withRewards.peak)[0] as string,
+        `${(kept * 100).toFixed(1)}%`,
+        kept >= rewardsKeptGoal ? "met" : "missed",
+      ];
+    }),
+  );
+}
+
+function peakTable(rows: readonly WriteRow[]): string {
   return markdownTable(
     [
       "write",
