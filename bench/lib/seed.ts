@@ -13,17 +13,16 @@ import { canonicalEmail, normalizeEmailForLookup } from "../../src/domain/email.
 import { newId } from "../../src/domain/ids.js";
 import { referralCodeAlphabet, referralCodeLength } from "../../src/domain/referral-code.js";
 import type { ReferralStatusName } from "../../src/domain/referral-status.js";
-import { earnedGrantId, roomFor } from "../../src/domain/reward-ledger.js";
+import { roomFor } from "../../src/domain/reward-ledger.js";
 import type { EnvironmentName, Tenant } from "../../src/domain/tenancy.js";
 import { newCampaignDoc } from "../../src/services/campaign-records.js";
 import { demoCampaign, provisionDemo } from "../../src/services/provisioning.js";
 import {
-  limitOf,
+  earnedGrant,
   newGrant,
   rewardSnapshotId,
   rewardsOf,
   type StoredReward,
-  timeZoneOf,
   valueOfReward,
   withRoom,
 } from "../../src/services/reward-ledger.js";
@@ -493,33 +492,26 @@ async function seedGrants(
       createdAt: now,
     });
   }
-  const timeZone = timeZoneOf(campaign);
   const allowances = new Map<string, RewardAllowanceDoc>();
   const slotsHeld = new Map<string, number>();
   const grantsOf = new Uint32Array(base);
   const earned = (referral: AcceptedReferral, reward: StoredReward, index: number) => {
-    const party = reward.party as "referrer" | "referee";
-    const customerId = party === "referrer" ? referral.referrerId : referral.refereeId;
-    const at = referral.at;
-    const limit = limitOf(reward, customerId, at, timeZone);
     grantsOf[index] = (grantsOf[index] ?? 0) + 1;
-    const grant = newGrant({
-      id: earnedGrantId(referral.id, reward.id, party, at),
-      tenant,
-      environment: benchEnvironment,
-      customerId,
-      kind: "earned",
-      campaignId: campaign._id,
-      referralId: referral.id,
+    const { grant, limit } = earnedGrant(
+      campaign,
+      {
+        _id: referral.id,
+        organizationId: tenant.organizationId,
+        applicationId: tenant.applicationId,
+        environment: benchEnvironment,
+        referrerId: referral.referrerId,
+        refereeId: referral.refereeId,
+      },
       reward,
-      ...valueOfReward(reward),
-      limitWindow: limit?.window ?? null,
-      ignoresLimit: false,
-      at,
-      cause: "earned",
-      actorId: referral.actorId,
-      reason: null,
-    });
+      { changedAt: referral.at, actorId: referral.actorId },
+    );
+    const customerId = grant.customerId;
+    const at = referral.at;
     if (!limit) return grant;
     if (limit.unit === "rewards") {
       // A count limit: the lowest free slot, as `makeInSlot` takes it, or capped.

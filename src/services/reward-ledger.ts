@@ -104,32 +104,43 @@ export function planEarnedGrants(
   referral: ReferralDoc,
   acceptance: StatusChangeDoc,
 ): PlannedGrantDoc[] {
+  return rewardsOf(campaign)
+    .filter((reward) => !reward.disabled && reward.party && reward.type)
+    .map((reward) => earnedGrant(campaign, referral, reward, acceptance));
+}
+
+/** The grant one reward of a campaign earns its party when `referral` is accepted. */
+export function earnedGrant(
+  campaign: CampaignDoc,
+  referral: Pick<
+    ReferralDoc,
+    "_id" | "organizationId" | "applicationId" | "environment" | "referrerId" | "refereeId"
+  >,
+  reward: StoredReward,
+  acceptance: Pick<StatusChangeDoc, "changedAt" | "actorId">,
+): PlannedGrantDoc {
   const at = acceptance.changedAt;
-  const planned: PlannedGrantDoc[] = [];
-  for (const reward of rewardsOf(campaign)) {
-    if (reward.disabled || !reward.party || !reward.type) continue;
-    const customerId = reward.party === "referrer" ? referral.referrerId : referral.refereeId;
-    const limit = limitOf(reward, customerId, at, timeZoneOf(campaign));
-    const grant = newGrant({
-      id: earnedGrantId(referral._id, reward.id, reward.party, at),
-      tenant: referral,
-      environment: referral.environment,
-      customerId,
-      kind: "earned",
-      campaignId: campaign._id,
-      referralId: referral._id,
-      reward,
-      ...valueOfReward(reward),
-      limitWindow: limit?.window ?? null,
-      ignoresLimit: false,
-      at,
-      cause: "earned",
-      actorId: acceptance.actorId,
-      reason: null,
-    });
-    planned.push({ grant, limit });
-  }
-  return planned;
+  const party = reward.party as "referrer" | "referee";
+  const customerId = party === "referrer" ? referral.referrerId : referral.refereeId;
+  const limit = limitOf(reward, customerId, at, timeZoneOf(campaign));
+  const grant = newGrant({
+    id: earnedGrantId(referral._id, reward.id, party, at),
+    tenant: referral,
+    environment: referral.environment,
+    customerId,
+    kind: "earned",
+    campaignId: campaign._id,
+    referralId: referral._id,
+    reward,
+    ...valueOfReward(reward),
+    limitWindow: limit?.window ?? null,
+    ignoresLimit: false,
+    at,
+    cause: "earned",
+    actorId: acceptance.actorId,
+    reason: null,
+  });
+  return { grant, limit };
 }
 
 /** A new grant, not yet stored, before any limit: what {@link newGrant} takes. */

@@ -468,13 +468,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       const { matched, modified } = await this.database.write(() =>
         this.removeSideFields(filter, removed),
       );
-      return {
-        acknowledged: true,
-        matchedCount: matched,
-        modifiedCount: modified,
-        upsertedCount: 0,
-        upsertedId: null,
-      };
+      return updatedWithoutUpsert(matched, modified);
     }
     const result = await this.database.write(() =>
       this.updateFirst(filter, update, options.upsert ?? false, undefined),
@@ -501,13 +495,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       }
       return { matched: matches.length, modified: changed };
     });
-    return {
-      acknowledged: true,
-      matchedCount: matched,
-      modifiedCount: modified,
-      upsertedCount: 0,
-      upsertedId: null,
-    };
+    return updatedWithoutUpsert(matched, modified);
   }
 
   async findOneAndUpdate(
@@ -1111,4 +1099,15 @@ function createPrivately(file: string): void {
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== "EEXIST") throw error;
   }
+}
+
+/** The driver's answer to an update that upserted nothing. */
+function updatedWithoutUpsert<T extends Document>(matched: number, modified: number): UpdateResult<T> {
+  return {
+    acknowledged: true,
+    matchedCount: matched,
+    modifiedCount: modified,
+    upsertedCount: 0,
+    upsertedId: null,
+  };
 }
