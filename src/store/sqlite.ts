@@ -1102,7 +1102,10 @@ function createPrivately(file: string): void {
 }
 
 /** The driver's answer to an update that upserted nothing. */
-function updatedWithoutUpsert<T extends Document>(matched: number, modified: number): UpdateResult<T> {
+function updatedWithoutUpsert<T extends Document>(
+  matched: number,
+  modified: number,
+): UpdateResult<T> {
   return {
     acknowledged: true,
     matchedCount: matched,
