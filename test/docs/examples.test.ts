@@ -14,7 +14,7 @@ import {
 import { keys, startServer } from "../helpers/server.js";
 
 /**
- * Every example of every page under docs/ runs here, so the docs cannot
+ * Every example of README.md and of every page under docs/ runs here, so the docs cannot
  * drift from the code: a page's shell blocks run in order in one bash (as a
  * reader pastes them, `localhost:8080` pointing at a fresh service, `SK`,
  * `PK` and `ADMIN_TOKEN` set), and a JSON block right after a shell block is
@@ -26,6 +26,7 @@ import { keys, startServer } from "../helpers/server.js";
 const run = promisify(execFile);
 const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const marker = "\u0001example-end";
+const metricsToken = "docs-metrics-token";
 
 const isShell = (block: CodeBlock) => block.language === "sh" && !block.note?.startsWith("not run");
 
@@ -35,7 +36,10 @@ for (const page of docsPages(root)) {
 
   if (shell.length > 0) {
     test(`${page.path}: every shell example runs and prints what the page shows`, async (t) => {
-      const server = await startServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
+      t.timeout(180_000);
+      const server = await startServer({
+        env: { WEBHOOK_ALLOW_PRIVATE: "true", METRICS_TOKEN: metricsToken },
+      });
       try {
         const address = `127.0.0.1:${server.port}`;
         const script = [
@@ -47,8 +51,18 @@ for (const page of docsPages(root)) {
         ].join("\n");
         const result = await run("bash", ["-c", script], {
           cwd: root,
-          env: { ...process.env, SK: keys.secret, PK: keys.public, ADMIN_TOKEN: keys.admin },
-          timeout: 50_000,
+          env: {
+            ...process.env,
+            SK: keys.secret,
+            PK: keys.public,
+            ADMIN_TOKEN: keys.admin,
+            METRICS_TOKEN: metricsToken,
+            // Where the CLI and the example programs find the service.
+            PORT: String(server.port),
+            REFERRALS_URL: `http://${address}`,
+            REFERRALS_GRPC_ADDRESS: address,
+          },
+          timeout: 170_000,
         }).catch((error: { stdout?: string; stderr?: string }) => error);
         const outputs = (result.stdout ?? "").split(new RegExp(`\\n${marker} \\d+\\n`));
         const finished = outputs.length - 1;

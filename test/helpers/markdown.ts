@@ -58,15 +58,16 @@ export function tableAfter(markdown: string, marker: string): Record<string, str
   return body.map((cells) => Object.fromEntries(header.map((name, i) => [name, cells[i] ?? ""])));
 }
 
-/** The pages under `docs/`, by path relative to the repository. */
+/** README.md and the pages under `docs/`, by path relative to the repository. */
 export function docsPages(root: string): { path: string; markdown: string }[] {
-  return readdirSync(join(root, "docs"))
+  const pages = readdirSync(join(root, "docs"))
     .filter((name) => name.endsWith(".md"))
     .sort()
-    .map((name) => ({
-      path: `docs/${name}`,
-      markdown: readFileSync(join(root, "docs", name), "utf8"),
-    }));
+    .map((name) => `docs/${name}`);
+  return ["README.md", ...pages].map((path) => ({
+    path,
+    markdown: readFileSync(join(root, path), "utf8"),
+  }));
 }
 
 /**
