@@ -37,7 +37,9 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY --from=dependencies /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
-# Its "type": "module" makes Node load dist/ as ES modules.
+# Its "type": "module" makes Node load dist/ as ES modules, and its scripts
+# run the admin CLI from dist/ (`docker exec <container> npm run admin -- list-apps`:
+# with no src/ here, `preadmin` skips the build).
 COPY package.json ./
 # The embedded store (used when MONGODB_URI is unset) and its webhook key
 # live in DATA_DIR, owned by the user the service runs as.

@@ -106,12 +106,6 @@ export async function buildApp(
         operations,
       },
     );
-    if (store.imported) {
-      logger.info(
-        { imported: store.imported.counts, files: store.imported.files },
-        "imported the previous embedded engine's data; its files are kept, renamed",
-      );
-    }
     const runtime = startWebhookRuntime({
       store,
       clock,

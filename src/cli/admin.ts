@@ -9,6 +9,7 @@ import { CampaignCheckpointTrigger, CampaignSchema } from "../../gen/referral/v1
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
 import { httpRouteOf } from "../transport/rest/http-rules.js";
 import { restFromResponse } from "../transport/rest/transcode.js";
+import { runListen } from "./listen.js";
 
 /**
  * What a command works with. The helpers are plain functions, so a command may destructure
@@ -204,6 +205,8 @@ const usage = helpText();
 
 /** Runs one CLI command; returns the process exit code. */
 export async function runAdminCli(argv: string[], out: (text: string) => void): Promise<number> {
+  // `listen` takes a secret key, not the admin token, and options of its own.
+  if (argv[0] === "listen") return runListen(argv.slice(1), out);
   const {
     values: options,
     positionals: [name, ...args],
@@ -278,6 +281,8 @@ function helpText(): string {
     ...lines.map(({ line, summary }) =>
       summary ? `  ${line.padEnd(summaryColumn)}${summary}` : `  ${line}`,
     ),
+    "  listen [--key <sk_...>] [--events <a,b>] [--forward-to <url>]",
+    "      print the test webhooks the service delivers, verified (listen --help)",
     "",
     "Options:",
     "  --url <url>      the service (default http://localhost:$PORT, PORT defaulting to 8080)",

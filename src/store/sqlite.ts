@@ -832,16 +832,6 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     };
   }
 
-  /** Inserts documents read from elsewhere (an import), in the caller's transaction. */
-  insertImported(docs: Iterable<Document>): number {
-    let count = 0;
-    for (const doc of docs) {
-      this.insertRow(doc);
-      count += 1;
-    }
-    return count;
-  }
-
   private select(filter: Filter<T>, options: FindOptions): WithId<T>[] {
     const { sql, params } = this.findStatement(filter, options);
     this.database.noteQuery(sql, this.name, filter, options.sort);

@@ -6,7 +6,6 @@ import type { Collections } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
-import { type ImportReport, importNedbDirectory } from "./nedb-import.js";
 import { defaultEventRetentionMs } from "./retention.js";
 import {
   type QueryPlan,
@@ -30,8 +29,6 @@ export interface Store {
   forTenant(tenant: Tenant): TenantStore;
   /** `mongodb` or `embedded`, for logs. */
   readonly engine: "mongodb" | "embedded";
-  /** Set when this start imported a data directory of the previous embedded engine. */
-  readonly imported?: ImportReport;
   /** The embedded engine's plan for every distinct query run so far (diagnostics, tests). */
   readonly queryPlans?: () => QueryPlan[];
   /**
@@ -164,7 +161,6 @@ function openEmbedded(
     for (const [name, counters] of Object.entries(counterDeclarations)) {
       for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
     }
-    const imported = importNedbDirectory(config.dataDir, db, collections);
     // This process is the only writer (the lock above), so what it keeps in
     // memory can be exact: any write to what it was read from drops it.
     const system = observed(collections as unknown as Collections, observe);
@@ -177,7 +173,6 @@ function openEmbedded(
     const store: Store = {
       ...tenantAccess(system, kept),
       engine: "embedded",
-      ...(imported ? { imported } : {}),
       queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();
