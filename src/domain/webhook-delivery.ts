@@ -87,12 +87,12 @@ export function webhookUrlProblem(
   const host = hostOf(url);
   if (!options.allowPrivate) {
     if (isIP(host) !== 0 && !isPublicAddress(host)) {
-      return "must not point at a private, loopback or link-local address";
+      return privateAddressRefused;
     }
     // A trailing dot names the same host ("localhost." is localhost).
     const name = host.endsWith(".") ? host.slice(0, -1) : host;
     if (name === "localhost" || name.endsWith(".localhost")) {
-      return "must not point at a private, loopback or link-local address";
+      return privateAddressRefused;
     }
   }
   return undefined;
@@ -102,3 +102,10 @@ export function webhookUrlProblem(
 export function hostOf(url: URL): string {
   return url.hostname.replace(/^\[(.*)\]$/, "$1");
 }
+
+/**
+ * Why a private URL is refused, and how to receive webhooks on a developer's
+ * machine instead (the case that meets this refusal first).
+ */
+export const privateAddressRefused =
+  "must not point at a private, loopback or link-local address (to receive webhooks on this machine, run the service with WEBHOOK_ALLOW_PRIVATE=true and `npm run admin -- listen`)";

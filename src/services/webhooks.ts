@@ -11,7 +11,12 @@ import { messageFromDoc } from "../contract/records.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import type { Clock, EnvironmentName } from "../domain/tenancy.js";
-import { hostOf, isPublicAddress, webhookUrlProblem } from "../domain/webhook-delivery.js";
+import {
+  hostOf,
+  isPublicAddress,
+  privateAddressRefused,
+  webhookUrlProblem,
+} from "../domain/webhook-delivery.js";
 import { isWebhookEventType, webhookEventTypes } from "../domain/webhook-events.js";
 import { generateWebhookSecret } from "../domain/webhook-secret.js";
 import type { DeliveryStatusName, WebhookDoc } from "../store/documents.js";
@@ -252,6 +257,6 @@ async function checkResolvesPublic(url: string): Promise<void> {
     );
   }
   if (addresses.some((entry) => !isPublicAddress(entry.address))) {
-    throw invalidArgument("url", "must not point at a private, loopback or link-local address");
+    throw invalidArgument("url", privateAddressRefused);
   }
 }
