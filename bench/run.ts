@@ -1,24 +1,24 @@
 /**
  * `npm run bench`: starts the service on fresh embedded stores, drives it
  * with real load generators next to bare ceilings serving the same bytes,
- * and prints Markdown tables (results also go to bench/results/ as JSON).
+ * and prints Markdown tables. Each suite's results go to its own JSON file
+ * in bench/results/ (committed, the latest run of each suite), and
+ * docs/performance.md is rendered again from them.
  * `npm run bench -- --help` lists the suites and options.
  */
 import { readFileSync } from "node:fs";
+import { resolve } from "node:path";
+import { writePerformanceDocs } from "../scripts/generate-performance-docs.js";
 import { createContext } from "./lib/context.js";
-import { type BenchOptions, parseOptions, type Suite, usage } from "./lib/options.js";
-import {
-  type MachineInfo,
-  machineInfo,
-  machineLine,
-  resultPaths,
-  writeResults,
-} from "./lib/report.js";
-import { type OperationsRow, operationsTable, runOperations } from "./suites/operations.js";
-import { type ReadRow, readsTable, runReads } from "./suites/reads.js";
-import { runScale, type ScaleRow, scaleTable } from "./suites/scale.js";
-import { runWebhooks, type WebhookResults, webhookTables } from "./suites/webhooks.js";
-import { runWrites, type WriteRow, writesTable } from "./suites/writes.js";
+import { type BenchOptions, parseOptions, usage } from "./lib/options.js";
+import { repoRoot } from "./lib/processes.js";
+import { machineInfo } from "./lib/report.js";
+import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/results.js";
+import { runOperations } from "./suites/operations.js";
+import { runReads } from "./suites/reads.js";
+import { runScale } from "./suites/scale.js";
+import { runWebhooks } from "./suites/webhooks.js";
+import { runWrites } from "./suites/writes.js";
 
 if (process.argv.includes("--help")) {
   process.stdout.write(usage);
@@ -32,52 +32,6 @@ try {
   process.exit(2);
 }
 
-const headings: Record<Suite, string> = {
-  reads: "Reads: the service against bare ceilings serving the same bytes",
-  writes: "Writes: peak, and p99 at half the peak rate",
-  webhooks: "Writes with a webhook subscribed to every event (REST)",
-  operations: "The operations steps: the service with and without them",
-  scale: "Scale: one request at a time on stores of growing size (REST)",
-};
-
-/** What a run writes to its JSON file, and what `--tables` reads back. */
-interface BenchResults {
-  machine: MachineInfo;
-  options: BenchOptions;
-  engine?: string;
-  reads?: ReadRow[];
-  writes?: WriteRow[];
-  webhooks?: WebhookResults;
-  operations?: OperationsRow[];
-  scale?: ScaleRow[];
-}
-
-const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } = {
-  reads: (results) => results.reads && readsTable(results.reads),
-  writes: (results) => results.writes && writesTable(results.writes),
-  webhooks: (results) => results.webhooks && webhookTables(results.webhooks),
-  operations: (results) => results.operations && operationsTable(results.operations),
-  scale: (results) => results.scale && scaleTable(results.scale),
-};
-
-/** The machine line and a table per suite measured, as Markdown. */
-function report(results: BenchResults): string {
-  const sections = results.options.suites.flatMap((suite) => {
-    const table = tableOf[suite](results);
-    return table === undefined ? [] : [`### ${headings[suite]}\n\n${table}`];
-  });
-  const line = machineLine(results.machine, {
-    repeats: results.options.repeats,
-    seconds: results.options.seconds,
-    ...(results.engine === undefined ? {} : { engine: results.engine }),
-  });
-  let text = `\n${line}\n\n${sections.join("\n\n")}\n\n`;
-  if (sections.some((section) => /\d\*/.test(section))) {
-    text += "req/s marked * ran out of seeded referees before the end of the run (see the JSON).\n";
-  }
-  return text;
-}
-
 if (options.tables !== undefined) {
   process.stdout.write(report(JSON.parse(readFileSync(options.tables, "utf8")) as BenchResults));
   process.exit(0);
@@ -85,10 +39,14 @@ if (options.tables !== undefined) {
 
 const context = createContext(options);
 const results: BenchResults = { machine: machineInfo(), options };
-const paths = resultPaths(options.out, options.suites);
+// The docs are rendered from the committed results only, never from a scratch directory.
+const rendersDocs = resolve(repoRoot, options.out) === resolve(repoRoot, resultsDir);
+const written: string[] = [];
 
 for (const suite of options.suites) {
   context.log(`suite ${suite}`);
+  // Each suite's file names the machine, commit and time of that suite's start.
+  const machine = machineInfo();
   if (suite === "reads") results.reads = await runReads(context);
   else if (suite === "writes") results.writes = await runWrites(context);
   else if (suite === "webhooks") results.webhooks = await runWebhooks(context);
@@ -96,8 +54,12 @@ for (const suite of options.suites) {
   else results.scale = await runScale(context);
   results.engine = context.engine;
   // After every suite, so a later failure does not lose what was measured.
-  writeResults(paths, results);
+  written.push(writeSuiteResults(options.out, { ...results, machine }, suite));
+  if (rendersDocs) {
+    const changed = writePerformanceDocs();
+    if (changed.length > 0) context.log(`rendered ${changed.join(", ")}`);
+  }
 }
 
 process.stdout.write(report(results));
-context.log(`results: ${paths.join(", ")}`);
+context.log(`results: ${written.join(", ")}`);

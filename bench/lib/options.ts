@@ -3,7 +3,7 @@ import { parseArgs } from "node:util";
 /** The suites `npm run bench` can run. */
 export type Suite = "reads" | "writes" | "webhooks" | "operations" | "scale";
 
-const allSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations", "scale"];
+export const allSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations", "scale"];
 const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations"];
 
 /** The bench's settings, from the command line. */
@@ -25,7 +25,7 @@ export interface BenchOptions {
   readonly sizes: readonly number[];
   /** Only the scenarios whose names contain one of these (all when empty). */
   readonly only: readonly string[];
-  /** Where the JSON results go. */
+  /** The directory the JSON results go to, one file per suite (`reads.json`, …). */
   readonly out: string;
   readonly quick: boolean;
   /** A results file to print the tables of, instead of running anything. */
@@ -46,7 +46,10 @@ suites: reads, writes, webhooks, operations (the default: all four), scale
   --base N             customers seeded for reads and writes (default 1000)
   --sizes LIST         scale suite sizes, e.g. 10k,100k,1M (default 10k,100k,1M)
   --only LIST          only scenarios whose names contain one of these, e.g. GetCustomer,identify-new
-  --out FILE           JSON results (default bench/results/latest.json)
+  --out DIR            where the JSON results go, one file per suite, each run
+                       overwriting its suite's file (default bench/results, whose
+                       files are committed and docs/performance.md rendered from;
+                       bench/scratch with --quick)
   --tables FILE        print the tables of a results file written before; runs nothing
 `;
 
@@ -92,7 +95,7 @@ function optionsFrom(args: readonly string[]): BenchOptions {
     baseCustomers: count(values.base, "--base", 1000),
     sizes: (values.sizes ?? "10k,100k,1M").split(",").map(size),
     only: values.only ? values.only.split(",").map((name) => name.trim()) : [],
-    out: values.out ?? "bench/results/latest.json",
+    out: values.out ?? (quick ? "bench/scratch" : "bench/results"),
     quick,
     ...(values.tables === undefined ? {} : { tables: values.tables }),
   };

@@ -98,8 +98,8 @@ export type SharedServices = Record<ServiceVariant | "calibration", ServiceProce
  * Both variants in one process (`bench/service-with-and-without-operations.ts`),
  * and the one without operations again with a step that burns
  * `calibrationMicros` of CPU before each call goes on, each on its own port
- * and store: one process, so one speed for all three (see the README's
- * bounds, *Two processes of one build*). Each view has its own origin; they
+ * and store: one process, so one speed for all three (two processes of one
+ * build differ by up to a third in CPU per call). Each view has its own origin; they
  * share the process, its CPU time and its stop.
  */
 export async function startSharedServices(

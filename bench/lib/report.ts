@@ -1,7 +1,7 @@
 import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, release, totalmem } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { dirname, join } from "node:path";
 import { grpcGenerator } from "./load.js";
 import type { LoadResult } from "./measure.js";
 import { repoRoot } from "./processes.js";
@@ -135,16 +135,6 @@ export function resultCells(result: LoadResult): string[] {
     formatMs(result.p50Ms),
     formatMs(result.p99Ms),
   ];
-}
-
-/**
- * Where the results of this run go: `out`, and a dated copy beside it so a
- * later run of another suite does not overwrite them.
- */
-export function resultPaths(out: string, suites: readonly string[]): string[] {
-  const path = resolve(repoRoot, out);
-  const stamp = new Date().toISOString().replace(/[:.]/g, "-").slice(0, 19);
-  return [path, join(dirname(path), `${stamp}-${suites.join("-")}.json`)];
 }
 
 /** Writes the results as JSON to every path. */

@@ -114,8 +114,7 @@ export async function runOperations(context: BenchContext): Promise<OperationsRo
  * one writer), so both serve the same customers. Both are started anew for
  * every repeat, in turns: two processes running the same build differ by
  * up to a third in CPU per call for as long as they live (not because of
- * where the scheduler puts them: pinned, they differ the same way; see the
- * README's bounds), so one pair of processes for all repeats would measure
+ * where the scheduler puts them: pinned, they differ the same way), so one pair of processes for all repeats would measure
  * that pair. With `shared`, both variants run in one process on two ports,
  * loaded one at a time: the process's speed is then the same for both, and
  * the difference is the steps'. The shared process also serves the

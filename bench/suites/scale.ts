@@ -194,8 +194,14 @@ async function timeCall(
   }
 }
 
-/** The scale table in Markdown: one column per size. */
-export function scaleTable(rows: readonly ScaleRow[]): string {
+/**
+ * The scale table in Markdown: one column per size; `only` keeps the rows
+ * whose label it accepts (the labels as the first column shows them).
+ */
+export function scaleTable(
+  rows: readonly ScaleRow[],
+  only: (label: string) => boolean = () => true,
+): string {
   const names = Object.keys(rows[0]?.figures ?? {});
   const mebibytes = (bytes: number) => `${Math.round(bytes / 2 ** 20).toLocaleString("en-US")} MiB`;
   return markdownTable(
@@ -223,6 +229,6 @@ export function scaleTable(rows: readonly ScaleRow[]): string {
       ["server RSS", ...rows.map((row) => mebibytes(row.rssBytes))],
       ["DATA_DIR on disk", ...rows.map((row) => mebibytes(row.diskBytes))],
       ["seeding (store API)", ...rows.map((row) => `${formatMs(row.seedSeconds)} s`)],
-    ],
+    ].filter((cells) => only(cells[0] as string)),
   );
 }

@@ -264,9 +264,9 @@ export function writesTable(rows: readonly WriteRow[]): string {
 
 /**
  * Conversions granting two rewards against conversions granting none, per
- * protocol, from the median peaks of the same run.
+ * protocol, from the median peaks of the same run (undefined unless both ran).
  */
-function rewardsTable(rows: readonly WriteRow[]): string | undefined {
+export function rewardsTable(rows: readonly WriteRow[]): string | undefined {
   const pairs = writeProtocols.flatMap((protocol) => {
     const find = (kind: WriteKind) =>
       rows.find((row) => row.kind === kind && row.protocol === protocol);
