@@ -4,21 +4,39 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
+import { runAdminCli } from "../../src/cli/admin.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
 
 const run = promisify(execFile);
-const server = useServer();
 
-/** `npm run admin -- <args>` as a separate process, while the server holds the store. */
-async function admin(...args: string[]): Promise<Json> {
-  const { stdout } = await run(
-    "npx",
-    ["tsx", "src/cli/admin.ts", ...args, "--url", server.baseUrl, "--json"],
-    {
-      env: { ...process.env, ADMIN_TOKEN: keys.admin },
-    },
+const server = useServer();
+const root = new URL("../../", import.meta.url).pathname;
+
+/** What one command printed (each `out` call a line, as the script writes them) and its exit code. */
+interface AdminRun {
+  readonly code: number;
+  readonly output: string;
+}
+
+/**
+ * `npm run admin -- <args> --json` run in this process: the function the
+ * script's entry point calls, so each command costs a call, not a process.
+ * The last test runs the script itself.
+ */
+async function runAdmin(...args: string[]): Promise<AdminRun> {
+  const lines: string[] = [];
+  const code = await runAdminCli(
+    [...args, "--url", server.baseUrl, "--token", keys.admin, "--json"],
+    (text) => lines.push(text),
   );
-  return JSON.parse(stdout);
+  return { code, output: lines.join("\n") };
+}
+
+/** A command that must succeed: its JSON output. */
+async function admin(...args: string[]): Promise<Json> {
+  const { code, output } = await runAdmin(...args);
+  if (code !== 0) throw new Error(`admin ${args.join(" ")} exited ${code}:\n${output}`);
+  return JSON.parse(output);
 }
 
 test.serial("create an application, use its keys, revoke one", async (t) => {
@@ -136,14 +154,13 @@ test.serial("create, update and delete a campaign from a JSON file", async (t) =
   t.deepEqual(unmasked.platforms, ["web"]);
 
   writeFileSync(file, "{}");
-  const empty = await t.throwsAsync(() => admin("update-campaign", campaign.id, "--file", file));
-  t.regex(String((empty as { stdout?: string }).stdout), /the file sets no field/);
+  const empty = await runAdmin("update-campaign", campaign.id, "--file", file);
+  t.is(empty.code, 2);
+  t.regex(empty.output, /the file sets no field/);
   writeFileSync(file, JSON.stringify({ id: "cmp_other", name: "x" }));
-  const owned = await t.throwsAsync(() => admin("update-campaign", campaign.id, "--file", file));
-  t.regex(
-    String((owned as { stdout?: string }).stdout),
-    /updateMask names no editable campaign field: id/,
-  );
+  const owned = await runAdmin("update-campaign", campaign.id, "--file", file);
+  t.is(owned.code, 1);
+  t.regex(owned.output, /updateMask names no editable campaign field: id/);
   const listedAfter = await rest(server, "GET", "/campaigns", { key: created.publicKey });
   t.like(listedAfter.body[0], { name: "Summer promo", isLive: true }, "refusals change nothing");
 
@@ -153,8 +170,9 @@ test.serial("create, update and delete a campaign from a JSON file", async (t) =
 });
 
 test.serial("errors are reported with a non-zero exit", async (t) => {
-  const error = await t.throwsAsync(() => admin("revoke-key", "key_missing"));
-  t.regex(String((error as { stdout?: string }).stdout), /not found/);
+  const { code, output } = await runAdmin("revoke-key", "key_missing");
+  t.is(code, 1);
+  t.regex(output, /^error: .*not found/);
 });
 
 test.serial(
@@ -174,11 +192,10 @@ test.serial(
       [unknownField, /^error: .*unknown\.json: .*colour/],
     ] as const;
     for (const [file, expected] of cases) {
-      const error = await t.throwsAsync(() => admin("create-campaign", "app_x", "--file", file));
-      const { stdout, stderr, code } = error as { stdout?: string; stderr?: string; code?: number };
+      // An error the CLI did not expect would reject here (a stack trace from the script).
+      const { code, output } = await runAdmin("create-campaign", "app_x", "--file", file);
       t.is(code, 1, file);
-      t.regex(String(stdout).trim(), expected);
-      t.notRegex(String(stderr), /\n\s+at /, "no stack trace");
+      t.regex(output, expected);
     }
   },
 );
@@ -214,16 +231,37 @@ test.serial("set a campaign's placement checkpoints", async (t) => {
   });
   t.deepEqual(read.body, set, "--json prints what the REST route answers");
 
-  const bare = await t.throwsAsync(() => admin("set-checkpoints", campaign.id));
-  t.regex(String((bare as { stdout?: string }).stdout), /needs --placement .* or --clear/);
-  const malformed = await t.throwsAsync(() =>
-    admin("set-checkpoints", campaign.id, "--placement", "no-placement"),
-  );
-  t.regex(
-    String((malformed as { stdout?: string }).stdout),
-    /write <checkpointName>=<placementId>/,
-  );
+  const bare = await runAdmin("set-checkpoints", campaign.id);
+  t.is(bare.code, 2);
+  t.regex(bare.output, /needs --placement .* or --clear/);
+  const malformed = await runAdmin("set-checkpoints", campaign.id, "--placement", "no-placement");
+  t.is(malformed.code, 2);
+  t.regex(malformed.output, /write <checkpointName>=<placementId>/);
 
   const cleared = await admin("set-checkpoints", campaign.id, "--clear");
   t.deepEqual(summary(cleared.data), [["reward", "purchase", null]]);
 });
+
+test.serial(
+  "the script itself: ADMIN_TOKEN from the environment, exit codes, no stack trace",
+  async (t) => {
+    // `npm run admin` is `tsx src/cli/admin.ts`: the same entry point, loaded through tsx.
+    const script = (...args: string[]) =>
+      run(process.execPath, ["--import", "tsx", "src/cli/admin.ts", ...args], {
+        cwd: root,
+        env: { ...process.env, ADMIN_TOKEN: keys.admin },
+      }).catch((error: { code?: number; stdout?: string; stderr?: string }) => error);
+    const missing = join(mkdtempSync(join(tmpdir(), "referrals-cli-")), "missing.json");
+    const [created, failed] = await Promise.all([
+      script("create-app", "Script App", "--url", server.baseUrl, "--json"),
+      script("create-campaign", "app_x", "--file", missing, "--url", server.baseUrl),
+    ]);
+    t.regex(JSON.parse(String(created.stdout)).secretKey, /^sk_/);
+    t.is(created.stderr, "");
+    t.is((failed as { code?: number }).code, 1);
+    t.is(failed.stdout, `error: ${missing}: no such file\n`);
+    t.is(failed.stderr, "", "no stack trace");
+    const apps = await admin("list-apps");
+    t.true(apps.some((app: Json) => app.name === "Script App"));
+  },
+);

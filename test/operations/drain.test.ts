@@ -167,7 +167,9 @@ function received(socket: Socket): Promise<string> {
 }
 
 test("calls in flight on every protocol finish during the drain; health, /readyz and the port say it is closing", async (t) => {
-  await withHeldCalls({}, async (server, hold) => {
+  // A grace far longer than the test, so that a drain ended by it shows.
+  const graceMs = 30_000;
+  await withHeldCalls({ SHUTDOWN_GRACE: `${graceMs}ms` }, async (server, hold) => {
     const overall = watchHealth(server.port, "");
     const customers = watchHealth(server.port, "referral.v1.CustomersService");
     await Promise.all([overall.until("SERVING"), customers.until("SERVING")]);
@@ -185,6 +187,7 @@ test("calls in flight on every protocol finish during the drain; health, /readyz
     await hold.until(4);
     t.deepEqual([...hold.held].sort(), ["connect", "grpc", "grpc-web", "rest"]);
 
+    const drainStarted = performance.now();
     const closing = server.app.close();
     await Promise.all([overall.until("NOT_SERVING"), customers.until("NOT_SERVING")]);
     overall.end();
@@ -204,9 +207,11 @@ test("calls in flight on every protocol finish during the drain; health, /readyz
     t.is(connect, 2);
     t.is(grpcWeb, 2);
     t.is(grpcCampaigns, 2);
-    const drainStarted = performance.now();
     await closing;
-    t.true(performance.now() - drainStarted < 2000, "the drain ends when the calls do");
+    // SHUTDOWN_GRACE after it began, the drain would have closed what was
+    // left: ended before, it ended because the calls did.
+    const took = performance.now() - drainStarted;
+    t.true(took < graceMs, `the drain ends when the calls do (${Math.round(took)} ms)`);
   });
 });
 
@@ -262,7 +267,9 @@ test("the drain waits SHUTDOWN_GRACE at most, then closes what is left", async (
     const started = performance.now();
     await server.app.close();
     const took = performance.now() - started;
-    t.true(took >= 350 && took < 2000, `closed after ${Math.round(took)} ms`);
+    // Not before SHUTDOWN_GRACE; the upper bound only says it did not wait
+    // for the calls, which stay held until the test ends.
+    t.true(took >= 350 && took < 20_000, `closed after ${Math.round(took)} ms`);
     t.deepEqual(await Promise.all(calls), ["cut", "cut"]);
   });
 });

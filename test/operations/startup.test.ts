@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import test from "ava";
+import { eventually } from "../helpers/wait.js";
 import { isRefused, repoRoot, runService, serviceEnv } from "./service.js";
 
 /**
@@ -176,13 +177,17 @@ test("npm start runs the compiled service, and SIGTERM to npm stops it", async (
   // 'exit', not 'close': a service left behind would hold npm's stdout open.
   const exited = new Promise<number | null>((resolve) => child.once("exit", resolve));
   try {
-    let port: number | undefined;
-    while (port === undefined) {
-      const match = /listening on 127\.0\.0\.1:(\d+)/.exec(stdout);
-      if (match) port = Number(match[1]);
-      else if (child.exitCode !== null) throw new Error(`npm start exited:\n${stdout}\n${stderr}`);
-      else await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+    // The build runs first (prestart): up to half a minute on a busy machine.
+    const port = await eventually(
+      "npm start to listen",
+      () => {
+        const match = /listening on 127\.0\.0\.1:(\d+)/.exec(stdout);
+        if (match) return Number(match[1]);
+        if (child.exitCode !== null) throw new Error(`npm start exited:\n${stdout}\n${stderr}`);
+        return undefined;
+      },
+      { timeoutMs: 45_000 },
+    );
     t.regex(stdout, /exec node (--\S+ )*dist\/src\/main\.js/, "the compiled entry");
     t.is((await fetch(`http://127.0.0.1:${port}/healthz`)).status, 200);
 

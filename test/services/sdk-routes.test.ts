@@ -5,6 +5,7 @@ import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { clockPasses } from "../helpers/wait.js";
 
 /**
  * The routes the Flock mobile SDKs call, with requests shaped as the SDKs
@@ -32,9 +33,6 @@ function sdk(
 
 const admin = (method: string, path: string, body?: unknown) =>
   rest(server, method, path, { key: keys.admin, body });
-
-/** Waits a few milliseconds, so a write's times differ from the last one's. */
-const pause = () => new Promise((resolve) => setTimeout(resolve, 5));
 
 /** A new application with its keys; its campaigns are the test's own. */
 async function newApplication(name: string): Promise<{ id: string; publicKey: string }> {
@@ -354,8 +352,8 @@ test.serial("the reward checkpoint follows the trigger through admin updates", a
   t.deepEqual(await checkpoints(), [first], "another field changes nothing");
 
   // The manual trigger wins over the proposed one: same checkpoint, renamed
-  // (a moment later, so its updatedAt can move).
-  await pause();
+  // (once the clock has moved on, so its updatedAt can move).
+  await clockPasses(first.updatedAt);
   t.is((await update("manualRewardTrigger", { manualRewardTrigger: "purchase" })).status, 200);
   const [renamed] = await checkpoints();
   t.like(renamed, { id: first.id, createdAt: first.createdAt, checkpointName: "purchase" });
@@ -404,7 +402,7 @@ test.serial(
       ["placement", "level_up", "sidebar"],
     ]);
     const [, onboarding, levelUp] = listed;
-    await pause();
+    await clockPasses(levelUp.updatedAt);
 
     const reset = await admin("PUT", path, {
       placements: [

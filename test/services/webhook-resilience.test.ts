@@ -7,6 +7,7 @@ import { describeAttemptFailure, sendWebhook } from "../../src/delivery/sender.j
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
+import { eventually } from "../helpers/wait.js";
 
 /**
  * What must survive: a restart in the middle of a retry, an endpoint that
@@ -94,14 +95,11 @@ test.serial("an endpoint failing continuously is disabled, and its health says w
   try {
     const { webhook } = await createEndpoint(server, "/failing");
     await identify(server, "wh-failing");
-    let endpoint: Json;
-    for (let i = 0; i < 200; i++) {
-      endpoint = (await rest(server, "GET", "/webhooks", { key: keys.secret })).body.find(
-        (e: Json) => e.id === webhook.id,
-      );
-      if (!endpoint.enabled) break;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+    const endpoint: Json = await eventually("the endpoint disabled", async () => {
+      const listed = await rest(server, "GET", "/webhooks", { key: keys.secret });
+      const found = listed.body.find((e: Json) => e.id === webhook.id);
+      return found?.enabled === false ? found : undefined;
+    });
     t.false(endpoint.enabled);
     t.truthy(endpoint.health.disabledAt);
     t.regex(endpoint.health.disabledReason, /^every delivery failed since /);

@@ -9,6 +9,7 @@ import { StoreOpenError } from "../../src/store/sqlite.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
 import { OpenApiMismatch, validatedFetch } from "../helpers/openapi.js";
 import { keys } from "../helpers/server.js";
+import { eventually } from "../helpers/wait.js";
 
 /**
  * The embedded engine's promises about the file on disk: what was
@@ -80,8 +81,13 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
     };
     const writers = Array.from({ length: 8 }, writer);
     // Kill once writes are flowing, with requests in flight.
-    while (acknowledged.length < 300 && !mismatch)
-      await new Promise((resolve) => setTimeout(resolve, 5));
+    await eventually("300 acknowledged writes", () => acknowledged.length >= 300 || !!mismatch, {
+      timeoutMs: 30_000,
+      intervalMs: 5,
+    }).catch((error: unknown) => {
+      child.kill("SIGKILL");
+      throw error;
+    });
     const exited = once(child, "exit");
     child.kill("SIGKILL");
     await Promise.all(writers);

@@ -4,6 +4,7 @@ import { type CollectionName, fieldFanout, indexDeclarations } from "../../src/s
 import type { QueryPlan } from "../../src/store/sqlite.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
+import { eventually } from "../helpers/wait.js";
 
 /**
  * Every query the repositories make must be served by an index, on both
@@ -336,14 +337,12 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   await call("DELETE", `/admin/campaigns/${newCampaign.id}`, admin);
 }
 
-async function waitForDeliveries(server: TestServer, webhookId: string): Promise<Json[]> {
-  for (let attempt = 0; attempt < 200; attempt++) {
+function waitForDeliveries(server: TestServer, webhookId: string): Promise<Json[]> {
+  return eventually("a delivery that succeeded", async () => {
     const listed = await rest(server, "GET", `/webhooks/${webhookId}/deliveries?limit=100`, {
       key: keys.secret,
     });
     const done = (listed.body.data as Json[]).filter((d) => d.status === "succeeded");
-    if (done.length > 0) return done;
-    await new Promise((resolve) => setTimeout(resolve, 25));
-  }
-  throw new Error("no delivery succeeded");
+    return done.length > 0 ? done : undefined;
+  });
 }

@@ -15,6 +15,7 @@ import {
 } from "../helpers/engines.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
+import { eventually } from "../helpers/wait.js";
 
 /**
  * Retention: events and finished deliveries older than EVENT_RETENTION go
@@ -149,13 +150,12 @@ test("the service sweeps the embedded store by its clock: old events and deliver
     });
     await receiver.waitFor((received) => received.length >= 1);
     const db = first.app.store.system;
-    for (let attempt = 0; attempt < 200; attempt++) {
+    await eventually("the delivery recorded as succeeded", async () => {
       const [done] = await db.deliveries
         .find({ webhookId: webhook.id, status: "succeeded" })
         .toArray();
-      if (done) break;
-      await new Promise((resolve) => setTimeout(resolve, 25));
-    }
+      return done;
+    });
     const [oldEvent] = await db.events.find({}).toArray();
     t.truthy(oldEvent);
     const endpoint = await db.webhooks.findOne({ _id: webhook.id });
@@ -185,11 +185,10 @@ test("the service sweeps the embedded store by its clock: old events and deliver
     second = await startServer({ dataDir: first.dataDir, clock, env });
     const after = second.app.store.system;
     // The sweep runs at start; it is done once both collections are down to size.
-    for (const deadline = Date.now() + 10_000; Date.now() < deadline; ) {
+    await eventually("the start's sweep", async () => {
       const [events, deliveries] = [await idsIn(after.events), await idsIn(after.deliveries)];
-      if (events.length === 1 && deliveries.length === 2) break;
-      await new Promise((resolve) => setTimeout(resolve, 20));
-    }
+      return events.length === 1 && deliveries.length === 2;
+    }).catch(() => {}); // the assertions below say what is left
     t.deepEqual(await idsIn(after.events), ["evt_recent"]);
     t.deepEqual(await idsIn(after.deliveries), ["whd_recent", "whd_retrying"]);
     const listed = await rest(second, "GET", `/webhooks/${webhook.id}/deliveries`, {
