@@ -18,7 +18,6 @@ import { enumWords } from "../contract/options.js";
 import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
 import { rewardTriggerOf } from "../domain/conversion.js";
 import { newId } from "../domain/ids.js";
-import { limits } from "../domain/limits.js";
 import { type CurrencyName, toMinorUnits } from "../domain/money.js";
 import { isTimeZone, parseDuration } from "../domain/reward-ledger.js";
 import type { Tenant } from "../domain/tenancy.js";
@@ -80,7 +79,7 @@ export function newCampaignDoc(
   campaign.lastPingAt = undefined;
   campaign.lastPingOrigin = undefined;
   checkRewardTerms(campaign);
-  stampChildren(campaign, now);
+  stampChildren(campaign, now, null);
   const doc = docFieldsFromMessage(CampaignSchema, campaign) as CampaignDoc;
   doc.rewardCheckpoint = nextRewardCheckpoint(null, rewardTriggerOf(campaign), now);
   doc.placementCheckpoints = [];
@@ -109,7 +108,7 @@ export function campaignUpdateFields(
   }
   requiredText(merged.name, "campaign.name");
   checkRewardTerms(merged);
-  stampChildren(merged, now);
+  stampChildren(merged, now, messageFromDoc(CampaignSchema, current));
   // The ping fields are left out: a ping between the read and this write stays.
   const {
     _id,
@@ -229,27 +228,40 @@ export function campaignCheckpointsOf(doc: CampaignDoc): CampaignCheckpoint[] {
   ];
 }
 
-function stampChildren(campaign: Campaign, now: Date): void {
+/**
+ * Gives the rewards, emails, pages and FAQs of a campaign being saved their
+ * ids, ownership and times. An item keeps its id (and `createdAt`) only when
+ * `current`, the campaign as stored, has an item of that id in the same
+ * list; any other gets a new one, so a campaign created from another's JSON
+ * shares no ids with it (a reward's id keys its limits and grants).
+ */
+function stampChildren(campaign: Campaign, now: Date, current: Campaign | null): void {
   const owner = {
     organizationId: campaign.organizationId,
     applicationId: campaign.applicationId,
     campaignId: campaign.id,
   };
-  const stamp = <T extends { id: string }>(items: T[], prefix: string, field: string) => {
-    items.forEach((item, index) => {
-      if (item.id.length > limits.shortText) {
-        throw invalidArgument(`campaign.${field}[${index}].id`, "is too long");
-      }
-      item.id ||= newId(prefix, now);
-    });
+  const stamp = <T extends { id: string }>(
+    items: T[],
+    stored: readonly T[],
+    prefix: string,
+  ): Map<string, T> => {
+    const known = new Map(stored.map((item) => [item.id, item]));
+    for (const item of items) {
+      if (!known.has(item.id)) item.id = newId(prefix, now);
+    }
+    return known;
   };
-  stamp(campaign.rewards, "rwd", "rewards");
-  stamp(campaign.emails, "eml", "emails");
-  stamp(campaign.campaignPages, "pag", "campaignPages");
-  stamp(campaign.faqs, "faq", "faqs");
-  for (const item of [...campaign.rewards, ...campaign.emails]) {
+  const rewards = stamp(campaign.rewards, current?.rewards ?? [], "rwd");
+  const emails = stamp(campaign.emails, current?.emails ?? [], "eml");
+  stamp(campaign.campaignPages, current?.campaignPages ?? [], "pag");
+  stamp(campaign.faqs, current?.faqs ?? [], "faq");
+  for (const [item, stored] of [
+    ...campaign.rewards.map((reward) => [reward, rewards.get(reward.id)] as const),
+    ...campaign.emails.map((email) => [email, emails.get(email.id)] as const),
+  ]) {
     Object.assign(item, owner);
-    item.createdAt ??= timestampFromDate(now);
+    item.createdAt = stored?.createdAt ?? timestampFromDate(now);
     item.updatedAt = timestampFromDate(now);
   }
 }
