@@ -18,8 +18,8 @@ export function fromFieldError(error: FieldError): ConnectError {
 }
 
 /** NOT_FOUND for a record that does not exist in the caller's application. */
-export function notFound(what: string): ConnectError {
-  return new ConnectError(`${what} not found`, Code.NotFound);
+export function notFound(what: string, why?: string): ConnectError {
+  return new ConnectError(`${what} not found${why ? `: ${why}` : ""}`, Code.NotFound);
 }
 
 /** FAILED_PRECONDITION: the request is valid but the state forbids it. */

@@ -1,4 +1,4 @@
-import type { ServiceImpl } from "@connectrpc/connect";
+import type { ConnectError, ServiceImpl } from "@connectrpc/connect";
 import type { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { ReferralSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { messageFromDoc } from "../contract/records.js";
@@ -43,7 +43,7 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       }
       const environment = campaign.environment;
       const referrer = await store.customers.findByReferralCode(environment, referralCode);
-      if (!referrer) throw notFound(`referral code ${referralCode}`);
+      if (!referrer) throw await referralCodeNotFound(store, environment, referralCode);
       const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
       if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
       const { view } = await attributeReferral(deps, caller, campaign, referrer, referee);
@@ -99,4 +99,24 @@ async function findReferee(
     throw invalidArgument("refereeExternalUserId", "names another customer than refereeId");
   }
   return byExternalId;
+}
+
+/**
+ * The error for a referral code the campaign's environment does not have.
+ * A code of the other environment is the usual mistake (a test app sending
+ * a production code), so the error says so rather than that it is unknown.
+ */
+async function referralCodeNotFound(
+  store: TenantStore,
+  environment: EnvironmentName,
+  referralCode: string,
+): Promise<ConnectError> {
+  const other: EnvironmentName = environment === "production" ? "test" : "production";
+  if (await store.customers.findByReferralCode(other, referralCode)) {
+    return notFound(
+      `referral code ${referralCode}`,
+      `it is a ${other} customer's code, and the campaign is a ${environment} campaign`,
+    );
+  }
+  return notFound(`referral code ${referralCode}`);
 }
