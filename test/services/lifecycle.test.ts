@@ -234,7 +234,7 @@ for (const protocol of protocols) {
       t.like(await create({ referralCode: testReferrer.referralCode, refereeId: referee.id }), {
         ok: false,
         code: "not_found",
-        message: `referral code ${testReferrer.referralCode} not found`,
+        message: `referral code ${testReferrer.referralCode} not found: it is a test customer's code, and the campaign is a production campaign`,
       });
       t.like(
         await create({
