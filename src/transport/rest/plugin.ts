@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { checkJsonDepth } from "../../contract/json-depth.js";
 import { restSuccessStatus } from "../../contract/options.js";
 import { limits } from "../../domain/limits.js";
+import { httpError } from "../errors.js";
 import { type Pipeline, type Rpc, type ServiceRegistration, TransportCall } from "../pipeline.js";
 import { rpcsOf } from "../routes.js";
 import { type HttpRoute, httpRouteOf } from "./http-rules.js";
@@ -63,6 +64,11 @@ export async function registerRest(
         method: route.verb as "GET",
         url: route.fastifyPath,
         handler: async (request, reply) => {
+          // `/customers/` is no customer's path: an empty segment is no id.
+          const params = request.params as Record<string, string>;
+          if (route.pathFields.some((field) => params[field.name] === "")) {
+            throw httpError(404, `no route for ${request.method} ${request.url.split("?")[0]}`);
+          }
           const call = new RestCall(rpc, request, readRequest);
           const output = await deps.pipeline(call);
           // Encoded here, with the type Fastify would set, so Fastify sends
@@ -75,8 +81,46 @@ export async function registerRest(
         },
       });
     }
+    // A literal path is not a value of a template beside it: `GET
+    // /customers/identify` is the identify path with the wrong method (405),
+    // not GetCustomer of a customer "identify".
+    for (const [template, allowed] of literalPaths(registered)) {
+      for (const { verb } of registered) {
+        const shadowed = registered.some(
+          (other) =>
+            other.verb === verb &&
+            other.route.template !== template &&
+            other.route.pattern.test(template),
+        );
+        if (allowed.includes(verb) || !shadowed) continue;
+        if (scope.hasRoute({ method: verb as "GET", url: template })) continue;
+        scope.route({
+          method: verb as "GET",
+          url: template,
+          handler: async (request, reply) => {
+            reply.header("allow", allowed.join(", "));
+            throw httpError(
+              405,
+              `${request.method} is not allowed on ${template}; use ${allowed.join(" or ")}`,
+            );
+          },
+        });
+      }
+    }
   });
   return registered;
+}
+
+/** The routes' paths without variables, each with the verbs served on it. */
+function literalPaths(routes: readonly RegisteredRestRoute[]): Map<string, string[]> {
+  const paths = new Map<string, string[]>();
+  for (const { verb, route } of routes) {
+    if (route.template.includes("{")) continue;
+    const verbs = paths.get(route.template) ?? [];
+    if (!verbs.includes(verb)) verbs.push(verb);
+    paths.set(route.template, verbs);
+  }
+  return paths;
 }
 
 /** A REST call as the pipeline sees it. */
