@@ -77,6 +77,9 @@ export async function registerConnect(
       const connectType = parseConnectContentType(contentType);
       const webType = parseGrpcWebContentType(contentType);
       if (!(connectType && !connectType.stream) && !(webType && !webType.text)) {
+        // Only HTTP/1.1 reaches this layer; a gRPC client's frame here is a
+        // client or proxy that downgraded the call.
+        if (contentType && grpcContentType.test(contentType)) throw httpError(415, grpcOverHttp1);
         throw httpError(415, connectMediaTypes);
       }
     });
@@ -135,6 +138,12 @@ export async function registerConnect(
     });
   });
 }
+
+/** gRPC's media types (`application/grpc`, `+proto`, `+json`), not gRPC-Web's. */
+const grpcContentType = /^application\/grpc(?:\+[a-z]+)?\s*(?:;|$)/i;
+
+const grpcOverHttp1 =
+  "gRPC needs HTTP/2 and this call came over HTTP/1.1: call with an HTTP/2 client, or use Connect or gRPC-Web, which work over HTTP/1.1";
 
 const connectMediaTypes =
   "Content-Type must be application/json or application/proto (Connect), or application/grpc-web+proto or application/grpc-web+json (gRPC-Web)";

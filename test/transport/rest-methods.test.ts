@@ -24,3 +24,23 @@ test("an empty path segment is no id: 404 with the error body", async (t) => {
     t.like(answer.body, { code: "not_found", message: `no route for ${method} ${path}` }, path);
   }
 });
+
+test("a gRPC frame over HTTP/1.1 is told that gRPC needs HTTP/2", async (t) => {
+  for (const contentType of [
+    "application/grpc",
+    "application/grpc+proto",
+    "application/grpc+json",
+  ]) {
+    const response = await fetch(
+      `http://127.0.0.1:${server.port}/referral.v1.CustomersService/ListCustomers`,
+      {
+        method: "POST",
+        headers: { "content-type": contentType, authorization: keys.secret, te: "trailers" },
+        body: new Uint8Array(5),
+      },
+    );
+    t.is(response.status, 415, contentType);
+    const body = (await response.json()) as { message: string };
+    t.regex(body.message, /^gRPC needs HTTP\/2 and this call came over HTTP\/1\.1/, contentType);
+  }
+});
