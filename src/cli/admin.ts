@@ -1,8 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import type { DescMethod, Message } from "@bufbuild/protobuf";
-import { type Client, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { type Client, ConnectError } from "@connectrpc/connect";
 import { AdminService, ApiKeyKind } from "../../gen/referral/v1/admin_pb.js";
 import type { Campaign } from "../../gen/referral/v1/resources_pb.js";
 import { CampaignCheckpointTrigger, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
@@ -10,6 +9,7 @@ import { fromPlain, toPlain } from "../contract/plain-codec.js";
 import { httpRouteOf } from "../transport/rest/http-rules.js";
 import { restFromResponse } from "../transport/rest/transcode.js";
 import { runListen } from "./listen.js";
+import { serviceClient, serviceUrl } from "./service-client.js";
 
 /**
  * What a command works with. The helpers are plain functions, so a command may destructure
@@ -220,12 +220,12 @@ export async function runAdminCli(argv: string[], out: (text: string) => void): 
     out("No admin token: pass --token or set ADMIN_TOKEN (the server's ADMIN_TOKEN).");
     return 2;
   }
-  const baseUrl = options.url ?? `http://localhost:${process.env.PORT ?? 8080}`;
+  const baseUrl = serviceUrl(options.url);
   try {
     // A lookup by name, not by key, so `toString` or `__proto__` is an unknown command.
     const command = adminCommands.find((candidate) => candidate.name === name);
     if (!command) throw new UsageError(`unknown command ${name}`);
-    const client = createAdminClient(baseUrl, token);
+    const client = serviceClient(AdminService, baseUrl, token);
     await command.run(createCommandContext({ name, args, options, client, out }));
     return 0;
   } catch (error) {
@@ -289,26 +289,10 @@ function helpText(): string {
     "  --token <token>  the admin token (default $ADMIN_TOKEN)",
     "  --json           print the response as JSON",
     "",
-    "Campaign files use the REST JSON of a campaign (see README). update-campaign changes",
+    "Campaign files use the REST JSON of a campaign (see docs/admin.md). update-campaign changes",
     "only the fields its file sets (or those --mask names); the others stay as they are.",
     "set-checkpoints replaces the placement checkpoints; the reward one follows the trigger.",
   ].join("\n");
-}
-
-function createAdminClient(baseUrl: string, token: string): Client<typeof AdminService> {
-  return createClient(
-    AdminService,
-    createConnectTransport({
-      baseUrl,
-      httpVersion: "1.1",
-      interceptors: [
-        (next) => (request) => {
-          request.header.set("authorization", token);
-          return next(request);
-        },
-      ],
-    }),
-  );
 }
 
 function createCommandContext(call: {

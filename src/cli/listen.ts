@@ -2,11 +2,11 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from "node:net";
 import { hostname } from "node:os";
 import { parseArgs } from "node:util";
-import { type Client, Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { Webhook } from "standardwebhooks";
 import { Environment } from "../../gen/referral/v1/resources_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import { serviceClient, serviceUrl } from "./service-client.js";
 
 /**
  * `npm run admin -- listen`: webhooks on a laptop. Registers a test-environment
@@ -59,7 +59,7 @@ export async function runListen(
   }
   // Handled from here on, so a Ctrl-C while the endpoint is being created still deletes it.
   const signal = stop ?? stopSignal();
-  const client = createWebhooksClient(options.url, options.key);
+  const client = serviceClient(WebhooksService, options.url, options.key);
   let receiver: Receiver;
   try {
     receiver = await startReceiver(options.port, out, options.forwardTo);
@@ -149,7 +149,7 @@ function listenOptions(argv: string[]): ListenOptions {
     throw new Error(`--forward-to ${forwardTo}: an absolute URL`);
   }
   return {
-    url: values.url ?? `http://localhost:${process.env.PORT ?? 8080}`,
+    url: serviceUrl(values.url),
     key: values.key ?? process.env.SK,
     events: (values.events ?? "")
       .split(",")
@@ -186,22 +186,6 @@ function explain(error: ConnectError): string {
     );
   }
   return error.rawMessage;
-}
-
-function createWebhooksClient(baseUrl: string, key: string): Client<typeof WebhooksService> {
-  return createClient(
-    WebhooksService,
-    createConnectTransport({
-      baseUrl,
-      httpVersion: "1.1",
-      interceptors: [
-        (next) => (request) => {
-          request.header.set("authorization", key);
-          return next(request);
-        },
-      ],
-    }),
-  );
 }
 
 /** The loopback receiver: verifies, prints and (optionally) forwards each delivery. */
