@@ -14,6 +14,7 @@ import { deliveryQueueOf } from "./store/deliveries.js";
 import { type RetentionSweep, startRetentionSweep } from "./store/retention.js";
 import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
 import { openStore, type Store } from "./store/store.js";
+import { clientAddressResolver } from "./transport/client-address.js";
 import type { ErrorLogger } from "./transport/errors.js";
 import { createGrpcServer } from "./transport/grpc.js";
 import { buildHttpApp } from "./transport/http-app.js";
@@ -138,6 +139,7 @@ export async function buildApp(
       grpc: transports.grpc.server,
       http: transports.http,
       limits: config.connections,
+      ...(config.tls ? { tls: config.tls } : {}),
     });
     let demo: ProvisionedDemo | undefined;
     let closed: Promise<void> | undefined;
@@ -201,6 +203,7 @@ async function buildTransports(
   const log: ErrorLogger = (error, where) =>
     logger.error({ err: error, where }, "unexpected error");
   const registrations = createServiceRegistrations(deps);
+  const clientAddressOf = clientAddressResolver(config.trustedProxies);
   const rateLimits = await createRateLimits(config.rateLimits, {
     store,
     countRateLimited: metrics.countRateLimited,
@@ -236,6 +239,7 @@ async function buildTransports(
     maxBodyBytes: config.maxBodyBytes,
     isDraining: serving.isDraining,
     corsOrigins: config.corsOrigins,
+    clientAddressOf,
   });
   const grpc = createGrpcServer({
     registrations,
@@ -243,6 +247,7 @@ async function buildTransports(
     log,
     maxMessageBytes: config.maxBodyBytes,
     limits: config.connections,
+    clientAddressOf,
   });
   await http.ready();
   return { http, grpc, settleCalls: observedCalls.settle };

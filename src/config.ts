@@ -1,9 +1,13 @@
+import { createPrivateKey, X509Certificate } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
+import { createSecureContext } from "node:tls";
 import { defaultFraudPolicy, type FraudPolicy } from "./domain/fraud-rules.js";
 import { defaultRetrySchedule } from "./domain/webhook-delivery.js";
 import { defaultEventRetentionMs } from "./store/retention.js";
 import { parseSecretKey } from "./store/secret-box.js";
 import type { StoreConfig } from "./store/store.js";
+import { checkTrustedProxies } from "./transport/client-address.js";
 
 /** The service's settings, read once from the environment. */
 export interface Config {
@@ -21,6 +25,10 @@ export interface Config {
   readonly fraudPolicy: FraudPolicy;
   /** Webhook delivery settings. */
   readonly webhooks: WebhookConfig;
+  /** The certificate and key the port serves HTTPS with (TLS_CERT_FILE, TLS_KEY_FILE); cleartext without. */
+  readonly tls: TlsConfig | undefined;
+  /** The proxies whose Forwarded and X-Forwarded-For headers are believed (TRUSTED_PROXIES). */
+  readonly trustedProxies: readonly string[];
   /** The shutdown grace and the limits on connections. */
   readonly connections: ConnectionConfig;
   /** How long events and finished deliveries are kept (EVENT_RETENTION). */
@@ -37,6 +45,12 @@ export interface Config {
  * headers, preflights refused).
  */
 export type CorsOrigins = "*" | "off" | readonly string[];
+
+/** A PEM certificate (chain) and its private key, checked to load and to match. */
+export interface TlsConfig {
+  readonly cert: Buffer;
+  readonly key: Buffer;
+}
 
 /** A rate limit: so many calls per window. */
 export interface RateLimit {
@@ -135,6 +149,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       disableAfterMs: duration(env, "WEBHOOK_DISABLE_AFTER", 5 * 86_400_000),
       concurrency: integer(env, "WEBHOOK_CONCURRENCY", 32, 1, 256),
     },
+    tls: tlsConfig(env),
+    trustedProxies: trustedProxies(env),
     connections: connectionConfig(env),
     rateLimits: {
       public: rateLimit(env, "RATE_LIMIT_PUBLIC", "1000/1s"),
@@ -159,6 +175,63 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ),
     },
   };
+}
+
+/** TLS_CERT_FILE and TLS_KEY_FILE, both or neither; each error names the variable at fault. */
+function tlsConfig(env: NodeJS.ProcessEnv): TlsConfig | undefined {
+  const certFile = nonEmpty(env.TLS_CERT_FILE);
+  const keyFile = nonEmpty(env.TLS_KEY_FILE);
+  if (!certFile && !keyFile) return undefined;
+  if (!certFile) throw new Error("TLS_CERT_FILE is required with TLS_KEY_FILE (both PEM files)");
+  if (!keyFile) throw new Error("TLS_KEY_FILE is required with TLS_CERT_FILE (both PEM files)");
+  const cert = readPem("TLS_CERT_FILE", certFile);
+  const key = readPem("TLS_KEY_FILE", keyFile);
+  try {
+    new X509Certificate(cert);
+  } catch (error) {
+    throw new Error(`TLS_CERT_FILE: ${certFile} holds no PEM certificate (${reasonOf(error)})`);
+  }
+  try {
+    createPrivateKey(key);
+  } catch (error) {
+    throw new Error(
+      `TLS_KEY_FILE: ${keyFile} holds no unencrypted PEM private key (${reasonOf(error)})`,
+    );
+  }
+  try {
+    createSecureContext({ cert, key });
+  } catch (error) {
+    throw new Error(
+      `TLS_KEY_FILE: ${keyFile} is not the key of the certificate in TLS_CERT_FILE (${reasonOf(error)})`,
+    );
+  }
+  return { cert, key };
+}
+
+function readPem(name: string, file: string): Buffer {
+  try {
+    return readFileSync(file);
+  } catch (error) {
+    throw new Error(
+      `${name}: cannot read ${file} (${(error as NodeJS.ErrnoException).code ?? reasonOf(error)})`,
+    );
+  }
+}
+
+/** OpenSSL's reason without its `error:0480006C:PEM routines::` prefix. */
+function reasonOf(error: unknown): string {
+  const message = error instanceof Error ? error.message : String(error);
+  return message.replace(/^error:[0-9A-F]+:[^:]*::?/i, "");
+}
+
+/** TRUSTED_PROXIES: a comma-separated list; empty, no proxy is trusted. */
+function trustedProxies(env: NodeJS.ProcessEnv): readonly string[] {
+  const entries = (env.TRUSTED_PROXIES ?? "")
+    .split(",")
+    .map((entry) => entry.trim())
+    .filter((entry) => entry.length > 0);
+  checkTrustedProxies(entries);
+  return entries;
 }
 
 function connectionConfig(env: NodeJS.ProcessEnv): ConnectionConfig {

@@ -127,7 +127,7 @@ export async function registerConnect(
       },
       contextValues: (request) =>
         createContextValues()
-          .set(clientAddressKey, request.ip)
+          .set(clientAddressKey, request.clientAddress)
           .set(encodedRequestKey, encodedRequests.get(request)),
       grpc: false,
       grpcWeb: true,

@@ -45,6 +45,14 @@ export function restErrorBody(error: ConnectError): RestErrorBody {
   return { code: codeToString(error.code), message: error.rawMessage, details };
 }
 
+/**
+ * The REST error body as JSON text, for refusals written outside Fastify
+ * (before it has a request: the HTTP/1.1 parser's, an HTTP/2 stream's deadline).
+ */
+export function restErrorText(message: string, code: Code): string {
+  return JSON.stringify(restErrorBody(new ConnectError(message, code)));
+}
+
 /** The code word of a call's outcome (`invalid_argument`), for logs and metrics. */
 export function codeOf(error: unknown): string {
   return error instanceof ConnectError ? codeToString(error.code) : "internal";

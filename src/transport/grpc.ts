@@ -9,6 +9,7 @@ import { file_health_v1_health } from "../../gen/health/v1/health_pb.js";
 import type { ConnectionConfig } from "../config.js";
 import { decodeBinaryRequest } from "../contract/decode-request.js";
 import { encodeOnce } from "../contract/shared-messages.js";
+import type { ClientAddressOf } from "./client-address.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
 import { type Pipeline, type Rpc, type ServiceRegistration, TransportCall } from "./pipeline.js";
 
@@ -30,6 +31,7 @@ export function createGrpcServer(deps: {
   log: ErrorLogger;
   maxMessageBytes: number;
   limits: ConnectionConfig;
+  clientAddressOf: ClientAddressOf;
 }): GrpcTransport {
   const { limits } = deps;
   const server = new grpc.Server({
@@ -97,10 +99,10 @@ function methodDefinition(rpc: Rpc): grpc.MethodDefinition<unknown, unknown> {
 
 function unaryHandler(
   rpc: Rpc,
-  deps: { pipeline: Pipeline; log: ErrorLogger },
+  deps: { pipeline: Pipeline; log: ErrorLogger; clientAddressOf: ClientAddressOf },
 ): grpc.handleUnaryCall<unknown, unknown> {
   return (raw, callback) => {
-    const call = new GrpcCall(rpc, raw);
+    const call = new GrpcCall(rpc, raw, deps.clientAddressOf);
     raw.on("cancelled", () => call.context.abort());
     deps.pipeline(call).then(
       (response) => {
@@ -118,6 +120,7 @@ class GrpcCall extends TransportCall {
   constructor(
     rpc: Rpc,
     private readonly raw: grpc.ServerUnaryCall<unknown, unknown>,
+    private readonly clientAddressOf: ClientAddressOf,
   ) {
     super(rpc, "grpc", "POST", `/${rpc.name}`, () => {
       const headers = new Headers();
@@ -129,7 +132,7 @@ class GrpcCall extends TransportCall {
   }
 
   get clientAddress(): string {
-    return addressOfPeer(this.raw.getPeer());
+    return this.clientAddressOf(addressOfPeer(this.raw.getPeer()), (name) => this.header(name));
   }
 
   header(name: string): string | undefined {

@@ -5,6 +5,7 @@ import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
   type FastifyInstance,
+  type FastifyRequest,
   LogController,
 } from "fastify";
 import type { Logger } from "pino";
@@ -12,6 +13,7 @@ import type { Registry } from "prom-client";
 import type { CorsOrigins } from "../config.js";
 import { secretsEqual } from "../domain/api-keys.js";
 import type { Store } from "../store/store.js";
+import type { ClientAddressOf } from "./client-address.js";
 import { registerConnect } from "./connect.js";
 import { registerCors } from "./cors.js";
 import { registerDocs } from "./docs.js";
@@ -20,6 +22,7 @@ import {
   httpError,
   httpStatusOf,
   restErrorBody,
+  restErrorText,
   toConnectError,
 } from "./errors.js";
 import { registerOpenApi } from "./openapi.js";
@@ -48,6 +51,15 @@ export interface HttpAppOptions {
   readonly isDraining?: () => boolean;
   /** The origins browsers may call from; `*` when unset. */
   readonly corsOrigins?: CorsOrigins;
+  /** The client's address, from the peer and the headers of trusted proxies (TRUSTED_PROXIES). */
+  readonly clientAddressOf: ClientAddressOf;
+}
+
+declare module "fastify" {
+  interface FastifyRequest {
+    /** The client's address for limits and logs (see `ClientAddressOf`). */
+    readonly clientAddress: string;
+  }
 }
 
 /**
@@ -70,6 +82,16 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     frameworkErrors: (error, request, reply) =>
       reply.server.errorHandler(routerError(error, reply.server), request, reply),
     clientErrorHandler: answerClientError,
+  });
+  const { clientAddressOf } = options;
+  app.decorateRequest("clientAddress", {
+    getter(this: FastifyRequest): string {
+      const { headers } = this;
+      return clientAddressOf(this.socket.remoteAddress ?? "", (name) => {
+        const value = headers[name];
+        return Array.isArray(value) ? value.join(", ") : value;
+      });
+    },
   });
   // A callback hook, not an async one: it runs on every request.
   app.addHook("onRequest", (request, _reply, done) => {
@@ -110,7 +132,7 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
     const limits = { responseHeaders: new Map<string, string>() };
     let valid: boolean;
     try {
-      valid = await options.checkCredential(limits, request.ip, () =>
+      valid = await options.checkCredential(limits, request.clientAddress, () =>
         secretsEqual(credential, metricsToken),
       );
     } finally {
@@ -179,7 +201,7 @@ function answerClientError(error: NodeJS.ErrnoException, socket: Duplex): void {
       : error.code === "HPE_HEADER_OVERFLOW"
         ? [431, Code.ResourceExhausted, "the request line and headers are over 16 KB"]
         : [400, Code.InvalidArgument, "the request is not valid HTTP/1.1"];
-  const body = JSON.stringify(restErrorBody(new ConnectError(message, code)));
+  const body = restErrorText(message, code);
   // As Node's own handler: nothing is written into a response already under
   // way (a pipelined request's error would land inside its body).
   const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage;

@@ -10,8 +10,8 @@ const acceptableRequestId = /^[\w.:-]{1,128}$/;
 /**
  * One structured line per call on every protocol: the request id (the
  * client's `x-request-id`, or a new one, returned in the response), the
- * protocol, the RPC, the API key's id (never the key), the code and the
- * duration.
+ * protocol, the RPC, the API key's id (never the key), the client's
+ * address (see `ClientAddressOf`), the code and the duration.
  */
 export function logCalls(logger: Logger): CallObserver {
   return {
@@ -28,6 +28,7 @@ export function logCalls(logger: Logger): CallObserver {
           protocol: call.protocol,
           rpc: call.rpc.name,
           keyId: call.context.values.get(callerKey)?.keyId,
+          client: call.clientAddress,
           code,
           durationMs: Math.round(elapsedMs * 100) / 100,
         },

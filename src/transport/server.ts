@@ -1,8 +1,10 @@
 import type { Server as HttpServer, IncomingMessage, ServerResponse } from "node:http";
 import { createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
+import { createServer as createTlsServer, type TLSSocket } from "node:tls";
 import * as grpc from "@grpc/grpc-js";
 import type { FastifyInstance } from "fastify";
-import type { ConnectionConfig } from "../config.js";
+import type { ConnectionConfig, TlsConfig } from "../config.js";
+import { createHttp2Injector, type HttpRequestHandler } from "./http2-streams.js";
 
 /** The client connection preface of HTTP/2 (RFC 9113 §3.4); a SETTINGS frame must follow it. */
 const http2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
@@ -12,9 +14,11 @@ const settingsFrameType = 0x4;
 const initialMaxFrameSize = 16_384;
 
 /**
- * One TCP port for everything: a connection that opens with the HTTP/2
- * preface goes to grpc-js (gRPC, reflection, health); any other is HTTP/1.1
- * and goes to Fastify (REST, Connect, gRPC-Web).
+ * One TCP port for everything, cleartext or TLS: a connection that opens
+ * with the HTTP/2 preface (or negotiates `h2` by ALPN) is an HTTP/2 session,
+ * whose gRPC streams go to grpc-js (gRPC, reflection, health) and whose
+ * other streams go to Fastify; any other connection is HTTP/1.1 and goes to
+ * Fastify (REST, Connect, gRPC-Web, health, metrics, docs).
  */
 export interface SharedPortServer {
   /** Starts listening; resolves with the bound port (rejects with the listen error, e.g. EADDRINUSE). */
@@ -32,10 +36,18 @@ export function createSharedPortServer(deps: {
   grpc: grpc.Server;
   http: FastifyInstance;
   limits: ConnectionConfig;
+  /** Serves HTTPS (ALPN `h2` and `http/1.1`) with this certificate; cleartext without. */
+  tls?: TlsConfig;
 }): SharedPortServer {
   const { limits } = deps;
   const httpServer = deps.http.server;
-  const injector = deps.grpc.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  // TLS, when on, ends before either side: grpc-js gets plain HTTP/2 connections.
+  const injector = createHttp2Injector(
+    deps.grpc,
+    grpc.ServerCredentials.createInsecure(),
+    deps.http.routing as unknown as HttpRequestHandler,
+    limits,
+  );
   applyHttp1Limits(httpServer, limits);
 
   const sockets = new Set<Socket>();
@@ -83,10 +95,12 @@ export function createSharedPortServer(deps: {
     }
   });
 
-  // Responses go out as soon as they are written (Nagle off), as Node's own
-  // HTTP server sets for the connections it accepts; this listener accepts
-  // them for both sides.
-  const tcp: TcpServer = createTcpServer({ noDelay: true }, (socket) => {
+  /**
+   * Takes a connection (a TCP one, or a TLS one once its handshake is done)
+   * to the side its protocol is for: the one ALPN chose, else the one its
+   * first bytes speak.
+   */
+  const accept = (socket: Socket, negotiated?: "http/1.1" | "h2") => {
     sockets.add(socket);
     undecided.add(socket);
     // A fixed deadline, not an idle timer: a client trickling a byte at a
@@ -97,7 +111,7 @@ export function createSharedPortServer(deps: {
       sockets.delete(socket);
       undecided.delete(socket);
     });
-    routeByPreface(socket, (protocol) => {
+    const handOff = (protocol: "http/1.1" | "h2") => {
       clearTimeout(prefaceTimer);
       undecided.delete(socket);
       if (protocol === "h2") {
@@ -115,8 +129,36 @@ export function createSharedPortServer(deps: {
         if (http1Sockets.size === 0) onHttp1Drained?.();
       });
       httpServer.emit("connection", socket);
+    };
+    if (negotiated) handOff(negotiated);
+    else routeByPreface(socket, handOff);
+  };
+
+  // Responses go out as soon as they are written (Nagle off), as Node's own
+  // HTTP server sets for the connections it accepts; this listener accepts
+  // them for both sides.
+  let tcp: TcpServer;
+  if (deps.tls) {
+    tcp = createTlsServer({
+      cert: deps.tls.cert,
+      key: deps.tls.key,
+      ALPNProtocols: ["h2", "http/1.1"],
+      handshakeTimeout: limits.prefaceTimeoutMs,
+      noDelay: true,
     });
-  });
+    // The TCP sockets under the TLS ones, so that a drain's end closes the
+    // ones still in their handshake too.
+    tcp.on("connection", (raw: Socket) => {
+      sockets.add(raw);
+      raw.once("close", () => sockets.delete(raw));
+    });
+    tcp.on("secureConnection", (socket: TLSSocket) => {
+      const alpn = socket.alpnProtocol;
+      accept(socket, alpn === "h2" || alpn === "http/1.1" ? alpn : undefined);
+    });
+  } else {
+    tcp = createTcpServer({ noDelay: true }, (socket) => accept(socket));
+  }
   // Node refuses connections past this at once (it closes them on accept).
   tcp.maxConnections = limits.maxConnections;
 

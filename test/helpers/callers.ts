@@ -10,7 +10,16 @@ import { Code, ConnectError, createClient, type Transport } from "@connectrpc/co
 import { createGrpcWebTransport } from "@connectrpc/connect-node";
 import { fromPlain, toPlain } from "../../src/contract/plain-codec.js";
 import { type HttpRoute, httpRouteOf } from "../../src/transport/rest/http-rules.js";
-import { connectClient, grpcCall, type Json, rest, type TestServer } from "./server.js";
+import {
+  connectClient,
+  grpcCall,
+  type HttpVersion,
+  http2Fetch,
+  http2SessionOf,
+  type Json,
+  rest,
+  type TestServer,
+} from "./server.js";
 
 /** The protocols a rule is checked on. */
 export type Protocol = "rest" | "grpc" | "connect";
@@ -18,17 +27,42 @@ export type Protocol = "rest" | "grpc" | "connect";
 /** Every protocol, for tests that run once per protocol. */
 export const protocols: readonly Protocol[] = ["rest", "grpc", "connect"];
 
-/** Every protocol the port serves: the three above, Connect binary and gRPC-Web. */
-export type WireProtocol = Protocol | "connect-binary" | "grpc-web";
+/**
+ * Every protocol the port serves: the three above, Connect binary and
+ * gRPC-Web, over HTTP/1.1; and the four that are not gRPC again over
+ * cleartext HTTP/2 (`-h2`). gRPC is HTTP/2 only.
+ */
+export type WireProtocol =
+  | Protocol
+  | "connect-binary"
+  | "grpc-web"
+  | "rest-h2"
+  | "connect-h2"
+  | "connect-binary-h2"
+  | "grpc-web-h2";
 
-/** Every protocol the port serves, for parity tests. */
+/** Every protocol the port serves, on every HTTP version, for parity tests. */
 export const wireProtocols: readonly WireProtocol[] = [
   "rest",
   "grpc",
   "connect",
   "connect-binary",
   "grpc-web",
+  "rest-h2",
+  "connect-h2",
+  "connect-binary-h2",
+  "grpc-web-h2",
 ];
+
+/** A wire protocol's own protocol, and the HTTP version it is sent over. */
+export function wireOf(protocol: WireProtocol): {
+  base: Protocol | "connect-binary" | "grpc-web";
+  httpVersion: HttpVersion;
+} {
+  return protocol.endsWith("-h2")
+    ? { base: protocol.slice(0, -3) as Protocol, httpVersion: "2" }
+    : { base: protocol as Protocol, httpVersion: "1.1" };
+}
 
 /**
  * What a call returned, the same way on every protocol: the REST JSON of the
@@ -50,8 +84,15 @@ export async function call(
   request: Record<string, unknown>,
   key?: string,
 ): Promise<Outcome> {
-  if (protocol === "rest") return callRest(server, routeOf(method), request, key);
-  return callMessage(server, protocol, method, fromPlain(method.input, request), key);
+  const { base, httpVersion } = wireOf(protocol);
+  if (base === "rest") return callRest(server, routeOf(method), request, key, httpVersion);
+  return callMessage(
+    server,
+    protocol as Exclude<WireProtocol, "rest" | "rest-h2">,
+    method,
+    fromPlain(method.input, request),
+    key,
+  );
 }
 
 /**
@@ -60,22 +101,24 @@ export async function call(
  */
 export async function callMessage<M extends DescMethod>(
   server: TestServer,
-  protocol: Exclude<WireProtocol, "rest">,
+  protocol: Exclude<WireProtocol, "rest" | "rest-h2">,
   method: M,
   request: MessageInitShape<M["input"]>,
   key?: string,
 ): Promise<Outcome> {
   const unwrap = unwrapperOf(routeOf(method));
-  if (protocol === "grpc") {
+  const { base, httpVersion } = wireOf(protocol);
+  if (base === "grpc") {
     const outcome = await grpcCall(server, method, request, key);
     if (!outcome.ok) return { ok: false, code: codeWord(outcome.code), message: outcome.details };
     return { ok: true, body: unwrap(toPlain(method.output, outcome.message)) };
   }
-  const client = (protocol === "grpc-web"
-    ? createClient(method.parent, grpcWebTransport(server, key))
+  const client = (base === "grpc-web"
+    ? createClient(method.parent, grpcWebTransport(server, key, httpVersion))
     : connectClient(server, method.parent, {
         key,
-        binary: protocol === "connect-binary",
+        binary: base === "connect-binary",
+        httpVersion,
       })) as unknown as Record<string, (input: unknown) => Promise<Message>>;
   try {
     const response = await (client[method.localName] as (input: unknown) => Promise<Message>)(
@@ -96,25 +139,32 @@ export async function callMessage<M extends DescMethod>(
  */
 export async function callJson(
   server: TestServer,
-  protocol: "rest" | "connect",
+  protocol: "rest" | "connect" | "rest-h2" | "connect-h2",
   method: DescMethod,
   request: Record<string, unknown>,
   extra: Record<string, unknown>,
   key?: string,
 ): Promise<Outcome> {
   const route = routeOf(method);
-  if (protocol === "rest") return callRest(server, route, { ...request, ...extra }, key);
+  const { base, httpVersion } = wireOf(protocol);
+  if (base === "rest") {
+    return callRest(server, route, { ...request, ...extra }, key, httpVersion);
+  }
   const body = {
     ...(toJson(method.input, fromPlain(method.input, request)) as JsonObject),
     ...extra,
   };
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (key !== undefined) headers.authorization = key;
-  const response = await fetch(`${server.baseUrl}/${method.parent.typeName}/${method.name}`, {
-    method: "POST",
-    headers,
-    body: JSON.stringify(body),
-  });
+  const path = `/${method.parent.typeName}/${method.name}`;
+  const response =
+    httpVersion === "2"
+      ? await http2Fetch(server, "POST", path, headers, JSON.stringify(body))
+      : await fetch(`${server.baseUrl}${path}`, {
+          method: "POST",
+          headers,
+          body: JSON.stringify(body),
+        });
   const json = (await response.json()) as Json;
   if (!response.ok) return { ok: false, code: json.code, message: json.message };
   return {
@@ -129,6 +179,7 @@ async function callRest(
   route: HttpRoute,
   request: Record<string, unknown>,
   key: string | undefined,
+  httpVersion: HttpVersion,
 ): Promise<Outcome> {
   const remaining = { ...request };
   const path = route.template.replace(/\{([^}=]+)\}/g, (_match, name: string) => {
@@ -154,7 +205,7 @@ async function callRest(
     for (const item of Array.isArray(value) ? value : [value]) query.append(name, String(item));
   }
   const search = query.size > 0 ? `?${query}` : "";
-  const response = await rest(server, route.verb, `${path}${search}`, { key, body });
+  const response = await rest(server, route.verb, `${path}${search}`, { key, body, httpVersion });
   if (response.status < 300) return { ok: true, body: response.body };
   return { ok: false, code: response.body.code, message: response.body.message };
 }
@@ -174,11 +225,17 @@ function unwrapperOf(route: HttpRoute): (body: Json) => Json {
   return (body) => (route.responseBody ? body[route.responseBody.jsonName] : body);
 }
 
-/** A gRPC-Web transport over HTTP/1.1 that sends `key`, when given. */
-function grpcWebTransport(server: TestServer, key: string | undefined): Transport {
+/** A gRPC-Web transport over HTTP/1.1 or cleartext HTTP/2 that sends `key`, when given. */
+function grpcWebTransport(
+  server: TestServer,
+  key: string | undefined,
+  httpVersion: HttpVersion,
+): Transport {
   return createGrpcWebTransport({
     baseUrl: server.baseUrl,
-    httpVersion: "1.1",
+    ...(httpVersion === "2"
+      ? { httpVersion: "2", sessionManager: http2SessionOf(server) }
+      : { httpVersion: "1.1" }),
     interceptors:
       key === undefined
         ? []

@@ -12,7 +12,7 @@ import {
   toBinary,
 } from "@bufbuild/protobuf";
 import { type Client, type Code, createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { type App, buildApp } from "../../src/app.js";
@@ -152,6 +152,8 @@ export async function rest(
     rawBody?: string;
     contentType?: string;
     headers?: Record<string, string>;
+    /** "2" sends the request over cleartext HTTP/2 (prior knowledge), on the server's shared session. */
+    httpVersion?: HttpVersion;
   } = {},
 ): Promise<{ status: number; body: Json; headers: Headers }> {
   const headers: Record<string, string> = { ...options.headers };
@@ -161,7 +163,10 @@ export async function rest(
     headers["content-type"] = options.contentType ?? "application/json";
     body = options.rawBody ?? JSON.stringify(options.body);
   }
-  const response = await fetch(`${server.baseUrl}${path}`, { method, headers, body });
+  const response =
+    options.httpVersion === "2"
+      ? await http2Fetch(server, method, path, headers, body)
+      : await fetch(`${server.baseUrl}${path}`, { method, headers, body });
   const text = await response.text();
   // A response the OpenAPI document does not describe fails the calling test.
   checkRestResponse({
@@ -178,15 +183,67 @@ export async function rest(
   return { status: response.status, body: parsed, headers: response.headers };
 }
 
-/** A Connect client over HTTP/1.1, JSON or binary. */
+/** The HTTP versions the port serves every protocol on. */
+export type HttpVersion = "1.1" | "2";
+
+const http2Sessions = new Map<number, Http2SessionManager>();
+
+/** The cleartext HTTP/2 session manager the test's HTTP/2 clients of a server share. */
+export function http2SessionOf(server: TestServer): Http2SessionManager {
+  let manager = http2Sessions.get(server.port);
+  if (!manager) {
+    manager = new Http2SessionManager(server.baseUrl);
+    http2Sessions.set(server.port, manager);
+  }
+  return manager;
+}
+
+/**
+ * A request over cleartext HTTP/2 (prior knowledge), answered as fetch
+ * answers: Node's fetch speaks HTTP/1.1 only to an `http:` URL.
+ */
+export async function http2Fetch(
+  server: TestServer,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string | Uint8Array,
+): Promise<Response> {
+  const stream = await http2SessionOf(server).request(method, path, headers, {});
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let responseHeaders: Record<string, unknown> = {};
+    stream.on("response", (received: Record<string, unknown>) => {
+      responseHeaders = received;
+    });
+    stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+    stream.on("error", reject);
+    stream.on("end", () => {
+      const status = Number(responseHeaders[":status"]);
+      const answered = new Headers();
+      for (const [name, value] of Object.entries(responseHeaders)) {
+        if (name.startsWith(":")) continue;
+        for (const item of Array.isArray(value) ? value : [value])
+          answered.append(name, String(item));
+      }
+      const nullBody = status === 204 || status === 304 || method === "HEAD";
+      resolve(new Response(nullBody ? null : Buffer.concat(chunks), { status, headers: answered }));
+    });
+    stream.end(body === undefined ? undefined : Buffer.from(body));
+  });
+}
+
+/** A Connect client, JSON or binary, over HTTP/1.1 or cleartext HTTP/2. */
 export function connectClient<S extends DescService>(
   server: TestServer,
   service: S,
-  options: { key?: string; binary?: boolean } = {},
+  options: { key?: string; binary?: boolean; httpVersion?: HttpVersion } = {},
 ): Client<S> {
   const transport = createConnectTransport({
     baseUrl: server.baseUrl,
-    httpVersion: "1.1",
+    ...(options.httpVersion === "2"
+      ? { httpVersion: "2", sessionManager: http2SessionOf(server) }
+      : { httpVersion: "1.1" }),
     useBinaryFormat: options.binary ?? false,
     interceptors: options.key
       ? [
@@ -243,8 +300,10 @@ export function grpcCall<I extends DescMessage, O extends DescMessage>(
   });
 }
 
-/** Closes the cached gRPC client of a server. */
+/** Closes the cached gRPC client and HTTP/2 session of a server. */
 export function closeGrpcClient(server: TestServer): void {
   grpcClients.get(server.port)?.close();
   grpcClients.delete(server.port);
+  http2Sessions.get(server.port)?.abort();
+  http2Sessions.delete(server.port);
 }

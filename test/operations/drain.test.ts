@@ -2,7 +2,11 @@ import { Agent, request as httpRequest } from "node:http";
 import type { Socket } from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { type Interceptor as ClientInterceptor, createClient } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
+import {
+  createConnectTransport,
+  createGrpcWebTransport,
+  Http2SessionManager,
+} from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
@@ -127,6 +131,45 @@ async function connectCall(baseUrl: string): Promise<number> {
   return (await createClient(CampaignsService, transport).listCampaigns({})).campaigns.length;
 }
 
+/** Connect, then REST, over one cleartext HTTP/2 connection: the number of campaigns each got. */
+async function http2Calls(
+  baseUrl: string,
+): Promise<[number, { status: number; campaigns: number }]> {
+  const sessionManager = new Http2SessionManager(baseUrl);
+  try {
+    const transport = createConnectTransport({
+      baseUrl,
+      httpVersion: "2",
+      sessionManager,
+      interceptors: [withHoldHeaders],
+    });
+    const connect = createClient(CampaignsService, transport)
+      .listCampaigns({})
+      .then((response) => response.campaigns.length);
+    const rest = sessionManager.request("GET", "/campaigns", holdHeaders, {}).then(
+      (stream) =>
+        new Promise<{ status: number; campaigns: number }>((resolve, reject) => {
+          let status = 0;
+          let body = "";
+          stream.on("response", (headers) => {
+            status = Number(headers[":status"]);
+          });
+          stream.setEncoding("utf8");
+          stream.on("data", (chunk: string) => {
+            body += chunk;
+          });
+          stream.on("end", () =>
+            resolve({ status, campaigns: (JSON.parse(body) as unknown[]).length }),
+          );
+          stream.on("error", reject);
+        }),
+    );
+    return await Promise.all([connect, rest]);
+  } finally {
+    sessionManager.abort();
+  }
+}
+
 async function grpcWebCall(baseUrl: string): Promise<number> {
   const transport = createGrpcWebTransport({
     baseUrl,
@@ -166,7 +209,7 @@ function received(socket: Socket): Promise<string> {
   return new Promise((resolve) => socket.once("close", () => resolve(text)));
 }
 
-test("calls in flight on every protocol finish during the drain; health, /readyz and the port say it is closing", async (t) => {
+test("calls in flight on every protocol and HTTP version finish during the drain; health, /readyz and the port say it is closing", async (t) => {
   // A grace far longer than the test, so that a drain ended by it shows.
   const graceMs = 30_000;
   await withHeldCalls({ SHUTDOWN_GRACE: `${graceMs}ms` }, async (server, hold) => {
@@ -183,9 +226,14 @@ test("calls in flight on every protocol finish during the drain; health, /readyz
       connectCall(server.baseUrl),
       grpcWebCall(server.baseUrl),
       grpcCall(server.port),
+      http2Calls(server.baseUrl),
     ]);
-    await hold.until(4);
-    t.deepEqual([...hold.held].sort(), ["connect", "grpc", "grpc-web", "rest"]);
+    await hold.until(6);
+    t.deepEqual(
+      [...hold.held].sort(),
+      ["connect", "connect", "grpc", "grpc-web", "rest", "rest"],
+      "Connect and REST over HTTP/1.1 and HTTP/2",
+    );
 
     const drainStarted = performance.now();
     const closing = server.app.close();
@@ -202,8 +250,10 @@ test("calls in flight on every protocol finish during the drain; health, /readyz
     // Held well past the moment the drain began, then answered.
     await new Promise((resolve) => setTimeout(resolve, 300));
     hold.release();
-    const [rest, connect, grpcWeb, grpcCampaigns] = await calls;
+    const [rest, connect, grpcWeb, grpcCampaigns, [connectHttp2, restHttp2]] = await calls;
     t.deepEqual(rest, { status: 200, connection: "close", campaigns: 2 });
+    t.is(connectHttp2, 2);
+    t.deepEqual(restHttp2, { status: 200, campaigns: 2 });
     t.is(connect, 2);
     t.is(grpcWeb, 2);
     t.is(grpcCampaigns, 2);

@@ -17,9 +17,10 @@ import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { type Json, keys, useServer } from "../helpers/server.js";
 
 /**
- * Parity of the five protocols on one port: every RPC, for every outcome it
- * can produce, gives the same code, message and data over REST, gRPC,
- * Connect JSON, Connect binary and gRPC-Web. Then what only one family can
+ * Parity of the five protocols on one port, on both HTTP versions: every
+ * RPC, for every outcome it can produce, gives the same code, message and
+ * data over REST, gRPC, Connect JSON, Connect binary and gRPC-Web, each of
+ * them but gRPC over HTTP/1.1 and over cleartext HTTP/2. Then what only one family can
  * send: unknown fields and enum words on the JSON protocols, unknown enum
  * numbers on the binary ones, each refused alike and changing nothing.
  */
@@ -521,6 +522,8 @@ for (const method of methods) {
   const json = (extra: Request) => ({
     rest: (request: Request) => callJson(server, "rest", method, request, extra, key),
     connect: (request: Request) => callJson(server, "connect", method, request, extra, key),
+    "rest-h2": (request: Request) => callJson(server, "rest-h2", method, request, extra, key),
+    "connect-h2": (request: Request) => callJson(server, "connect-h2", method, request, extra, key),
   });
   // Only a body can carry an unknown field alike: REST reads GET requests from the query.
   if (httpRouteOf(method)?.body === "*") {
@@ -533,11 +536,15 @@ for (const method of methods) {
     const values = field.enum?.values ?? [];
     const protoNames = values.filter((v) => v.number !== 0).map((v) => v.name);
     const restWords = field.enum ? enumWords(field.enum).words : [];
+    const restRefusal = `${field.jsonName} must be one of: ${restWords.join(", ")}`;
+    const connectRefusal = `${field.jsonName} must be one of: ${protoNames.join(", ")}`;
     refusedAlike(word, method, field.jsonName, json({ [field.jsonName]: "staging" }), {
-      rest: `${field.jsonName} must be one of: ${restWords.join(", ")}`,
-      connect: `${field.jsonName} must be one of: ${protoNames.join(", ")}`,
+      rest: restRefusal,
+      connect: connectRefusal,
+      "rest-h2": restRefusal,
+      "connect-h2": connectRefusal,
     });
-    const binary = (protocol: Exclude<WireProtocol, "rest">) => (request: Request) =>
+    const binary = (protocol: Exclude<WireProtocol, "rest" | "rest-h2">) => (request: Request) =>
       callMessage(
         server,
         protocol,
@@ -553,7 +560,10 @@ for (const method of methods) {
         grpc: binary("grpc"),
         "connect-binary": binary("connect-binary"),
         "grpc-web": binary("grpc-web"),
+        "connect-binary-h2": binary("connect-binary-h2"),
+        "grpc-web-h2": binary("grpc-web-h2"),
       },
     );
   }
 }
+

@@ -13,10 +13,17 @@ import {
 } from "../../gen/referral/v1/campaigns_pb.js";
 import { loadConfig } from "../../src/config.js";
 import { addressKey } from "../../src/transport/rate-limit.js";
-import type { WireProtocol } from "../helpers/callers.js";
-import { wireProtocols } from "../helpers/callers.js";
+import { type WireProtocol, wireOf, wireProtocols } from "../helpers/callers.js";
 import { dropDatabase, engineNames, freshDatabaseName } from "../helpers/engines.js";
-import { keys, rest, startServer, type TestServer, useServer } from "../helpers/server.js";
+import {
+  closeGrpcClient,
+  http2SessionOf,
+  keys,
+  rest,
+  startServer,
+  type TestServer,
+  useServer,
+} from "../helpers/server.js";
 
 // Rate limits per API key and per client address, on every protocol: the
 // refusal (429 / RESOURCE_EXHAUSTED), the IETF RateLimit headers on every
@@ -38,23 +45,26 @@ async function listCampaigns(
   protocol: WireProtocol,
   key: string | undefined,
 ): Promise<Answer> {
-  if (protocol === "rest") {
-    const response = await rest(server, "GET", "/campaigns", { key });
+  const { base, httpVersion } = wireOf(protocol);
+  if (base === "rest") {
+    const response = await rest(server, "GET", "/campaigns", { key, httpVersion });
     return {
       code: response.status === 200 ? "ok" : response.body.code,
       status: response.status,
       header: (name) => response.headers.get(name),
     };
   }
-  if (protocol === "grpc") return grpcListCampaigns(server, key);
+  if (base === "grpc") return grpcListCampaigns(server, key);
   const options = {
     baseUrl: server.baseUrl,
-    httpVersion: "1.1" as const,
-    useBinaryFormat: protocol !== "connect",
+    ...(httpVersion === "2"
+      ? { httpVersion: "2" as const, sessionManager: http2SessionOf(server) }
+      : { httpVersion: "1.1" as const }),
+    useBinaryFormat: base !== "connect",
     interceptors: key === undefined ? [] : [withKey(key)],
   };
   const transport: Transport =
-    protocol === "grpc-web" ? createGrpcWebTransport(options) : createConnectTransport(options);
+    base === "grpc-web" ? createGrpcWebTransport(options) : createConnectTransport(options);
   let headers = new Headers();
   try {
     await createClient(CampaignsService, transport).listCampaigns(
@@ -275,6 +285,7 @@ test("after Retry-After seconds the key is served again", async (t) => {
     t.is(again.status, 200);
     t.is(rateLimitOf(again).remaining, 1, "a new window");
   } finally {
+    closeGrpcClient(server);
     await server.stop();
   }
 });
@@ -330,6 +341,7 @@ test("admin calls are limited by address, counted before the token is checked", 
     t.is(tenant.status, 200, "calls with an API key are not admin calls");
     t.is(await rateLimitedCount(server, "admin"), 2);
   } finally {
+    closeGrpcClient(server);
     await server.stop();
   }
 });
@@ -370,6 +382,7 @@ test("failed authentications are limited by address; past the limit no credentia
     }
     t.is(await rateLimitedCount(server, "unauthenticated"), wireProtocols.length);
   } finally {
+    closeGrpcClient(server);
     await server.stop();
   }
 });
@@ -400,6 +413,7 @@ test("wrong metrics tokens count as failed authentications of their address", as
     const elsewhere = await scrape(server, `Bearer ${metricsToken}`, "127.0.0.2");
     t.is(elsewhere.status, 200, "another address is served");
   } finally {
+    closeGrpcClient(server);
     await server.stop();
   }
 });
@@ -413,6 +427,7 @@ test("a limit set to off counts nothing and adds no header", async (t) => {
       t.is(answer.header("ratelimit"), null);
     }
   } finally {
+    closeGrpcClient(server);
     await server.stop();
   }
 });

@@ -134,7 +134,7 @@ class RestCall extends TransportCall {
   }
 
   get clientAddress(): string {
-    return this.raw.ip;
+    return this.raw.clientAddress;
   }
 
   header(name: string): string | undefined {
@@ -154,7 +154,8 @@ class RestCall extends TransportCall {
 function headersOf(raw: Record<string, string | string[] | undefined>): Headers {
   const headers = new Headers();
   for (const [name, value] of Object.entries(raw)) {
-    if (value === undefined) continue;
+    // HTTP/2's pseudo-headers (`:method`, `:path`) are the request line, not headers.
+    if (value === undefined || name.startsWith(":")) continue;
     for (const item of Array.isArray(value) ? value : [value]) headers.append(name, item);
   }
   return headers;
