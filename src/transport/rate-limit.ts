@@ -19,15 +19,20 @@ import type { Call, Interceptor, Next } from "./pipeline.js";
  */
 export interface RateLimits {
   /**
-   * Before authentication, by client address: refuses an address that is
-   * over its failed-authentication limit before its credential is checked,
-   * and counts admin calls.
+   * Before authentication, by client address: counts admin calls, and
+   * refuses an admin call from an address over its failed-authentication
+   * limit before the admin token is checked (an operator's token may be
+   * guessable; an API key is not, see `authenticationFailed`).
    */
   readonly byAddress: Interceptor;
   /**
    * Counts a failed authentication against the caller's address (the
    * authentication step calls it): once the address is over its limit, the
-   * call is refused instead, and so are its next calls until the window ends.
+   * call is refused (429) instead of answered 401, until the window ends.
+   * Only failures are refused: a call with a valid API key is served from
+   * an address over its limit, so one broken client behind a NAT or a proxy
+   * does not lock out every other user of its address. Keys are 128 random
+   * bits and more, so letting guesses be checked gives a guesser nothing.
    */
   authenticationFailed(call: Call): Promise<void>;
   /**
@@ -104,7 +109,12 @@ export async function createRateLimits(
   return {
     byAddress: addressStep(counters.admin, failures, blocked, { refuse, refuseBlocked }),
     async authenticationFailed(call) {
-      if (failures) await countFailure(call, failures, call.clientAddress);
+      if (!failures) return;
+      const address = call.clientAddress;
+      const blockedMs = blocked.remainingMs(address);
+      // Already over: refused without another round trip to the counter.
+      if (blockedMs > 0) refuseBlocked(call, failures, blockedMs);
+      await countFailure(call, failures, address);
     },
     async checkCredential(answered, address, valid) {
       if (!failures) return valid();
@@ -143,15 +153,13 @@ function addressStep(
     return next(call);
   };
   return (call, next) => {
+    if (methodAccess(call.rpc.method) !== Access.ADMIN) return next(call);
     if (failures && !blocked.isEmpty()) {
-      // Only now: finding a gRPC caller's address is a string parse per call.
+      // Only now: finding a caller's address is a header lookup and a parse.
       const blockedMs = blocked.remainingMs(call.clientAddress);
       if (blockedMs > 0) return refuseBlocked(call, failures, blockedMs);
     }
-    if (admin && methodAccess(call.rpc.method) === Access.ADMIN) {
-      return countAdmin(call, next, admin);
-    }
-    return next(call);
+    return admin ? countAdmin(call, next, admin) : next(call);
   };
 }
 
