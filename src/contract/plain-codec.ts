@@ -16,6 +16,7 @@ import {
   timestampFromDate,
   timestampMs,
 } from "@bufbuild/protobuf/wkt";
+import { unknownFieldDescription } from "./field-suggestion.js";
 import { isoString } from "./iso-time.js";
 import { enumWords, omitWhenUnset } from "./options.js";
 import { encodeOnce } from "./shared-messages.js";
@@ -471,7 +472,8 @@ function readEntry(
   const field = plan.byKey.get(key);
   if (field === undefined) {
     if (ignoreUnknown) return;
-    throw new FieldError(`.${key}`, "is not a known field");
+    const names = plan.fields.map((known) => known.jsonName);
+    throw new FieldError(`.${key}`, unknownFieldDescription(key, names));
   }
   if (entry === null || entry === undefined) return;
   try {

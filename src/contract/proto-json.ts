@@ -1,4 +1,5 @@
 import type { DescEnum, DescField, DescMessage } from "@bufbuild/protobuf";
+import { unknownFieldDescription } from "./field-suggestion.js";
 import { FieldError } from "./plain-codec.js";
 
 /**
@@ -17,7 +18,10 @@ function checkMessage(schema: DescMessage, json: unknown, path: string): void {
   const fields = fieldsByKey(schema);
   for (const [key, value] of Object.entries(json)) {
     const field = fields.get(key);
-    if (!field) throw new FieldError(join(path, key), "is not a known field");
+    if (!field) {
+      const names = schema.fields.map((known) => known.jsonName);
+      throw new FieldError(join(path, key), unknownFieldDescription(key, names));
+    }
     if (value === null) continue;
     checkValue(field, value, join(path, field.jsonName));
   }

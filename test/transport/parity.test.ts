@@ -567,3 +567,26 @@ for (const method of methods) {
   }
 }
 
+{
+  // A misspelt field is refused with the field it most likely meant, alike on every JSON protocol.
+  const method = rpc("IdentifyCustomer");
+  const key = credentials[methodAccess(method)].own;
+  const misspelt =
+    (protocol: "rest" | "connect" | "rest-h2" | "connect-h2") => (request: Request) => {
+      const { externalUserId, ...rest } = request;
+      return callJson(server, protocol, method, rest, { externalUserID: externalUserId }, key);
+    };
+  const message = "externalUserID is not a known field; did you mean externalUserId?";
+  refusedAlike(
+    "IdentifyCustomer with a misspelt field: refused with the field it meant",
+    method,
+    "externalUserID",
+    {
+      rest: misspelt("rest"),
+      connect: misspelt("connect"),
+      "rest-h2": misspelt("rest-h2"),
+      "connect-h2": misspelt("connect-h2"),
+    },
+    { rest: message, connect: message, "rest-h2": message, "connect-h2": message },
+  );
+}

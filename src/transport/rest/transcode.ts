@@ -1,4 +1,5 @@
 import { type DescField, type DescMessage, type Message, ScalarType } from "@bufbuild/protobuf";
+import { unknownFieldDescription } from "../../contract/field-suggestion.js";
 import {
   FieldError,
   fieldByKey,
@@ -110,7 +111,10 @@ function readQuery(
   for (const [key, raw] of Object.entries(query)) {
     if (raw === undefined) continue;
     const parameter = parameters.get(key);
-    if (!parameter) throw new FieldError(key, "is not a known query parameter");
+    if (!parameter) {
+      const names = [...new Set([...parameters.values()].map(({ jsonName }) => jsonName))];
+      throw new FieldError(key, unknownFieldDescription(key, names, "query parameter"));
+    }
     if (parameter.repeated) {
       out[parameter.jsonName] = (Array.isArray(raw) ? raw : [raw]).map(parameter.parse);
       continue;
