@@ -196,10 +196,15 @@ const invalidTimeout = "the grpc-timeout header is not a valid timeout";
 const noMessage = "the call sent no request message: it takes exactly one";
 const secondMessage = "the call sent a second request message: it takes exactly one";
 
-/** The IP address of a grpc-js peer (`1.2.3.4:5678`, `[::1]:5678`). */
+/**
+ * The IP address of a grpc-js peer: grpc-js writes the address and the port
+ * as `1.2.3.4:5678` or `::1:5678` (no brackets), so the port is after the
+ * last colon.
+ */
 function addressOfPeer(peer: string): string {
-  const address = peer.replace(/:\d+$/, "");
-  return address.startsWith("[") ? address.slice(1, -1) : address;
+  const portAt = peer.lastIndexOf(":");
+  const address = portAt > 0 ? peer.slice(0, portAt) : peer;
+  return address[0] === "[" ? address.slice(1, -1) : address;
 }
 
 function metadataOf(headers: Iterable<[string, string]>): grpc.Metadata {
