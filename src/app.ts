@@ -183,7 +183,7 @@ export async function buildApp(
   }
 }
 
-/** The services and the two servers that share the port: Fastify (HTTP/1.1) and grpc-js. */
+/** The services and the two servers that share the port: Fastify (all but gRPC) and grpc-js (gRPC). */
 async function buildTransports(
   config: Config,
   deps: ServiceDeps,

@@ -24,7 +24,7 @@ import { type ErrorLogger, httpError, httpStatusOf, toConnectError } from "./err
 import type { Pipeline, Rpc, ServiceRegistration } from "./pipeline.js";
 
 /**
- * Serves the Connect protocol (JSON and binary) and gRPC-Web over HTTP/1.1
+ * Serves the Connect protocol (JSON and binary) and gRPC-Web over HTTP/1.1 and HTTP/2
  * on the Fastify instance. connect-es decodes and encodes; every call goes
  * through the pipeline.
  */
@@ -77,7 +77,7 @@ export async function registerConnect(
       const connectType = parseConnectContentType(contentType);
       const webType = parseGrpcWebContentType(contentType);
       if (!(connectType && !connectType.stream) && !(webType && !webType.text)) {
-        // Only HTTP/1.1 reaches this layer; a gRPC client's frame here is a
+        // Over HTTP/2 grpc-js takes gRPC calls: a gRPC client's frame here came over HTTP/1.1, from a
         // client or proxy that downgraded the call.
         if (contentType && grpcContentType.test(contentType)) throw httpError(415, grpcOverHttp1);
         throw httpError(415, connectMediaTypes);

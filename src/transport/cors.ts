@@ -26,7 +26,7 @@ const serviceResponseHeaders = [
 const preflightMaxAgeSeconds = 7200;
 
 /**
- * CORS on every HTTP/1.1 path, with `@fastify/cors`: a preflight is answered
+ * CORS on every HTTP path, with `@fastify/cors`: a preflight is answered
  * in its `onRequest` hook, before any route, so it needs no key and is never
  * counted by a rate limit, and every response to a browser (errors
  * included) carries `Access-Control-Allow-Origin` for an allowed origin. The methods and

@@ -31,7 +31,7 @@ import type { RateLimits } from "./rate-limit.js";
 import { type RegisteredRestRoute, registerRest } from "./rest/plugin.js";
 import { isRefusedByDrain } from "./server.js";
 
-/** Options of the HTTP/1.1 side. */
+/** Options of the HTTP side (everything but gRPC). */
 export interface HttpAppOptions {
   readonly registrations: readonly ServiceRegistration[];
   readonly pipeline: Pipeline;
@@ -63,7 +63,7 @@ declare module "fastify" {
 }
 
 /**
- * The Fastify instance for every HTTP/1.1 connection: CORS, REST routes,
+ * The Fastify instance for every HTTP/1.1 request and every HTTP/2 stream that is not gRPC: CORS, REST routes,
  * Connect and gRPC-Web, `/healthz`, `/readyz`, `/openapi.json` and `/docs`,
  * and one error handler that writes every REST error body. It does not listen; `createServer` hands it
  * connections.
