@@ -14,8 +14,8 @@ import {
   connectClient,
   grpcCall,
   type HttpVersion,
-  http2Fetch,
   http2SessionOf,
+  httpFetch,
   type Json,
   rest,
   type TestServer,
@@ -157,14 +157,14 @@ export async function callJson(
   const headers: Record<string, string> = { "content-type": "application/json" };
   if (key !== undefined) headers.authorization = key;
   const path = `/${method.parent.typeName}/${method.name}`;
-  const response =
-    httpVersion === "2"
-      ? await http2Fetch(server, "POST", path, headers, JSON.stringify(body))
-      : await fetch(`${server.baseUrl}${path}`, {
-          method: "POST",
-          headers,
-          body: JSON.stringify(body),
-        });
+  const response = await httpFetch(
+    server,
+    httpVersion,
+    "POST",
+    path,
+    headers,
+    JSON.stringify(body),
+  );
   const json = (await response.json()) as Json;
   if (!response.ok) return { ok: false, code: json.code, message: json.message };
   return {
@@ -235,7 +235,7 @@ function grpcWebTransport(
     baseUrl: server.baseUrl,
     ...(httpVersion === "2"
       ? { httpVersion: "2", sessionManager: http2SessionOf(server) }
-      : { httpVersion: "1.1" }),
+      : { httpVersion: "1.1", ...(server.ca ? { nodeOptions: { ca: server.ca } } : {}) }),
     interceptors:
       key === undefined
         ? []

@@ -1,4 +1,6 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { request as httpsRequest } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import {
@@ -34,6 +36,8 @@ export interface TestServer {
   readonly port: number;
   readonly baseUrl: string;
   readonly dataDir: string;
+  /** With `tls`, the self-signed certificate clients must trust (PEM). */
+  readonly ca?: Buffer;
   /** Stops the service; `keepData` leaves the directory for a restart. */
   stop(options?: { keepData?: boolean }): Promise<void>;
 }
@@ -52,11 +56,49 @@ export interface ServerOptions {
   readonly logTo?: { write(line: string): void };
   /** False builds the bench's variant without the operations steps (see `buildApp`). */
   readonly operations?: boolean;
+  /** Serves TLS with a throwaway certificate for localhost (see `selfSignedCertificate`). */
+  readonly tls?: boolean;
+}
+
+/**
+ * A throwaway self-signed certificate for `localhost` and 127.0.0.1, made
+ * with openssl in `dir`: the files for TLS_CERT_FILE and TLS_KEY_FILE.
+ */
+export function selfSignedCertificate(dir: string): { certFile: string; keyFile: string } {
+  const certFile = join(dir, "cert.pem");
+  const keyFile = join(dir, "key.pem");
+  execFileSync(
+    "openssl",
+    [
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-days",
+      "1",
+      "-subj",
+      "/CN=localhost",
+      "-addext",
+      "subjectAltName=DNS:localhost,IP:127.0.0.1",
+      "-keyout",
+      keyFile,
+      "-out",
+      certFile,
+    ],
+    { stdio: "ignore" },
+  );
+  return { certFile, keyFile };
 }
 
 /** Starts the service as `npm start` would, on port 0, with the test keys. */
 export async function startServer(options: ServerOptions = {}): Promise<TestServer> {
   const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), "referrals-test-"));
+  const certificate = options.tls
+    ? selfSignedCertificate(mkdtempSync(join(tmpdir(), "referrals-tls-")))
+    : undefined;
   const mongodbDb = options.engine === "mongodb" ? freshDatabaseName("server") : undefined;
   const config = loadConfig({
     DATA_DIR: dataDir,
@@ -78,6 +120,9 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     RATE_LIMIT_SECRET: "1000000/1s",
     RATE_LIMIT_ADMIN: "1000000/1s",
     RATE_LIMIT_UNAUTHENTICATED: "1000000/1s",
+    ...(certificate
+      ? { TLS_CERT_FILE: certificate.certFile, TLS_KEY_FILE: certificate.keyFile }
+      : {}),
     ...options.env,
   });
   const app = await buildApp(config, {
@@ -89,8 +134,10 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
   return {
     app,
     port,
-    baseUrl: `http://127.0.0.1:${port}`,
+    // The certificate names localhost, as a client must call it.
+    baseUrl: certificate ? `https://localhost:${port}` : `http://127.0.0.1:${port}`,
     dataDir,
+    ...(certificate ? { ca: readFileSync(certificate.certFile) } : {}),
     async stop({ keepData = false } = {}) {
       await app.close();
       if (keepData) return;
@@ -133,6 +180,9 @@ export function useServer(options: ServerOptions = {}): TestServer {
     get dataDir() {
       return current().dataDir;
     },
+    get ca() {
+      return current().ca;
+    },
     stop: (stopOptions) => current().stop(stopOptions),
   };
 }
@@ -163,10 +213,14 @@ export async function rest(
     headers["content-type"] = options.contentType ?? "application/json";
     body = options.rawBody ?? JSON.stringify(options.body);
   }
-  const response =
-    options.httpVersion === "2"
-      ? await http2Fetch(server, method, path, headers, body)
-      : await fetch(`${server.baseUrl}${path}`, { method, headers, body });
+  const response = await httpFetch(
+    server,
+    options.httpVersion ?? "1.1",
+    method,
+    path,
+    headers,
+    body,
+  );
   const text = await response.text();
   // A response the OpenAPI document does not describe fails the calling test.
   checkRestResponse({
@@ -192,15 +246,67 @@ const http2Sessions = new Map<number, Http2SessionManager>();
 export function http2SessionOf(server: TestServer): Http2SessionManager {
   let manager = http2Sessions.get(server.port);
   if (!manager) {
-    manager = new Http2SessionManager(server.baseUrl);
+    manager = new Http2SessionManager(server.baseUrl, {}, server.ca ? { ca: server.ca } : {});
     http2Sessions.set(server.port, manager);
   }
   return manager;
 }
 
 /**
- * A request over cleartext HTTP/2 (prior knowledge), answered as fetch
- * answers: Node's fetch speaks HTTP/1.1 only to an `http:` URL.
+ * A request on the server's port over an HTTP version, cleartext or (for a
+ * server with `ca`) TLS, answered as fetch answers.
+ */
+export function httpFetch(
+  server: TestServer,
+  httpVersion: HttpVersion,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string | Uint8Array,
+): Promise<Response> {
+  if (httpVersion === "2") return http2Fetch(server, method, path, headers, body);
+  if (!server.ca) return fetch(`${server.baseUrl}${path}`, { method, headers, body });
+  return httpsFetch(server, method, path, headers, body);
+}
+
+/** HTTPS over HTTP/1.1 trusting the server's certificate, which Node's fetch cannot be told. */
+function httpsFetch(
+  server: TestServer,
+  method: string,
+  path: string,
+  headers: Record<string, string>,
+  body?: string | Uint8Array,
+): Promise<Response> {
+  return new Promise((resolve, reject) => {
+    const request = httpsRequest(
+      `${server.baseUrl}${path}`,
+      { method, headers, ca: server.ca },
+      (response) => {
+        const chunks: Buffer[] = [];
+        response.on("data", (chunk: Buffer) => chunks.push(chunk));
+        response.on("error", reject);
+        response.on("end", () => {
+          const status = response.statusCode ?? 0;
+          const answered = new Headers();
+          for (const [name, value] of Object.entries(response.headers)) {
+            for (const item of Array.isArray(value) ? value : [value ?? ""])
+              answered.append(name, item);
+          }
+          const nullBody = status === 204 || status === 304 || method === "HEAD";
+          resolve(
+            new Response(nullBody ? null : Buffer.concat(chunks), { status, headers: answered }),
+          );
+        });
+      },
+    );
+    request.on("error", reject);
+    request.end(body === undefined ? undefined : Buffer.from(body));
+  });
+}
+
+/**
+ * A request over HTTP/2 (cleartext with prior knowledge, or TLS), answered as
+ * fetch answers: Node's fetch speaks HTTP/1.1 only.
  */
 export async function http2Fetch(
   server: TestServer,
@@ -243,7 +349,7 @@ export function connectClient<S extends DescService>(
     baseUrl: server.baseUrl,
     ...(options.httpVersion === "2"
       ? { httpVersion: "2", sessionManager: http2SessionOf(server) }
-      : { httpVersion: "1.1" }),
+      : { httpVersion: "1.1", ...(server.ca ? { nodeOptions: { ca: server.ca } } : {}) }),
     useBinaryFormat: options.binary ?? false,
     interceptors: options.key
       ? [
@@ -273,7 +379,9 @@ export function grpcCall<I extends DescMessage, O extends DescMessage>(
 ): Promise<GrpcOutcome<O>> {
   let client = grpcClients.get(server.port);
   if (!client) {
-    client = new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+    client = server.ca
+      ? new grpc.Client(`localhost:${server.port}`, grpc.credentials.createSsl(server.ca))
+      : new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
     grpcClients.set(server.port, client);
   }
   const metadata = new grpc.Metadata();
