@@ -14,6 +14,7 @@ import { deliveryQueueOf } from "./store/deliveries.js";
 import { type RetentionSweep, startRetentionSweep } from "./store/retention.js";
 import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
 import { openStore, type Store } from "./store/store.js";
+import { startStoreHealth } from "./store/store-health.js";
 import { clientAddressResolver } from "./transport/client-address.js";
 import type { ErrorLogger } from "./transport/errors.js";
 import { createGrpcServer } from "./transport/grpc.js";
@@ -85,8 +86,24 @@ export async function buildApp(
   let webhooks: WebhookRuntime | undefined;
   let retention: RetentionSweep | undefined;
   let rewardSweep: RewardSweep | undefined;
+  let draining = false;
+  let setServing: ((serving: boolean) => void) | undefined;
+  const storeHealth = startStoreHealth({
+    store,
+    minFreeBytes: config.minFreeDiskBytes,
+    logger,
+    onChange: (takingWrites) => {
+      if (!draining) setServing?.(takingWrites);
+    },
+  });
+  metrics.watchDisk(() => storeHealth.diskUsage());
+  // The store's passing failures (a full disk, ...) are told to its health,
+  // which logs them once a second with a count; anything else is logged here.
+  const logError = (error: unknown, fields: Record<string, unknown>, message: string) => {
+    if (storeHealth.noteFailure(error) === undefined)
+      logger.error({ err: error, ...fields }, message);
+  };
   try {
-    let draining = false;
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
     const secretBox = createSecretBox(webhookSecretKey(config));
     const transports = await buildTransports(
@@ -100,9 +117,10 @@ export async function buildApp(
         notifyWebhooks: () => webhooks?.notify(),
         onKeyRevoked: (hash) => authenticator.forget(hash),
       },
-      { authenticator, logger, metrics },
+      { authenticator, logger, metrics, logError },
       {
         isDraining: () => draining,
+        writesRefused: () => storeHealth.writesRefused(),
         extraInterceptors: options.extraInterceptors ?? [],
         operations,
       },
@@ -113,7 +131,7 @@ export async function buildApp(
       config: config.webhooks,
       secretBox,
       send: options.sendWebhook,
-      log: (error, message) => logger.error({ err: error }, message),
+      log: (error, message) => logError(error, {}, message),
       countDelivery: metrics.countDelivery,
     });
     metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
@@ -124,14 +142,14 @@ export async function buildApp(
         db: store.system,
         clock,
         retentionMs: config.eventRetentionMs,
-        log: (error, message) => logger.error({ err: error }, message),
+        log: (error, message) => logError(error, {}, message),
         report: (removed) => logger.info({ removed }, "removed expired events and deliveries"),
       });
     }
     rewardSweep = startRewardSweep({
       store,
       clock,
-      log: (error, message) => logger.error({ err: error }, message),
+      log: (error, message) => logError(error, {}, message),
       notifyWebhooks: () => webhooks?.notify(),
     });
     const sweep = rewardSweep;
@@ -141,6 +159,8 @@ export async function buildApp(
       limits: config.connections,
       ...(config.tls ? { tls: config.tls } : {}),
     });
+    setServing = (serving) => transports.grpc.setServing(serving);
+    if (storeHealth.writesRefused() !== undefined) setServing(false);
     let demo: ProvisionedDemo | undefined;
     let closed: Promise<void> | undefined;
     return {
@@ -163,7 +183,8 @@ export async function buildApp(
       close() {
         closed ??= (async () => {
           draining = true;
-          transports.grpc.markNotServing();
+          transports.grpc.setServing(false);
+          storeHealth.stop();
           const graceMs = config.connections.shutdownGraceMs;
           logger.info({ graceMs }, "draining");
           await Promise.all([server.close(graceMs), runtime.stop(graceMs)]);
@@ -175,6 +196,7 @@ export async function buildApp(
       },
     };
   } catch (error) {
+    storeHealth.stop();
     await webhooks?.stop();
     await retention?.stop();
     await rewardSweep?.stop();
@@ -191,17 +213,18 @@ async function buildTransports(
     authenticator: Authenticator;
     logger: Logger;
     metrics: ReturnType<typeof createMetrics>;
+    logError: (error: unknown, fields: Record<string, unknown>, message: string) => void;
   },
   serving: {
     isDraining: () => boolean;
+    writesRefused: () => string | undefined;
     extraInterceptors: readonly Interceptor[];
     operations: boolean;
   },
 ) {
   const { store } = deps;
-  const { authenticator, logger, metrics } = observability;
-  const log: ErrorLogger = (error, where) =>
-    logger.error({ err: error, where }, "unexpected error");
+  const { authenticator, logger, metrics, logError } = observability;
+  const log: ErrorLogger = (error, where) => logError(error, { where }, "unexpected error");
   const registrations = createServiceRegistrations(deps);
   const clientAddressOf = clientAddressResolver(config.trustedProxies);
   const rateLimits = await createRateLimits(config.rateLimits, {
@@ -217,6 +240,7 @@ async function buildTransports(
       rateLimits,
       idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
       operations: serving.operations,
+      writesRefused: serving.writesRefused,
     }),
     ...serving.extraInterceptors,
   ]);
@@ -238,6 +262,7 @@ async function buildTransports(
     checkCredential: rateLimits.checkCredential,
     maxBodyBytes: config.maxBodyBytes,
     isDraining: serving.isDraining,
+    writesRefused: serving.writesRefused,
     corsOrigins: config.corsOrigins,
     clientAddressOf,
   });

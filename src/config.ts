@@ -21,6 +21,8 @@ export interface Config {
   /** The bearer token `GET /metrics` requires; unset, the endpoint is off. */
   readonly metricsToken: string | undefined;
   readonly maxBodyBytes: number;
+  /** DATA_DIR's free space under which writes are refused (MIN_FREE_DISK); 0 is no floor. */
+  readonly minFreeDiskBytes: number;
   /** The fraud rules' thresholds. */
   readonly fraudPolicy: FraudPolicy;
   /** Webhook delivery settings. */
@@ -141,6 +143,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ),
     metricsToken: nonEmpty(env.METRICS_TOKEN),
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
+    minFreeDiskBytes: byteSize(env, "MIN_FREE_DISK", 256 * 1024 * 1024),
     webhooks: {
       secretKey: secretKey === undefined ? undefined : parseSecretKey(secretKey),
       allowPrivate: boolean(env, "WEBHOOK_ALLOW_PRIVATE", false),
@@ -283,6 +286,29 @@ function integer(
     throw new Error(`${name} must be an integer from ${min} to ${max}, got "${raw}"`);
   }
   return value;
+}
+
+const byteUnits: Record<string, number> = {
+  "": 1,
+  b: 1,
+  kib: 1024,
+  mib: 1024 ** 2,
+  gib: 1024 ** 3,
+  kb: 1000,
+  mb: 1000 ** 2,
+  gb: 1000 ** 3,
+};
+
+/** "256MiB", "1GiB", "500MB", "0": bytes, binary (KiB) or decimal (KB) units. */
+function byteSize(env: NodeJS.ProcessEnv, name: string, fallback: number): number {
+  const raw = nonEmpty(env[name]);
+  if (raw === undefined) return fallback;
+  const match = /^(\d+(?:\.\d+)?)\s*([a-z]*)$/i.exec(raw);
+  const unit = match ? byteUnits[(match[2] ?? "").toLowerCase()] : undefined;
+  if (!match || unit === undefined) {
+    throw new Error(`${name} must be a size such as 256MiB, 1GiB, 500MB or 0, got "${raw}"`);
+  }
+  return Math.round(Number(match[1]) * unit);
 }
 
 const durationUnits: Record<string, number> = {

@@ -1,4 +1,10 @@
-import { MongoServerError } from "mongodb";
+import {
+  MongoNetworkError,
+  MongoNotConnectedError,
+  MongoServerError,
+  MongoServerSelectionError,
+  MongoTopologyClosedError,
+} from "mongodb";
 
 /** The embedded engine's unique-index violation, MongoDB's error 11000. */
 export class DuplicateKeyError extends Error {
@@ -15,4 +21,35 @@ export function isDuplicateKeyError(error: unknown): boolean {
     error instanceof DuplicateKeyError ||
     (error instanceof MongoServerError && error.code === 11000)
   );
+}
+
+/** SQLite's primary result codes that mean "not now", not "never" (the low byte of an extended code). */
+const sqliteUnavailable: ReadonlyMap<number, string> = new Map([
+  [13, "the disk is full"], // SQLITE_FULL
+  [10, "the disk failed a read or write"], // SQLITE_IOERR (a full disk shows as this too)
+  [5, "the database was locked past its timeout"], // SQLITE_BUSY
+  [6, "the database was locked past its timeout"], // SQLITE_LOCKED
+]);
+
+/**
+ * Why the store cannot take a write now, when `error` says so: a full disk,
+ * a disk error, a lock held past its timeout, MongoDB unreachable; undefined
+ * for any other error (a bug, a broken invariant), which stays internal.
+ */
+export function storeUnavailableReason(error: unknown): string | undefined {
+  if (!(error instanceof Error)) return undefined;
+  const { code, errcode } = error as { code?: unknown; errcode?: unknown };
+  if (code === "ERR_SQLITE_ERROR" && typeof errcode === "number") {
+    return sqliteUnavailable.get(errcode & 0xff);
+  }
+  if (code === "ENOSPC") return "the disk is full";
+  if (
+    error instanceof MongoNetworkError ||
+    error instanceof MongoServerSelectionError ||
+    error instanceof MongoNotConnectedError ||
+    error instanceof MongoTopologyClosedError
+  ) {
+    return "MongoDB is unreachable";
+  }
+  return error.cause === undefined ? undefined : storeUnavailableReason(error.cause);
 }

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, openSync, statSync } from "node:fs";
 import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
 import { Worker } from "node:worker_threads";
 import * as mingoUpdateOperators from "mingo/operators/update";
@@ -117,7 +117,8 @@ export class SqliteDatabase {
     }
     db.exec(
       "CREATE TABLE IF NOT EXISTS counters (name TEXT NOT NULL, key TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (name, key)) WITHOUT ROWID, STRICT;" +
-        "CREATE TABLE IF NOT EXISTS counter_definitions (name TEXT PRIMARY KEY NOT NULL) STRICT",
+        "CREATE TABLE IF NOT EXISTS counter_definitions (name TEXT PRIMARY KEY NOT NULL) STRICT;" +
+        "CREATE TABLE IF NOT EXISTS write_probe (id INTEGER PRIMARY KEY, at INTEGER NOT NULL) STRICT",
     );
     // An 8 MiB page cache: it holds the upper levels of every index, and the
     // rest of the file is a read from the operating system's cache away. At
@@ -188,19 +189,50 @@ export class SqliteDatabase {
       setImmediate(() => this.commitGroup());
     }
     const group = this.group;
-    this.statement("SAVEPOINT write").run();
     let result: R;
     try {
+      this.statement("SAVEPOINT write").run();
       result = work();
       this.statement("RELEASE write").run();
     } catch (error) {
-      this.statement("ROLLBACK TO write").run();
-      this.statement("RELEASE write").run();
+      this.undoWrite(error);
       return Promise.reject(error);
     }
     return new Promise((resolve, reject) => {
       group.push({ resolve: () => resolve(result), reject });
     });
+  }
+
+  /**
+   * Undoes a write that failed inside the open group: its savepoint alone
+   * when the transaction is still whole. On a full disk or an I/O error
+   * SQLite may roll the whole transaction back itself: the group's other
+   * writes, not answered yet, went with it and are refused with the same
+   * error (nothing acknowledged is lost).
+   */
+  private undoWrite(error: unknown): void {
+    try {
+      this.statement("ROLLBACK TO write").run();
+      this.statement("RELEASE write").run();
+      return;
+    } catch {
+      // The transaction is gone or unusable: the group ends here.
+    }
+    const waiting = this.group ?? [];
+    this.group = undefined;
+    this.rollbackQuietly();
+    for (const writer of waiting) writer.reject(error);
+  }
+
+  /** Rolls back whatever transaction is open; one SQLite already ended is left alone. */
+  private rollbackQuietly(): void {
+    this.rollbacks += 1;
+    if (!this.db.isTransaction) return;
+    try {
+      this.db.exec("ROLLBACK");
+    } catch {
+      // Rolled back by SQLite between the test and the statement.
+    }
   }
 
   /** Commits the open group of writes, then answers their callers. */
@@ -211,8 +243,7 @@ export class SqliteDatabase {
     try {
       this.db.exec("COMMIT");
     } catch (error) {
-      if (this.db.isTransaction) this.db.exec("ROLLBACK");
-      this.rollbacks += 1;
+      this.rollbackQuietly();
       for (const writer of waiting) writer.reject(error);
       return;
     }
@@ -229,8 +260,7 @@ export class SqliteDatabase {
       this.db.exec("COMMIT");
       return result;
     } catch (error) {
-      this.db.exec("ROLLBACK");
-      this.rollbacks += 1;
+      this.rollbackQuietly();
       throw error;
     }
   }
@@ -243,6 +273,29 @@ export class SqliteDatabase {
   /** Whether the connection answers. */
   ping(): void {
     this.statement("SELECT 1").get();
+  }
+
+  /**
+   * A write of one small row, committed like any other: whether the store
+   * takes writes again after failing them (a full disk, a lock held too long).
+   */
+  probeWrite(at: number): Promise<void> {
+    return this.write(() => {
+      this.statement("INSERT OR REPLACE INTO write_probe (id, at) VALUES (1, ?)").run(at);
+    });
+  }
+
+  /** The bytes the database takes on disk: the file, its write-ahead log and shared memory. */
+  sizeOnDisk(): number {
+    let bytes = 0;
+    for (const suffix of ["", "-wal", "-shm"]) {
+      try {
+        bytes += statSync(`${this.file}${suffix}`).size;
+      } catch {
+        // No log or shared memory right now (after a clean close).
+      }
+    }
+    return bytes;
   }
 
   /**

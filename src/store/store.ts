@@ -1,4 +1,12 @@
-import { closeSync, mkdirSync, openSync, readFileSync, rmSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statfsSync,
+  writeSync,
+} from "node:fs";
 import { join } from "node:path";
 import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
@@ -38,6 +46,13 @@ export interface Store {
   readonly mongoDatabase?: Db;
   /** Resolves when the store answers; rejects otherwise (readiness). */
   ping(): Promise<void>;
+  /** Resolves once a small write is committed: whether the store takes writes again. */
+  probeWrite(): Promise<void>;
+  /**
+   * On the embedded engine: the free bytes of DATA_DIR's file system (for
+   * an unprivileged process, as `df` shows them) and the database's size.
+   */
+  readonly diskUsage?: () => { freeBytes: number; storeBytes: number };
   /** Releases connections, files and locks. */
   close(): Promise<void>;
 }
@@ -136,6 +151,10 @@ async function openMongo(
     async ping() {
       await db.command({ ping: 1 });
     },
+    // Writes fail on MongoDB for want of a server, which a ping finds.
+    async probeWrite() {
+      await db.command({ ping: 1 });
+    },
     close: () => client.close(),
   };
 }
@@ -176,6 +195,11 @@ function openEmbedded(
       queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();
+      },
+      probeWrite: () => db.probeWrite(Date.now()),
+      diskUsage() {
+        const disk = statfsSync(config.dataDir);
+        return { freeBytes: disk.bavail * disk.bsize, storeBytes: db.sizeOnDisk() };
       },
       async close() {
         db.close();

@@ -7,6 +7,7 @@ import {
 import { type BadRequest, BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { FieldError } from "../contract/plain-codec.js";
 import { fromFieldError } from "../services/errors.js";
+import { storeUnavailableReason } from "../store/errors.js";
 
 /** A field violation as REST shows it. */
 export interface RestErrorDetail {
@@ -76,7 +77,25 @@ export function toConnectError(error: unknown, where: string, log: ErrorLogger):
     return new ConnectError(httpErrorMessage(status, error as Error), httpErrorCode(status));
   }
   log(error, where);
+  const unavailable = storeUnavailableReason(error);
+  if (unavailable !== undefined) return storeUnavailableError(unavailable);
   return new ConnectError("internal error", Code.Internal);
+}
+
+/** Seconds a client is told to wait before sending a write the store could not take. */
+export const storeRetryAfterSeconds = 5;
+
+/**
+ * A write the store cannot take now (a full disk, a lock held too long,
+ * MongoDB out of reach): `unavailable`, REST 503 with `Retry-After`, so a
+ * client or load balancer sends it again later or elsewhere.
+ */
+export function storeUnavailableError(reason: string): ConnectError {
+  return new ConnectError(
+    `the service cannot store writes now (${reason}): nothing was changed; retry in ${storeRetryAfterSeconds} s`,
+    Code.Unavailable,
+    { "retry-after": String(storeRetryAfterSeconds) },
+  );
 }
 
 /** An HTTP-level refusal (a route or a verb that does not exist), as the HTTP server reports its own. */

@@ -16,8 +16,11 @@ import { type Pipeline, type Rpc, type ServiceRegistration, TransportCall } from
 /** The gRPC side: the grpc-js server, and the switch of its health service. */
 export interface GrpcTransport {
   readonly server: grpc.Server;
-  /** Reports NOT_SERVING for the server (`""`) and for every service: it is draining. */
-  markNotServing(): void;
+  /**
+   * Reports SERVING or NOT_SERVING for the server (`""`) and for every
+   * service: not serving while it drains, or while the store refuses writes.
+   */
+  setServing(serving: boolean): void;
 }
 
 /**
@@ -69,8 +72,8 @@ export function createGrpcServer(deps: {
   health.addToServer(server);
   return {
     server,
-    markNotServing() {
-      for (const name of served) health.setStatus(name, "NOT_SERVING");
+    setServing(serving) {
+      for (const name of served) health.setStatus(name, serving ? "SERVING" : "NOT_SERVING");
     },
   };
 }

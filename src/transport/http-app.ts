@@ -49,6 +49,8 @@ export interface HttpAppOptions {
   readonly maxBodyBytes: number;
   /** True once the service is draining: `/readyz` answers 503. */
   readonly isDraining?: () => boolean;
+  /** Why the store refuses writes now, if it does: `/readyz` answers 503 meanwhile. */
+  readonly writesRefused?: () => string | undefined;
   /** The origins browsers may call from; `*` when unset. */
   readonly corsOrigins?: CorsOrigins;
   /** The client's address, from the peer and the headers of trusted proxies (TRUSTED_PROXIES). */
@@ -112,6 +114,10 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   app.get("/healthz", async () => ({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
     if (options.isDraining?.()) return reply.code(503).send({ status: "draining" });
+    // A load balancer sends writes elsewhere while this store cannot take them.
+    const refused = options.writesRefused?.();
+    if (refused !== undefined)
+      return reply.code(503).send({ status: "unavailable", reason: refused });
     try {
       await options.store.ping();
       return { status: "ok" };

@@ -1,10 +1,12 @@
+import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import { type Authenticator, KeyKindRefused } from "../services/authentication.js";
 import { type Caller, callerKey } from "../services/context.js";
-import { type ErrorLogger, toConnectError } from "./errors.js";
+import { type ErrorLogger, storeUnavailableError, toConnectError } from "./errors.js";
 import type { Call, Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
+import { httpRouteOf } from "./rest/http-rules.js";
 
 /**
  * Every step a call takes before its implementation, in order, for every
@@ -21,6 +23,8 @@ export function interceptors(deps: {
   rateLimits: RateLimits;
   /** Idempotency keys (see `idempotency.ts`): last, as it needs the caller and the request. */
   idempotency: Interceptor;
+  /** Why the store refuses writes now, if it does (see `StoreHealth`). */
+  writesRefused?: () => string | undefined;
   /**
    * False leaves out the operations steps (request log and id, metrics,
    * rate limits, idempotency keys), so the bench can measure what they
@@ -42,6 +46,7 @@ export function interceptors(deps: {
       operations ? (call) => deps.rateLimits.authenticationFailed(call) : undefined,
     ),
     operations && deps.rateLimits.byKey,
+    deps.writesRefused !== undefined && refuseWritesWhileStoreRefuses(deps.writesRefused),
     decodeRequest,
     operations && deps.idempotency,
   ];
@@ -84,6 +89,27 @@ function authenticate(
     }
     if (caller) call.context.values.set(callerKey, caller);
     return next(call);
+  };
+}
+
+/**
+ * Refuses a write (any RPC whose REST verb is not GET) while the store
+ * cannot take writes, before its request is decoded; reads go on.
+ */
+function refuseWritesWhileStoreRefuses(writesRefused: () => string | undefined): Interceptor {
+  const writes = new WeakMap<DescMethod, boolean>();
+  const isWrite = (method: DescMethod) => {
+    let write = writes.get(method);
+    if (write === undefined) {
+      write = httpRouteOf(method)?.verb !== "GET";
+      writes.set(method, write);
+    }
+    return write;
+  };
+  return (call, next) => {
+    const reason = writesRefused();
+    if (reason === undefined || !isWrite(call.rpc.method)) return next(call);
+    return Promise.reject(storeUnavailableError(reason));
   };
 }
 

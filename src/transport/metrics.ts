@@ -12,6 +12,8 @@ export interface Metrics {
   countRateLimited(limit: string): void;
   /** Reports the delivery queue at each scrape: pending deliveries and the oldest one's due time. */
   watchDeliveryQueue(read: () => Promise<{ pending: number; oldestDueAt: Date | null }>): void;
+  /** Reports the store's disk at each scrape (embedded engine): free bytes and the database's size. */
+  watchDisk(read: () => { freeBytes: number; storeBytes: number } | undefined): void;
 }
 
 // Buckets from 0.5 ms: most calls on the embedded store take a few milliseconds.
@@ -108,6 +110,25 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       this.set(oldestDueAt ? Math.max(0, (Date.now() - oldestDueAt.getTime()) / 1000) : 0);
     },
   });
+  let readDisk: (() => { freeBytes: number; storeBytes: number } | undefined) | undefined;
+  new Gauge({
+    name: "store_disk_free_bytes",
+    help: "Free bytes of DATA_DIR's file system, as the store's health last read them (embedded store).",
+    registers: [registry],
+    collect() {
+      const disk = readDisk?.();
+      if (disk) this.set(disk.freeBytes);
+    },
+  });
+  new Gauge({
+    name: "store_size_bytes",
+    help: "Bytes the embedded database takes on disk: its file, write-ahead log and shared memory.",
+    registers: [registry],
+    collect() {
+      const disk = readDisk?.();
+      if (disk) this.set(disk.storeBytes);
+    },
+  });
   // The children of the few label sets in use are kept, so an operation
   // builds no labels object (prom-client still checks and hashes the
   // child's labels on every observation, about 0.3 µs).
@@ -128,6 +149,9 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
     countRateLimited: (limit) => rateLimited.inc({ limit }),
     watchDeliveryQueue(read) {
       readQueue = read;
+    },
+    watchDisk(read) {
+      readDisk = read;
     },
   };
 }
