@@ -16,6 +16,7 @@ import {
   timestampFromDate,
   timestampMs,
 } from "@bufbuild/protobuf/wkt";
+import { loneSurrogate } from "../domain/text.js";
 import { unknownFieldDescription } from "./field-suggestion.js";
 import { isoString } from "./iso-time.js";
 import { enumWords, omitWhenUnset } from "./options.js";
@@ -536,8 +537,11 @@ const valueReaders: ValueCompilers<ValueReader> = {
   scalar(type) {
     switch (type) {
       case ScalarType.STRING:
-        return (value) => {
+        // A request's text must be well-formed; a stored document (read
+        // leniently, as `ignoreUnknown` says) is read back as it was stored.
+        return (value, lenient) => {
           if (typeof value !== "string") throw new FieldError("", "must be a string");
+          if (!lenient && !value.isWellFormed()) throw new FieldError("", loneSurrogate);
           return value;
         };
       case ScalarType.BOOL:

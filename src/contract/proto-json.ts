@@ -1,4 +1,5 @@
-import type { DescEnum, DescField, DescMessage } from "@bufbuild/protobuf";
+import { type DescEnum, type DescField, type DescMessage, ScalarType } from "@bufbuild/protobuf";
+import { loneSurrogate } from "../domain/text.js";
 import { unknownFieldDescription } from "./field-suggestion.js";
 import { FieldError } from "./plain-codec.js";
 
@@ -29,6 +30,9 @@ function checkMessage(schema: DescMessage, json: unknown, path: string): void {
 
 function checkValue(field: DescField, value: unknown, path: string): void {
   switch (field.fieldKind) {
+    case "scalar":
+      if (field.scalar === ScalarType.STRING) checkString(value, path);
+      return;
     case "enum":
       checkEnum(field.enum, value, path);
       return;
@@ -38,6 +42,9 @@ function checkValue(field: DescField, value: unknown, path: string): void {
     case "list":
       if (!Array.isArray(value)) return;
       value.forEach((item, index) => {
+        if (field.listKind === "scalar" && field.scalar === ScalarType.STRING) {
+          checkString(item, `${path}[${index}]`);
+        }
         if (field.listKind === "enum") checkEnum(field.enum, item, `${path}[${index}]`);
         if (field.listKind === "message") checkNested(field.message, item, `${path}[${index}]`);
       });
@@ -52,6 +59,14 @@ function checkValue(field: DescField, value: unknown, path: string): void {
     default:
       return;
   }
+}
+
+/**
+ * A lone surrogate is refused in the words REST uses (the decoder would
+ * refuse it too, as a value that is not a string).
+ */
+function checkString(value: unknown, path: string): void {
+  if (typeof value === "string" && !value.isWellFormed()) throw new FieldError(path, loneSurrogate);
 }
 
 // Well-known types have JSON forms of their own (a Struct is any object).

@@ -1,12 +1,19 @@
-/**
- * A pragmatic email check: one `@`, a non-empty local part, a dotted domain,
- * no spaces. Deliverability is the caller's business; this catches typos.
- */
-const emailPattern = /^[^\s@]+@[^\s@.]+(\.[^\s@.]+)+$/;
+import isEmail from "validator/lib/isEmail.js";
 
-/** True when the string looks like an email address. */
+/**
+ * True when the string is an email address as `validator` reads RFC 5321
+ * and 5322: at most 64 characters before the @ and 254 in all, a domain
+ * with a top-level domain and no label starting or ending with a hyphen, no
+ * IP address, no display name (`<a>@x.com` is refused). Deliverability is
+ * the caller's business; this catches typos and junk.
+ */
 export function isValidEmail(value: string): boolean {
-  return emailPattern.test(value);
+  return isEmail.default(value, {
+    allow_utf8_local_part: true,
+    require_tld: true,
+    allow_ip_domain: false,
+    allow_display_name: false,
+  });
 }
 
 /** The form emails are looked up by (ListCustomers' filter): trimmed and lowercased. */

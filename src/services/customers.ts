@@ -8,6 +8,7 @@ import { isShared, sharedFrom } from "../contract/shared-messages.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import type { Clock } from "../domain/tenancy.js";
+import { cleanText } from "../domain/text.js";
 import { customerIdentified } from "../events/events.js";
 import { newCustomerMessage } from "../store/customer-records.js";
 import { callerOf } from "./context.js";
@@ -105,6 +106,11 @@ function checkedCustomProperties(properties: JsonObject): JsonObject {
     if (typeof value === "number" && !Number.isFinite(value)) {
       throw invalidArgument(path, "must be a finite number");
     }
+    // Values are the app's own data, kept as sent; only what no text may hold is refused.
+    if (typeof value === "string") {
+      const text = cleanText(value, "multiline");
+      if ("refused" in text) throw invalidArgument(path, text.refused);
+    }
     if (typeof value !== "object" || value === null) continue;
     if (depth > limits.customPropertiesDepth) {
       throw invalidArgument(
@@ -142,7 +148,8 @@ function propertyKeyProblem(key: string): string | undefined {
   const quoted = JSON.stringify(key);
   if (key.startsWith("$")) return `has the key ${quoted}: keys must not start with '$'`;
   if (key.includes(".")) return `has the key ${quoted}: keys must not contain '.'`;
-  if (key.includes("\u0000")) return `has the key ${quoted}: keys must not contain NUL`;
+  const text = cleanText(key, "line");
+  if ("refused" in text) return `has the key ${quoted}: keys ${text.refused}`;
   if (key === "__proto__") return `has the key ${quoted}: keys must not be __proto__`;
   return undefined;
 }

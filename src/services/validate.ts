@@ -4,37 +4,69 @@ import { enumWords } from "../contract/options.js";
 import { isValidEmail } from "../domain/email.js";
 import { limits } from "../domain/limits.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
+import { cleanText, type TextForm } from "../domain/text.js";
 import { invalidArgument } from "./errors.js";
 
-/** A required string: present, not blank, at most `max` characters. */
-export function requiredText(value: string, field: string, max: number = limits.shortText): string {
-  if (value.trim() === "") throw invalidArgument(field, "is required");
-  return boundedText(value, field, max);
+/**
+ * A required text, cleaned by the text rule (see `cleanText`): present,
+ * with something visible, at most `max` characters once cleaned. Texts
+ * longer than a line's limit (notes, descriptions, bodies) are multi-line
+ * unless `form` says otherwise.
+ */
+export function requiredText(
+  value: string,
+  field: string,
+  max: number = limits.shortText,
+  form: TextForm = formFor(max),
+): string {
+  const text = cleaned(value, field, form);
+  if (text.blank) throw invalidArgument(field, "is required");
+  return bounded(text.text, field, max);
 }
 
-/** An optional string: unset stays unset; when given, not blank and at most `max` characters. */
+/** An optional text: unset stays unset; when given, cleaned like a required one and not blank. */
 export function optionalText(
   value: string | undefined,
   field: string,
   max: number = limits.shortText,
+  form: TextForm = formFor(max),
 ): string | undefined {
   if (value === undefined) return undefined;
-  if (value.trim() === "") throw invalidArgument(field, "must not be empty");
-  return boundedText(value, field, max);
+  const text = cleaned(value, field, form);
+  if (text.blank) throw invalidArgument(field, "must not be empty");
+  return bounded(text.text, field, max);
 }
 
-function boundedText(value: string, field: string, max: number): string {
+function formFor(max: number): TextForm {
+  return max >= limits.note ? "multiline" : "line";
+}
+
+function cleaned(value: string, field: string, form: TextForm) {
+  const text = cleanText(value, form);
+  if ("refused" in text) throw invalidArgument(field, text.refused);
+  return text;
+}
+
+function bounded(value: string, field: string, max: number): string {
   if (value.length > max) throw invalidArgument(field, `must be at most ${max} characters`);
   return value;
 }
 
-/** An optional email: validated when given. */
+/**
+ * An optional email: a text on one line that `validator`'s isEmail takes
+ * (a local part of at most 64 characters, 254 in all, a domain with a
+ * top-level domain, no IP address); Unicode local parts and domains are
+ * accepted, as mail systems deliver to them.
+ */
 export function optionalEmail(value: string | undefined, field: string): string | undefined {
-  const email = optionalText(value, field, limits.email);
-  if (email !== undefined && !isValidEmail(email.trim())) {
-    throw invalidArgument(field, "must be a valid email address");
+  const email = optionalText(value, field, limits.email, "line");
+  if (email !== undefined && !isValidEmail(email)) {
+    throw invalidArgument(
+      field,
+      "must be a valid email address (at most 64 characters before the @ and 254 in all)",
+    );
   }
-  return email?.trim();
+  return email;
 }
 
 /** A page request: limit 1..100 (default 20), offset >= 0 (default 0). */
