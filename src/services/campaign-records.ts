@@ -18,10 +18,13 @@ import { enumWords } from "../contract/options.js";
 import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
 import { rewardTriggerOf } from "../domain/conversion.js";
 import { newId } from "../domain/ids.js";
+import { limits } from "../domain/limits.js";
 import { type CurrencyName, toMinorUnits } from "../domain/money.js";
 import { isTimeZone, parseDuration } from "../domain/reward-ledger.js";
-import type { Tenant } from "../domain/tenancy.js";
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { CampaignCheckpointDoc, CampaignDoc } from "../store/documents.js";
+import { checkCampaignContent } from "./campaign-content.js";
+import { checkpointName } from "./checkpoint-names.js";
 import { invalidArgument } from "./errors.js";
 import { requiredEnvironment, requiredText } from "./validate.js";
 
@@ -41,12 +44,6 @@ const serviceOwnedFields = new Set([
   "last_ping_origin",
 ]);
 
-/** The longest checkpoint name, as IngestCheckpoint takes it. */
-const checkpointNameMax = 128;
-
-/** The most placement checkpoints a campaign has. */
-const maxPlacementCheckpoints = 100;
-
 /** The campaign fields an update may replace, by proto and JSON name. */
 export const editableCampaignFields: ReadonlyMap<string, string> = new Map(
   CampaignSchema.fields
@@ -58,9 +55,9 @@ export const editableCampaignFields: ReadonlyMap<string, string> = new Map(
 );
 
 /**
- * A new campaign document from a caller's campaign: checks the required
- * fields, assigns ids, ownership and times to it and to its rewards, emails,
- * pages and FAQs.
+ * A new campaign document from a caller's campaign: checks it (see
+ * {@link checkCampaign}), assigns ids, ownership and times to it and to its
+ * rewards, emails, pages and FAQs.
  */
 export function newCampaignDoc(
   tenant: Tenant,
@@ -68,8 +65,8 @@ export function newCampaignDoc(
   now: Date,
 ): CampaignDoc {
   const campaign = create(CampaignSchema, input);
-  requiredText(campaign.name, "campaign.name");
-  requiredEnvironment(campaign.environment, "campaign.environment");
+  const environment = requiredEnvironment(campaign.environment, "campaign.environment");
+  checkCampaign(campaign, environment);
   campaign.id = newId("cmp", now);
   campaign.organizationId = tenant.organizationId;
   campaign.applicationId = tenant.applicationId;
@@ -78,7 +75,6 @@ export function newCampaignDoc(
   campaign.deletedAt = undefined;
   campaign.lastPingAt = undefined;
   campaign.lastPingOrigin = undefined;
-  checkRewardTerms(campaign);
   stampChildren(campaign, now, null);
   const doc = docFieldsFromMessage(CampaignSchema, campaign) as CampaignDoc;
   doc.rewardCheckpoint = nextRewardCheckpoint(null, rewardTriggerOf(campaign), now);
@@ -106,8 +102,7 @@ export function campaignUpdateFields(
       input as unknown as Record<string, unknown>
     )[localName];
   }
-  requiredText(merged.name, "campaign.name");
-  checkRewardTerms(merged);
+  checkCampaign(merged, current.environment);
   stampChildren(merged, now, messageFromDoc(CampaignSchema, current));
   // The ping fields are left out: a ping between the read and this write stays.
   const {
@@ -176,8 +171,9 @@ export function placementCheckpointsFor(
   placements: readonly Pick<PlacementCheckpoint, "checkpointName" | "placementId">[],
   now: Date,
 ): CampaignCheckpointDoc[] {
-  if (placements.length > maxPlacementCheckpoints) {
-    throw invalidArgument("placements", `must have at most ${maxPlacementCheckpoints} entries`);
+  const max = limits.campaign.placementCheckpoints;
+  if (placements.length > max) {
+    throw invalidArgument("placements", `must have at most ${max} entries`);
   }
   const existing = new Map(
     (current.placementCheckpoints ?? []).map((entry) => [entry.checkpointName, entry]),
@@ -185,21 +181,17 @@ export function placementCheckpointsFor(
   const seen = new Set<string>();
   return placements.map((placement, index) => {
     const field = `placements[${index}]`;
-    const checkpointName = requiredText(
-      placement.checkpointName,
-      `${field}.checkpointName`,
-      checkpointNameMax,
-    );
+    const name = checkpointName(placement.checkpointName, `${field}.checkpointName`);
     const placementId = requiredText(placement.placementId, `${field}.placementId`);
-    if (seen.has(checkpointName)) {
-      throw invalidArgument(`${field}.checkpointName`, `repeats ${JSON.stringify(checkpointName)}`);
+    if (seen.has(name)) {
+      throw invalidArgument(`${field}.checkpointName`, `repeats ${JSON.stringify(name)}`);
     }
-    seen.add(checkpointName);
-    const before = existing.get(checkpointName);
+    seen.add(name);
+    const before = existing.get(name);
     if (before?.placementId === placementId) return before;
     return {
       id: before?.id ?? newId("ccp", now),
-      checkpointName,
+      checkpointName: name,
       placementId,
       createdAt: before?.createdAt ?? now,
       updatedAt: now,
@@ -267,14 +259,26 @@ function stampChildren(campaign: Campaign, now: Date, current: Campaign | null):
 }
 
 /**
+ * A campaign as it is about to be saved, created or updated (the whole
+ * campaign, not only the fields an update changes): its name, what it shows
+ * (texts, links, lists) and its reward terms. `environment` is the
+ * campaign's, which its links' schemes depend on.
+ */
+function checkCampaign(campaign: Campaign, environment: EnvironmentName): void {
+  checkCampaignContent(campaign, environment);
+  checkRewardTerms(campaign);
+}
+
+/**
  * The terms the reward ledger relies on, checked when a campaign is saved:
- * who gets what, amounts exact to the currency's minor unit, a limit with
- * its unit and window (an amount limit only on an amount), holds and
- * expiries as durations, a time zone the calendar knows. Unset approval
- * and time zone are written as their defaults (automatic, UTC).
+ * who gets what, amounts exact to the currency's minor unit and within
+ * {@link limits.campaign.maxAmount}, a limit of at least one with its unit
+ * and window (an amount limit only on an amount), holds and expiries as
+ * positive durations, a time zone the calendar knows. Unset approval and
+ * time zone are written as their defaults (automatic, UTC).
  */
 function checkRewardTerms(campaign: Campaign): void {
-  campaign.timeZone ||= "UTC";
+  campaign.timeZone = requiredText(campaign.timeZone || "UTC", "campaign.timeZone");
   if (!isTimeZone(campaign.timeZone)) {
     throw invalidArgument("campaign.timeZone", "must be an IANA time zone such as Europe/Paris");
   }
@@ -282,6 +286,8 @@ function checkRewardTerms(campaign: Campaign): void {
     checkReward(reward, `campaign.rewards[${index}]`);
   }
 }
+
+const maxAmount = limits.campaign.maxAmount;
 
 function checkReward(reward: Reward, path: string): void {
   if (reward.type === RewardType.UNSPECIFIED) {
@@ -297,9 +303,18 @@ function checkReward(reward: Reward, path: string): void {
     const value = reward[field];
     if (value === undefined) return;
     if (!currency) throw invalidArgument(`${path}.currency`, `is required with ${field}`);
+    // Checked ahead of toMinorUnits, whose own bound is the ledger's, far larger.
+    if (!Number.isFinite(value))
+      throw invalidArgument(`${path}.${field}`, "must be a finite number");
+    if (value < 0) throw invalidArgument(`${path}.${field}`, "must not be negative");
+    if (value > maxAmount) {
+      throw invalidArgument(
+        `${path}.${field}`,
+        `must be at most ${maxAmount.toLocaleString("en")}`,
+      );
+    }
     const exact = toMinorUnits(value, currency);
     if ("refused" in exact) throw invalidArgument(`${path}.${field}`, exact.refused);
-    if (exact.minor < 0) throw invalidArgument(`${path}.${field}`, "must not be negative");
   };
   if (reward.type === RewardType.PAYOUT) {
     if (reward.payoutAmount === undefined) {
@@ -345,8 +360,14 @@ function checkReward(reward: Reward, path: string): void {
         throw invalidArgument(`${path}.${field}`, "is required with the other limit fields");
       }
     }
-    if ((reward.limit as number) < 0)
-      throw invalidArgument(`${path}.limit`, "must not be negative");
+    const limit = reward.limit as number;
+    // A limit of 0 would grant nothing, which is what `disabled` says.
+    if (!(Number.isInteger(limit) && limit >= 1 && limit <= maxAmount)) {
+      throw invalidArgument(
+        `${path}.limit`,
+        `must be a whole number from 1 to ${maxAmount.toLocaleString("en")} (to grant nothing, set disabled)`,
+      );
+    }
     if (reward.limitUnit === RewardLimitUnit.AMOUNT && percentage(reward)) {
       throw invalidArgument(
         `${path}.limitUnit`,
@@ -356,12 +377,17 @@ function checkReward(reward: Reward, path: string): void {
   }
   for (const field of ["holdPeriod", "expiresAfter"] as const) {
     const text = reward[field];
-    if (text !== undefined && parseDuration(text) === undefined) {
+    if (text === undefined) continue;
+    const ms = parseDuration(text);
+    if (ms === undefined) {
       throw invalidArgument(
         `${path}.${field}`,
         'must be a whole number and a unit (s, m, h, d, w), such as "30d", at most 3650 days',
       );
     }
+    // Zero would read as a hold or an expiry that is not there: leave the field out instead.
+    if (ms === 0)
+      throw invalidArgument(`${path}.${field}`, "must be more than 0 (leave it out for none)");
   }
   if (reward.approval === RewardApproval.UNSPECIFIED) reward.approval = RewardApproval.AUTOMATIC;
 }

@@ -2,6 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { checkpointIngested } from "../events/events.js";
 import { newCheckpoint } from "../store/checkpoints.js";
+import { checkpointName } from "./checkpoint-names.js";
 import { callerOf } from "./context.js";
 import { notFound } from "./errors.js";
 import { convertReferrals, type LifecycleDeps } from "./referral-lifecycle.js";
@@ -16,7 +17,7 @@ export function createCheckpointsService(
     async ingestCheckpoint(request, context) {
       const caller = callerOf(context);
       const { store } = caller;
-      const name = requiredText(request.name, "name", 128);
+      const name = checkpointName(request.name, "name");
       const externalUserId = requiredText(request.externalUserId, "externalUserId");
       const environment = requiredEnvironment(request.environment, "environment");
       const customer = await store.customers.findByExternalId(environment, externalUserId);

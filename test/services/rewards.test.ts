@@ -629,7 +629,7 @@ test.serial("campaigns are checked for the terms the ledger relies on", async (t
   ]);
   t.deepEqual(await refused([payout({ payoutAmount: 1e308 })]), [
     400,
-    `${first}.payoutAmount must be at most 1,000,000,000 in absolute value`,
+    `${first}.payoutAmount must be at most 1,000,000`,
   ]);
   t.deepEqual(await refused([payout({ currency: undefined })]), [
     400,
@@ -648,7 +648,7 @@ test.serial("campaigns are checked for the terms the ledger relies on", async (t
   ]);
   t.deepEqual(await refused([payout({ limit: -5, limitUnit: "rewards", limitInterval: "day" })]), [
     400,
-    `${first}.limit must not be negative`,
+    `${first}.limit must be a whole number from 1 to 1,000,000 (to grant nothing, set disabled)`,
   ]);
   t.deepEqual(await refused([payout({ holdPeriod: "30 days" })]), [
     400,
