@@ -5,6 +5,7 @@ import type { Clock } from "../domain/tenancy.js";
 import { isSuccessStatus, nextAttemptAt, shouldDisable } from "../domain/webhook-delivery.js";
 import {
   type AttemptOutcome,
+  bringForwardWaitingDeliveries,
   claimDueDelivery,
   type QueuedLease,
   recordAttempt,
@@ -46,6 +47,16 @@ const maxSigners = 1_000;
  */
 const successRecordIntervalMs = 1_000;
 
+/**
+ * While an endpoint catches up, its next deliveries are brought forward at
+ * most this often by one instance: each step reads a batch, and the batch
+ * reaches seconds ahead (see `catchUpPace`).
+ */
+const catchUpStepIntervalMs = 1_000;
+
+/** Endpoints whose catch-up steps are remembered at most (see {@link catchUpStepIntervalMs}). */
+const maxCatchingUp = 1_000;
+
 /** Whether a success changes nothing worth a write: no failures to clear, a recent success. */
 function isHealthyAndFresh(webhook: WebhookDoc, at: Date): boolean {
   const { health } = webhook;
@@ -67,6 +78,8 @@ export interface DispatcherDeps {
   readonly log: (error: unknown, message: string) => void;
   /** Told each attempt's outcome (metrics). */
   readonly countDelivery?: (outcome: "succeeded" | "failed" | "skipped") => void;
+  /** Wakes the idle workers: deliveries were brought forward and are due sooner than they sleep. */
+  readonly wakeWorkers?: () => void;
 }
 
 /**
@@ -164,6 +177,13 @@ export function createDispatcher(deps: DispatcherDeps) {
       if (!isHealthyAndFresh(webhook, attemptedAt)) {
         await recordWebhookSuccess(db, webhook._id, attemptedAt);
       }
+      // The receiver answers again: what failed while it did not is sent
+      // now rather than at its next retry, minutes or hours away. A
+      // brought-forward delivery that succeeds carries the catch-up on.
+      const wasFailing = webhook.health.consecutiveFailures > 0;
+      if (wasFailing || delivery.broughtForwardTo) {
+        await catchUp(webhook._id, { resuming: !wasFailing });
+      }
     } else {
       const after = await recordWebhookFailure(db, webhook._id, attemptedAt);
       const failingSince = after?.health.failingSince ?? null;
@@ -175,6 +195,39 @@ export function createDispatcher(deps: DispatcherDeps) {
           `every delivery failed since ${failingSince?.toISOString()}`,
         );
       }
+    }
+  }
+
+  // Per endpoint, this instance's last catch-up step, and the steps running:
+  // only throttles the steps (the catch-up itself is in the store).
+  const lastCatchUpStep = new Map<string, number>();
+  const catchUpRunning = new Set<string>();
+
+  /**
+   * Brings the endpoint's waiting deliveries forward. A step that carries a
+   * catch-up on is skipped if this instance took one for the endpoint
+   * within the interval; one that starts it (the endpoint was failing) is
+   * not, unless a step is running. A failed step leaves the deliveries to
+   * their schedule, and the attempt that triggered it is recorded already.
+   */
+  async function catchUp(webhookId: string, { resuming }: { resuming: boolean }): Promise<void> {
+    if (catchUpRunning.has(webhookId)) return;
+    const now = clock();
+    const last = lastCatchUpStep.get(webhookId);
+    if (resuming && last !== undefined && now.getTime() - last < catchUpStepIntervalMs) return;
+    if (lastCatchUpStep.size >= maxCatchingUp) lastCatchUpStep.clear();
+    lastCatchUpStep.set(webhookId, now.getTime());
+    catchUpRunning.add(webhookId);
+    try {
+      const broughtForward = await bringForwardWaitingDeliveries(db, webhookId, now);
+      if (broughtForward > 0) deps.wakeWorkers?.();
+    } catch (error) {
+      deps.log(
+        error,
+        "bringing an endpoint's waiting deliveries forward failed; they keep their schedule",
+      );
+    } finally {
+      catchUpRunning.delete(webhookId);
     }
   }
 

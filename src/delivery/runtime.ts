@@ -35,10 +35,14 @@ export function startWebhookRuntime(deps: {
 }): WebhookRuntime {
   const { store, clock, log } = deps;
   const db = store.system;
-  const dispatcher = createDispatcher({ ...deps, send: deps.send ?? sendWebhook });
-  const relay = createOutboxRelay({ store, clock, workers: dispatcher });
   const relayWake = createWakeup();
   const workerWake = createWakeup();
+  const dispatcher = createDispatcher({
+    ...deps,
+    send: deps.send ?? sendWebhook,
+    wakeWorkers: () => workerWake.wakeAll(),
+  });
+  const relay = createOutboxRelay({ store, clock, workers: dispatcher });
   let stopped = false;
 
   async function relayLoop(): Promise<void> {

@@ -33,6 +33,71 @@ export function nextAttemptAt(
   return new Date(now.getTime() + Math.round(delay + jitter));
 }
 
+/**
+ * How an endpoint that answers again catches up on the deliveries that were
+ * waiting for a retry: they are given due times `1000 / perSecond` ms apart,
+ * oldest first, at most `aheadMs` ahead of now (the rest are given theirs
+ * as the first are sent). A rate in the store rather than the workers' own
+ * limit: `WEBHOOK_CONCURRENCY` is per instance and shared by every endpoint,
+ * so a whole backlog due at once would meet a receiver that has just come
+ * back with every instance's workers, ahead of every other endpoint's due
+ * retries, in no particular order.
+ */
+export interface CatchUpPace {
+  readonly perSecond: number;
+  readonly aheadMs: number;
+}
+
+/**
+ * 50 a second per endpoint: the backlog of a short outage (a few hundred
+ * events) is sent within seconds, besides the endpoint's live events, and a
+ * receiver that has just restarted is not met with all of it at once.
+ */
+export const catchUpPace: CatchUpPace = { perSecond: 50, aheadMs: 5_000 };
+
+/** The most deliveries one catch-up step reads and brings forward (`aheadMs` worth). */
+export function catchUpBatch(pace: CatchUpPace): number {
+  return Math.max(1, Math.floor((pace.perSecond * pace.aheadMs) / 1000));
+}
+
+/** A delivery waiting for a retry, as a catch-up sees it. */
+export interface WaitingDelivery {
+  readonly nextAttemptAt: Date | null;
+  /** The due time a catch-up gave it; null or absent if none has. */
+  readonly broughtForwardTo?: Date | null;
+}
+
+/**
+ * The due time a catch-up gives each of an endpoint's waiting deliveries,
+ * listed oldest first, or null for one it leaves to its schedule: one
+ * brought forward before (still to be sent, it holds its slot; already
+ * sent and failed again, it keeps to its schedule), one whose scheduled
+ * retry comes first anyway, and those past the `aheadMs` horizon. New
+ * slots follow the last one already given, so steps taken by several
+ * workers or instances keep to the pace.
+ */
+export function planCatchUp(
+  waiting: readonly WaitingDelivery[],
+  now: Date,
+  pace: CatchUpPace = catchUpPace,
+): (Date | null)[] {
+  const spacingMs = 1000 / pace.perSecond;
+  const horizon = now.getTime() + pace.aheadMs;
+  let free = now.getTime();
+  for (const { broughtForwardTo } of waiting) {
+    if (broughtForwardTo && broughtForwardTo.getTime() > now.getTime()) {
+      free = Math.max(free, broughtForwardTo.getTime() + spacingMs);
+    }
+  }
+  return waiting.map(({ nextAttemptAt, broughtForwardTo }) => {
+    if (broughtForwardTo || !nextAttemptAt || free >= horizon) return null;
+    if (nextAttemptAt.getTime() <= free) return null;
+    const slot = new Date(Math.round(free));
+    free += spacingMs;
+    return slot;
+  });
+}
+
 /** True when an endpoint failing since `failingSince` has failed for long enough to be disabled. */
 export function shouldDisable(
   failingSince: Date | null,

@@ -1,6 +1,12 @@
 import type { Filter } from "mongodb";
 import { newId } from "../domain/ids.js";
 import type { Tenant } from "../domain/tenancy.js";
+import {
+  type CatchUpPace,
+  catchUpBatch,
+  catchUpPace,
+  planCatchUp,
+} from "../domain/webhook-delivery.js";
 import type { Collections } from "./collection.js";
 import type {
   AttemptDoc,
@@ -148,6 +154,60 @@ export async function skipDelivery(
   );
 }
 
+/**
+ * Brings an endpoint's deliveries waiting for a retry forward, its
+ * receiver having answered again: oldest event first, each given a due time on
+ * the catch-up pace (see {@link planCatchUp}), up to one batch ahead; the
+ * next step, once these are sent, gives out more. Returns how many it
+ * brought forward. Only the due time changes: a delivery is still claimed
+ * under a lease, one at a time, and its attempt is the next on its
+ * schedule. Each update is conditional on the due time read and on nobody
+ * holding the delivery, so an attempt recorded meanwhile, or another
+ * worker's step, is never overwritten.
+ */
+export async function bringForwardWaitingDeliveries(
+  db: Collections,
+  webhookId: string,
+  now: Date,
+  pace: CatchUpPace = catchUpPace,
+): Promise<number> {
+  const waiting = await db.deliveries
+    .find(
+      {
+        webhookId,
+        status: "pending",
+        nextAttemptAt: { $gt: now },
+        leaseUntil: { $lte: now },
+        // Not those already brought forward and sent: they failed again.
+        $or: [{ broughtForwardTo: null }, { broughtForwardTo: { $gt: now } }],
+      },
+      { sort: { createdAt: 1, _id: 1 }, limit: catchUpBatch(pace) },
+    )
+    .toArray();
+  // The relay queues the events of one pass concurrently, so deliveries are
+  // queued in about, not exactly, the order of their events; an event id
+  // begins with the time of its change.
+  waiting.sort((a, b) => (a.eventId < b.eventId ? -1 : a.eventId > b.eventId ? 1 : 0));
+  const slots = planCatchUp(waiting, now, pace);
+  const moved = await Promise.all(
+    waiting.map(async (delivery, index) => {
+      const slot = slots[index];
+      if (!slot) return 0;
+      const result = await db.deliveries.updateOne(
+        {
+          _id: delivery._id,
+          status: "pending",
+          nextAttemptAt: delivery.nextAttemptAt,
+          leaseUntil: { $lte: now },
+        },
+        { $set: { nextAttemptAt: slot, broughtForwardTo: slot, updatedAt: now } },
+      );
+      return result.modifiedCount;
+    }),
+  );
+  return moved.reduce((sum, count) => sum + count, 0);
+}
+
 /** When the earliest pending delivery is due, if any; workers sleep until then. */
 export async function nextDueAt(db: Collections): Promise<Date | null> {
   const [first] = await db.deliveries
@@ -190,7 +250,10 @@ export function findDelivery(
   return db.deliveries.findOne({ ...ownedBy(tenant), webhookId, _id: id });
 }
 
-/** Makes a delivery due now with a fresh schedule, keeping its attempts. */
+/**
+ * Makes a delivery due now with a fresh schedule, keeping its attempts; a
+ * catch-up may bring it forward again.
+ */
 export function requeueDelivery(
   db: Collections,
   tenant: Tenant,
@@ -199,7 +262,15 @@ export function requeueDelivery(
 ): Promise<DeliveryDoc | null> {
   return db.deliveries.findOneAndUpdate(
     { ...ownedBy(tenant), _id: delivery._id },
-    { $set: { status: "pending", nextAttemptAt: now, scheduleAttempts: 0, updatedAt: now } },
+    {
+      $set: {
+        status: "pending",
+        nextAttemptAt: now,
+        scheduleAttempts: 0,
+        broughtForwardTo: null,
+        updatedAt: now,
+      },
+    },
     { returnDocument: "after" },
   );
 }

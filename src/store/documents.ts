@@ -314,6 +314,13 @@ export interface DeliveryDoc {
   scheduleAttempts: number;
   /** When the next attempt is due; null unless pending. */
   nextAttemptAt: Date | null;
+  /**
+   * The due time a catch-up gave it when its endpoint answered again, its
+   * retry waiting (see `bringForwardWaitingDeliveries`); absent until then.
+   * Once per run of the schedule: brought forward and failed again, it
+   * keeps to its schedule until a redelivery clears this.
+   */
+  broughtForwardTo?: Date | null;
   /** Until when a worker holds the delivery; the epoch when nobody does. */
   leaseUntil: Date;
   /** The worker holding the lease. */
