@@ -1,6 +1,7 @@
 import type { Collections, StoreCollection } from "./collection.js";
 import type { EventDoc, OutboxEntryDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
+import { packPayload, unpackPayload } from "./event-payload.js";
 
 /** A document that may hold events in its outbox. */
 export interface OutboxHolder {
@@ -116,15 +117,16 @@ export async function removeEntries<T extends { _id: string }>(
  */
 export async function storeEvent(db: Collections, event: EventDoc): Promise<EventDoc> {
   try {
-    await db.events.insertOne(event);
+    await db.events.insertOne({ ...event, payload: await packPayload(event.payload) });
     return event;
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
-    return (await db.events.findOne({ _id: event._id })) ?? event;
+    return (await findEvent(db, event._id)) ?? event;
   }
 }
 
-/** One event by id. */
-export function findEvent(db: Collections, id: string): Promise<EventDoc | null> {
-  return db.events.findOne({ _id: id });
+/** One event by id, its payload as JSON (see `packPayload` for how it is stored). */
+export async function findEvent(db: Collections, id: string): Promise<EventDoc | null> {
+  const event = await db.events.findOne({ _id: id });
+  return event && { ...event, payload: await unpackPayload(event.payload) };
 }

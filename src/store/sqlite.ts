@@ -597,9 +597,13 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const name = `${this.name}_${Object.entries(key)
       .map(([path, direction]) => `${path}_${direction}`)
       .join("_")}`.replaceAll(/[^A-Za-z0-9_]/g, "_");
-    const columns = Object.entries(key).map(
-      ([path, direction]) => `${fieldExpression(path)} ${direction === -1 ? "DESC" : "ASC"}`,
-    );
+    // Built ascending whatever the declared direction: SQLite reads an index
+    // backwards as fast as forwards (each declared index sorts its trailing
+    // fields one way), and a descending index filled in time order inserts
+    // at its front, where each page split leaves half a page empty: the
+    // deliveries' list index was half empty that way. A database created
+    // before keeps its descending indexes (same names), which work alike.
+    const columns = Object.keys(key).map((path) => `${fieldExpression(path)} ASC`);
     const partial = options.sparse
       ? ` WHERE ${Object.keys(key)
           .map((path) => `${fieldExpression(path)} IS NOT NULL`)

@@ -2,6 +2,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import test from "ava";
 import type { DeliveryDoc } from "../../src/store/documents.js";
+import { findEvent } from "../../src/store/events.js";
 import { deliveriesOf } from "../helpers/relay.js";
 import { keys, rest, startServer, type TestServer } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
@@ -94,7 +95,7 @@ function waitingForThirdAttempt(server: TestServer, webhookId: string, count: nu
 
 /** The customer whose customer.created event a delivery carries, read from the store. */
 async function customerOf(server: TestServer, delivery: DeliveryDoc): Promise<string> {
-  const event = await server.app.store.system.events.findOne({ _id: delivery.eventId });
+  const event = await findEvent(server.app.store.system, delivery.eventId);
   return JSON.parse(event?.payload ?? "{}").data.externalUserId;
 }
 

@@ -2,6 +2,7 @@ import test from "ava";
 import { Webhook } from "standardwebhooks";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import { webhookEventTypes } from "../../src/domain/webhook-events.js";
+import { findEvent } from "../../src/store/events.js";
 import { call, protocols } from "../helpers/callers.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
@@ -348,9 +349,7 @@ test.serial(
 
     const queued = await deliveriesOf(server, production.webhook.id);
     t.is(queued.length, 1, "only the production customer's event");
-    const productionEvent = await server.app.store.system.events.findOne({
-      _id: queued[0]?.eventId,
-    });
+    const productionEvent = await findEvent(server.app.store.system, queued[0]?.eventId ?? "");
     t.like(productionEvent, { environment: "production", type: "customer.created" });
     t.is(JSON.parse(productionEvent?.payload ?? "{}").data.id, productionCustomer.id);
 
