@@ -1,3 +1,5 @@
+import { join } from "node:path";
+import { embeddedDatabaseFile } from "../../src/store/store.js";
 import {
   type BenchContext,
   measureWhileAlive,
@@ -39,6 +41,12 @@ export interface DelayRun {
   readonly received: ReceiverStats;
   /** From the last write answered to the last event received; NaN when none came. */
   readonly delayMs: number;
+  /**
+   * Bytes the database grew by per write answered, its customer, event and
+   * delivery with every index (SQLite's dbstat, pages in use, read through
+   * the write-ahead log); absent in results written before it was measured.
+   */
+  readonly bytesPerWrite?: number;
 }
 
 /** The webhook suite's results. */
@@ -148,21 +156,42 @@ async function delayRun(
           await waitForEvents(receiver, warmup.ok);
         }
         await receiver.reset();
+        const bytesBefore = await storedBytes(target.dataDir);
         const writes = await identifies("m", options.seconds);
         const lastWriteAt = performance.timeOrigin + performance.now();
         const received = await waitForEvents(receiver, writes.ok);
+        // The last attempts are recorded just after their answers came.
+        await new Promise((resolve) => setTimeout(resolve, 1000));
+        const bytesAfter = await storedBytes(target.dataDir);
         alive = target.service.alive();
         return {
           writes,
           expected: writes.ok,
           received,
           delayMs: received.lastAt > 0 ? Math.max(0, received.lastAt - lastWriteAt) : Number.NaN,
+          bytesPerWrite: writes.ok > 0 ? (bytesAfter - bytesBefore) / writes.ok : Number.NaN,
         };
       } finally {
         await target.dispose();
       }
     },
   );
+}
+
+/**
+ * The bytes of the service's database in use (every table and index,
+ * free space inside pages included, the free list not), read by a second
+ * connection while the service runs.
+ */
+async function storedBytes(dataDir: string): Promise<number> {
+  const { DatabaseSync } = await import("node:sqlite");
+  const db = new DatabaseSync(join(dataDir, embeddedDatabaseFile), { readOnly: true });
+  try {
+    const row = db.prepare("SELECT sum(pgsize) AS bytes FROM dbstat").get() as { bytes: number };
+    return row.bytes;
+  } finally {
+    db.close();
+  }
 }
 
 /** Polls the receiver until it has `expected` events, or none came for `quietMs`. */
@@ -208,6 +237,7 @@ export function webhookTables(results: WebhookResults): string {
       "events received",
       "last write → last event",
       `goal ≤ ${formatMs(delayGoalMs)} ms, all events`,
+      "bytes stored per write",
     ],
     results.delay.runs.map((run, index) => [
       String(index + 1),
@@ -217,7 +247,16 @@ export function webhookTables(results: WebhookResults): string {
       `${run.received.events}${run.received.duplicates ? ` (+${run.received.duplicates} repeated)` : ""}`,
       `${formatMs(run.delayMs)} ms`,
       run.delayMs <= delayGoalMs && run.received.events >= run.expected ? "met" : "missed",
+      run.bytesPerWrite === undefined ? "not measured" : formatRate(run.bytesPerWrite),
     ]),
   );
-  return `${peaks}\n\n${delay}\n\nMedian delay: ${formatMs(results.delay.medianDelayMs)} ms.`;
+  const perWrite = results.delay.runs
+    .map((run) => run.bytesPerWrite)
+    .filter((bytes): bytes is number => bytes !== undefined && Number.isFinite(bytes));
+  const storage =
+    perWrite.length > 0
+      ? ` Median storage: ${formatRate(median(perWrite))} bytes per identify with the webhook ` +
+        `subscribed, about ${formatRate((median(perWrite) / 1024 / 1024) * 1_000_000)} MiB per million writes.`
+      : "";
+  return `${peaks}\n\n${delay}\n\nMedian delay: ${formatMs(results.delay.medianDelayMs)} ms.${storage}`;
 }

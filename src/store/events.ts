@@ -117,7 +117,7 @@ export async function removeEntries<T extends { _id: string }>(
  */
 export async function storeEvent(db: Collections, event: EventDoc): Promise<EventDoc> {
   try {
-    await db.events.insertOne({ ...event, payload: await packPayload(event.payload) });
+    await db.events.insertOne({ ...event, payload: packPayload(event.payload, event.type) });
     return event;
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
@@ -128,5 +128,5 @@ export async function storeEvent(db: Collections, event: EventDoc): Promise<Even
 /** One event by id, its payload as JSON (see `packPayload` for how it is stored). */
 export async function findEvent(db: Collections, id: string): Promise<EventDoc | null> {
   const event = await db.events.findOne({ _id: id });
-  return event && { ...event, payload: await unpackPayload(event.payload) };
+  return event && { ...event, payload: unpackPayload(event.payload, event.type) };
 }
