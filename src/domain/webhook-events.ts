@@ -5,6 +5,7 @@ import type { EnvironmentName } from "./tenancy.js";
 export const webhookEventTypes = [
   "customer.created",
   "customer.updated",
+  "customer.erased",
   "referral.created",
   "referral.updated",
   "referral.flagged",

@@ -54,6 +54,19 @@ export function customerIdentified(customerId: string, at: Date): OutboxEntryDoc
 }
 
 /**
+ * An erasure: the id and when, nothing else, so the company's other
+ * systems can erase the customer too.
+ */
+export function customerErased(customerId: string, at: Date): OutboxEntryDoc {
+  return {
+    id: newId("evt", at),
+    type: "customer.erased",
+    occurredAt: at,
+    data: { id: customerId, deletedAt: at.toISOString() },
+  };
+}
+
+/**
  * A referral as the API shows it, from the document a change leaves. Built
  * once per change: its events carry it, and the response is the same message.
  */
@@ -146,6 +159,7 @@ export async function eventOf(
   if (type === "referral.accepted" && data) {
     data = { ...data, rewards: await rewardsOf(db, String(data.campaignId)) };
   }
+  const customerId = subjectCustomerOf(holder, type);
   return {
     _id: entry.id,
     organizationId: holder.organizationId,
@@ -154,7 +168,18 @@ export async function eventOf(
     type,
     payload: JSON.stringify({ type, timestamp: entry.occurredAt.toISOString(), data: data ?? {} }),
     createdAt: entry.occurredAt,
+    ...(customerId ? { customerId } : {}),
   };
+}
+
+/**
+ * The customer whose personal data an event's payload holds (a customer's
+ * own events, a checkpoint's external user id), for erasure to find it.
+ */
+function subjectCustomerOf(holder: OutboxHolder, type: WebhookEventType): string | undefined {
+  if (type === "customer.created" || type === "customer.updated") return holder._id;
+  if (type === "checkpoint.ingested") return (holder as unknown as CheckpointDoc).customerId;
+  return undefined;
 }
 
 function entries(

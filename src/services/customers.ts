@@ -9,7 +9,7 @@ import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import type { Clock } from "../domain/tenancy.js";
 import { cleanText } from "../domain/text.js";
-import { customerIdentified } from "../events/events.js";
+import { customerErased, customerIdentified } from "../events/events.js";
 import { newCustomerMessage } from "../store/customer-records.js";
 import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
@@ -64,6 +64,17 @@ export function createCustomersService(deps: {
         : { customer };
     },
 
+    async eraseCustomer(request, context) {
+      const { store } = callerOf(context);
+      const id = requiredText(request.id, "id");
+      const at = clock();
+      const erased = await store.customers.erase(id, at, [customerErased(id, at)]);
+      if (!erased) throw notFound(`customer ${id}`);
+      if (erased.erasedNow) deps.notifyWebhooks();
+      const [customer] = await store.customers.messages([erased.tombstone]);
+      return { customer };
+    },
+
     async listCustomers(request, context) {
       const { store } = callerOf(context);
       const page = pageOf(request.limit, request.offset);
@@ -73,6 +84,7 @@ export function createCustomersService(deps: {
           externalUserId: optionalText(request.externalUserId, "externalUserId"),
           email: optionalText(request.email, "email", limits.email),
           referralCode: optionalText(request.referralCode, "referralCode"),
+          deleted: request.deleted === true,
         },
         page,
       );

@@ -5,8 +5,8 @@ import type { Collections } from "./collection.js";
 import type { CustomerViews } from "./customer-views.js";
 import {
   type CustomerFilter,
-  findCustomer,
   findCustomerIds,
+  findCustomerOrTombstone,
   findCustomers,
   findCustomersByIds,
 } from "./customers.js";
@@ -19,7 +19,15 @@ import { referralFactsOf } from "./referrals.js";
  * has referred nobody and was referred by nobody yet, so no query is needed.
  */
 export function newCustomerMessage(doc: CustomerDoc): Customer {
-  return messageFromDoc(CustomerSchema, doc, emptyReferralFields);
+  return messageFromDoc(CustomerSchema, doc, { ...emptyReferralFields, ...erasedFields(doc) });
+}
+
+/**
+ * What an erased customer shows instead of its stored placeholder: no
+ * external user id (see `erasedExternalUserId`); nothing for a live one.
+ */
+function erasedFields(doc: CustomerDoc): { externalUserId?: string } {
+  return doc.deletedAt ? { externalUserId: "" } : {};
 }
 
 const emptyReferralFields = {
@@ -56,7 +64,7 @@ export async function customerView(
   views?: CustomerViews,
 ): Promise<Customer | null> {
   const read = async () => {
-    const doc = await findCustomer(db, tenant, id);
+    const doc = await findCustomerOrTombstone(db, tenant, id);
     return doc ? buildCustomerMessages(db, tenant, [doc]) : [];
   };
   const [view] = views ? await keptOrRead(tenant, [id], views, read) : await read();
@@ -129,12 +137,14 @@ async function buildCustomerMessages(
     const referral = fact?.referredBy;
     const referrer = referral ? referrers.get(referral.referrerId) : undefined;
     return messageFromDoc(CustomerSchema, doc, {
+      ...erasedFields(doc),
       visitedReferralsCount: fact?.visited ?? 0,
       convertedReferralsCount: fact?.converted ?? 0,
       referredBy: referrer
         ? {
             id: referrer._id,
-            externalUserId: referrer.externalUserId,
+            // An erased referrer is shown by its id only.
+            externalUserId: referrer.deletedAt ? "" : referrer.externalUserId,
             email: referrer.email,
             name: referrer.name,
           }

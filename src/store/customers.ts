@@ -96,6 +96,62 @@ export async function upsertCustomer(
   }
 }
 
+/**
+ * The external user id an erased customer is stored with: not the
+ * caller's (it starts with DEL, a control character no text may hold), and
+ * unique, as the unique index on external ids needs.
+ */
+export function erasedExternalUserId(id: string): string {
+  return `\u007f${id}`;
+}
+
+/**
+ * Erases a customer's personal data in one atomic write (the name, email
+ * and its lookup forms, external user id and custom properties), with the
+ * customer.erased event; its referral code stays, retired, so it is never
+ * issued again. The tombstone, or the one an earlier erasure left
+ * (unchanged), or null when no such customer exists.
+ */
+export async function eraseCustomer(
+  db: Collections,
+  tenant: Tenant,
+  id: string,
+  at: Date,
+  outbox: readonly OutboxEntryDoc[],
+): Promise<{ tombstone: CustomerDoc; erasedNow: boolean } | null> {
+  const erased = await db.customers.findOneAndUpdate(
+    { ...ownedBy(tenant), _id: id, deletedAt: null },
+    withOutbox(
+      {
+        $set: {
+          name: "",
+          email: null,
+          emailNormalized: null,
+          emailCanonical: null,
+          customProperties: {},
+          externalUserId: erasedExternalUserId(id),
+          deletedAt: at,
+          updatedAt: at,
+        },
+      },
+      outbox,
+    ),
+    { returnDocument: "after" },
+  );
+  if (erased) return { tombstone: erased, erasedNow: true };
+  const tombstone = await db.customers.findOne({ ...ownedBy(tenant), _id: id });
+  return tombstone ? { tombstone, erasedNow: false } : null;
+}
+
+/** One customer of the application by id, erased ones included (their tombstones). */
+export function findCustomerOrTombstone(
+  db: Collections,
+  tenant: Tenant,
+  id: string,
+): Promise<CustomerDoc | null> {
+  return db.customers.findOne({ ...ownedBy(tenant), _id: id });
+}
+
 /** One customer of the application by id. */
 export function findCustomer(
   db: Collections,
@@ -150,6 +206,8 @@ export interface CustomerFilter {
   readonly externalUserId?: string;
   readonly email?: string;
   readonly referralCode?: string;
+  /** True: erased customers only; otherwise they are left out. */
+  readonly deleted?: boolean;
 }
 
 /** A page of customers, newest first, and the number of all matches. */
@@ -173,7 +231,10 @@ export function findCustomerIds(
 }
 
 function customerQuery(tenant: Tenant, filter: CustomerFilter): Filter<CustomerDoc> {
-  const query: Filter<CustomerDoc> = { ...ownedBy(tenant), deletedAt: null };
+  const query: Filter<CustomerDoc> = {
+    ...ownedBy(tenant),
+    deletedAt: filter.deleted ? { $ne: null } : null,
+  };
   if (filter.environment) query.environment = filter.environment;
   if (filter.externalUserId !== undefined) query.externalUserId = filter.externalUserId;
   if (filter.email !== undefined) query.emailNormalized = normalizeEmailForLookup(filter.email);

@@ -277,10 +277,12 @@ export interface EventDoc {
   /** The environment of the resource. */
   environment: EnvironmentName;
   type: WebhookEventType;
-  /** The JSON body sent: `{ type, timestamp, data }`. */
+  /** The JSON body sent: `{ type, timestamp, data }` (stored packed, see `packPayload`). */
   payload: string;
   /** When the change happened. */
   createdAt: Date;
+  /** The customer whose personal data the payload holds, if any: what erasure rewrites. */
+  customerId?: string;
 }
 
 /** The REST words of `referral.v1.WebhookDeliveryStatus`. */

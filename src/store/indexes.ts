@@ -183,6 +183,11 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       expires: true,
       serves: "retention: events older than EVENT_RETENTION go",
     },
+    {
+      key: { customerId: 1 },
+      options: { sparse: true },
+      serves: "erasure: the stored events whose payload holds a customer's data",
+    },
   ],
   deliveries: [
     {

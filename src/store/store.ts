@@ -188,6 +188,7 @@ function openEmbedded(
         () => collections.customers.version + collections.referrals.version + db.rollbacks,
       ),
       audience: createWebhookAudience(system, () => collections.webhooks.version + db.rollbacks),
+      afterErasure: () => db.forgetFreed(),
     };
     const store: Store = {
       ...tenantAccess(system, kept),

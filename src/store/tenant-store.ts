@@ -28,6 +28,7 @@ import type {
   RewardGrantDoc,
   StatusChangeDoc,
 } from "./documents.js";
+import { eraseEverywhere } from "./erasure.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -90,6 +91,8 @@ export type TenantStore = ReturnType<typeof createTenantStore>;
 export interface KeptInMemory {
   readonly views: CustomerViews;
   readonly audience: WebhookAudience;
+  /** Leaves no copy of erased data in the database's files (see `SqliteDatabase.forgetFreed`). */
+  readonly afterErasure?: () => Promise<void>;
 }
 
 /** The repositories of one tenant over the collections. */
@@ -124,6 +127,19 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
           upsertCustomer(db, tenant, input, { ...write, outbox }),
         ),
       find: bind(findCustomer),
+      /**
+       * Erases the customer's personal data, in its record and in what
+       * else holds it (its checkpoints, the stored events about it).
+       */
+      erase: (id: string, at: Date, outbox: readonly OutboxEntryDoc[]) =>
+        eraseEverywhere(
+          db,
+          tenant,
+          id,
+          at,
+          (environment, write) => listened(environment, outbox, write),
+          kept?.afterErasure,
+        ),
       findByExternalId: bind(findCustomerByExternalId),
       findByReferralCode: bind(findCustomerByReferralCode),
       /** The API's view of customers: stored fields and referral facts. */

@@ -140,11 +140,13 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
   });
   t.is(reviewed.body.status, "pending");
   await bySecret("PATCH", `/reward-grants/${reviewed.body.id}`, { status: "approved" });
+  const erin = await identify("wh-erin");
+  await bySecret("DELETE", `/customers/${erin.id}`);
 
   await receiver.waitFor(() => webhookEventTypes.every((type) => typesAt("/all").includes(type)));
-  // Every event of those calls arrived: 5 created/updated customers, the
-  // referral ones, then the ledger's.
-  await receiver.waitFor(() => at("/all").length >= 23);
+  // Every event of those calls arrived: 6 created/updated customers, the
+  // referral ones, then the ledger's, and an erasure.
+  await receiver.waitFor(() => at("/all").length >= 25);
   const requests = at("/all");
   const verifier = new Webhook(secret);
   for (const request of requests) {
@@ -161,6 +163,8 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
     "customer.created",
     "customer.created",
     "customer.created",
+    "customer.created",
+    "customer.erased",
     "customer.updated",
     "referral.accepted",
     "referral.created",
@@ -189,6 +193,10 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
     environment: "test",
   });
   t.regex(created.timestamp, /^\d{4}-\d\d-\d\dT/);
+  // An erasure tells the id and when, nothing else.
+  const erasure = bodies.find((b) => b.type === "customer.erased");
+  t.deepEqual(Object.keys(erasure.data).sort(), ["deletedAt", "id"]);
+  t.is(erasure.data.id, erin.id);
   const accepted = bodies.find((b) => b.type === "referral.accepted");
   t.like(accepted.data, { status: "accepted", referrerId: carol.id, environment: "test" });
   // The demo campaign's enabled rewards, one per party.

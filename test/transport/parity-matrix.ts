@@ -58,6 +58,7 @@ export async function parityMatrix(options: { tls: boolean }): Promise<void> {
     otherReferralCode: "",
     acceptedReferralId: "",
     pendingReferralIds: {} as Record<WireProtocol, string>,
+    erasableCustomerIds: {} as Record<WireProtocol, string>,
     earnedGrantId: "",
     approvedGrantIds: {} as Record<WireProtocol, string>,
     webhookId: "",
@@ -90,6 +91,11 @@ export async function parityMatrix(options: { tls: boolean }): Promise<void> {
       errors: { invalid_argument: { id: " " }, not_found: { id: "cus_missing" } },
     },
     ListCustomers: { ok: { limit: 50 }, errors: { invalid_argument: { limit: 0 } } },
+    EraseCustomer: {
+      ok: (protocol) => ({ id: fixture.erasableCustomerIds[protocol] }),
+      volatile: ["id", "createdAt", "updatedAt", "deletedAt", "referralCode"],
+      errors: { invalid_argument: { id: " " }, not_found: { id: "cus_missing" } },
+    },
     CreateReferral: {
       ok: () => ({ referralCode: fixture.referralCode, refereeExternalUserId: "parity-referee" }),
       errors: {
@@ -398,6 +404,7 @@ export async function parityMatrix(options: { tls: boolean }): Promise<void> {
         })
       ).id;
       await identify(`parity-test-${protocol}`, "test");
+      fixture.erasableCustomerIds[protocol] = (await identify(`parity-erase-${protocol}`)).id;
     }
 
     // The relay queues one delivery per test customer and sends it at once:

@@ -15,7 +15,50 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/customers.proto.
  */
 export const file_referral_v1_customers: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9jdXN0b21lcnMucHJvdG8SC3JlZmVycmFsLnYxIsIBChdJZGVudGlmeUN1c3RvbWVyUmVxdWVzdBIYChBleHRlcm5hbF91c2VyX2lkGAEgASgJEhIKBWVtYWlsGAIgASgJSACIAQESDAoEbmFtZRgDIAEoCRItCgtlbnZpcm9ubWVudBgEIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EjIKEWN1c3RvbV9wcm9wZXJ0aWVzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIICgZfZW1haWwiQwoYSWRlbnRpZnlDdXN0b21lclJlc3BvbnNlEicKCGN1c3RvbWVyGAEgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXIiIAoSR2V0Q3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj4KE0dldEN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciKDAgoUTGlzdEN1c3RvbWVyc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBARItCgtlbnZpcm9ubWVudBgDIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Eh0KEGV4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARISCgVlbWFpbBgFIAEoCUgDiAEBEhoKDXJlZmVycmFsX2NvZGUYBiABKAlIBIgBAUIICgZfbGltaXRCCQoHX29mZnNldEITChFfZXh0ZXJuYWxfdXNlcl9pZEIICgZfZW1haWxCEAoOX3JlZmVycmFsX2NvZGUiagoVTGlzdEN1c3RvbWVyc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgFEg0KBWxpbWl0GAIgASgFEg4KBm9mZnNldBgDIAEoBRIjCgRkYXRhGAQgAygLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXIykAMKEEN1c3RvbWVyc1NlcnZpY2USkgEKEElkZW50aWZ5Q3VzdG9tZXISJC5yZWZlcnJhbC52MS5JZGVudGlmeUN1c3RvbWVyUmVxdWVzdBolLnJlZmVycmFsLnYxLklkZW50aWZ5Q3VzdG9tZXJSZXNwb25zZSIxwPMYAcjzGMkBgtPkkwIiOgEqYghjdXN0b21lciITL2N1c3RvbWVycy9pZGVudGlmeRJ3CgtHZXRDdXN0b21lchIfLnJlZmVycmFsLnYxLkdldEN1c3RvbWVyUmVxdWVzdBogLnJlZmVycmFsLnYxLkdldEN1c3RvbWVyUmVzcG9uc2UiJcDzGAKC0+STAhtiCGN1c3RvbWVyEg8vY3VzdG9tZXJzL3tpZH0SbgoNTGlzdEN1c3RvbWVycxIhLnJlZmVycmFsLnYxLkxpc3RDdXN0b21lcnNSZXF1ZXN0GiIucmVmZXJyYWwudjEuTGlzdEN1c3RvbWVyc1Jlc3BvbnNlIhbA8xgCgtPkkwIMEgovY3VzdG9tZXJzYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_struct, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChtyZWZlcnJhbC92MS9jdXN0b21lcnMucHJvdG8SC3JlZmVycmFsLnYxIiIKFEVyYXNlQ3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIkAKFUVyYXNlQ3VzdG9tZXJSZXNwb25zZRInCghjdXN0b21lchgBIAEoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyIsIBChdJZGVudGlmeUN1c3RvbWVyUmVxdWVzdBIYChBleHRlcm5hbF91c2VyX2lkGAEgASgJEhIKBWVtYWlsGAIgASgJSACIAQESDAoEbmFtZRgDIAEoCRItCgtlbnZpcm9ubWVudBgEIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EjIKEWN1c3RvbV9wcm9wZXJ0aWVzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIICgZfZW1haWwiQwoYSWRlbnRpZnlDdXN0b21lclJlc3BvbnNlEicKCGN1c3RvbWVyGAEgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXIiIAoSR2V0Q3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj4KE0dldEN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciKlAgoUTGlzdEN1c3RvbWVyc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBARItCgtlbnZpcm9ubWVudBgDIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Eh0KEGV4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARISCgVlbWFpbBgFIAEoCUgDiAEBEhoKDXJlZmVycmFsX2NvZGUYBiABKAlIBIgBARIUCgdkZWxldGVkGAcgASgISAWIAQFCCAoGX2xpbWl0QgkKB19vZmZzZXRCEwoRX2V4dGVybmFsX3VzZXJfaWRCCAoGX2VtYWlsQhAKDl9yZWZlcnJhbF9jb2RlQgoKCF9kZWxldGVkImoKFUxpc3RDdXN0b21lcnNSZXNwb25zZRINCgV0b3RhbBgBIAEoBRINCgVsaW1pdBgCIAEoBRIOCgZvZmZzZXQYAyABKAUSIwoEZGF0YRgEIAMoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyMo8EChBDdXN0b21lcnNTZXJ2aWNlEpIBChBJZGVudGlmeUN1c3RvbWVyEiQucmVmZXJyYWwudjEuSWRlbnRpZnlDdXN0b21lclJlcXVlc3QaJS5yZWZlcnJhbC52MS5JZGVudGlmeUN1c3RvbWVyUmVzcG9uc2UiMcDzGAHI8xjJAYLT5JMCIjoBKmIIY3VzdG9tZXIiEy9jdXN0b21lcnMvaWRlbnRpZnkSdwoLR2V0Q3VzdG9tZXISHy5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlcXVlc3QaIC5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlc3BvbnNlIiXA8xgCgtPkkwIbYghjdXN0b21lchIPL2N1c3RvbWVycy97aWR9Em4KDUxpc3RDdXN0b21lcnMSIS5yZWZlcnJhbC52MS5MaXN0Q3VzdG9tZXJzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RDdXN0b21lcnNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL2N1c3RvbWVycxJ9Cg1FcmFzZUN1c3RvbWVyEiEucmVmZXJyYWwudjEuRXJhc2VDdXN0b21lclJlcXVlc3QaIi5yZWZlcnJhbC52MS5FcmFzZUN1c3RvbWVyUmVzcG9uc2UiJcDzGAKC0+STAhtiCGN1c3RvbWVyKg8vY3VzdG9tZXJzL3tpZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_struct, file_referral_v1_options, file_referral_v1_resources]);
+
+/**
+ * EraseCustomerRequest names the customer to erase.
+ *
+ * @generated from message referral.v1.EraseCustomerRequest
+ */
+export type EraseCustomerRequest = Message<"referral.v1.EraseCustomerRequest"> & {
+  /**
+   * Required. The customer's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message referral.v1.EraseCustomerRequest.
+ * Use `create(EraseCustomerRequestSchema)` to create a new message.
+ */
+export const EraseCustomerRequestSchema: GenMessage<EraseCustomerRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 0);
+
+/**
+ * EraseCustomerResponse carries the tombstone of the erased customer.
+ *
+ * @generated from message referral.v1.EraseCustomerResponse
+ */
+export type EraseCustomerResponse = Message<"referral.v1.EraseCustomerResponse"> & {
+  /**
+   * The customer as it stays: its id, deleted_at, environment, tenant and
+   * counters; its personal fields empty.
+   *
+   * @generated from field: referral.v1.Customer customer = 1;
+   */
+  customer?: Customer | undefined;
+};
+
+/**
+ * Describes the message referral.v1.EraseCustomerResponse.
+ * Use `create(EraseCustomerResponseSchema)` to create a new message.
+ */
+export const EraseCustomerResponseSchema: GenMessage<EraseCustomerResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 1);
 
 /**
  * IdentifyCustomerRequest describes the end user to create or update.
@@ -65,7 +108,7 @@ export type IdentifyCustomerRequest = Message<"referral.v1.IdentifyCustomerReque
  * Use `create(IdentifyCustomerRequestSchema)` to create a new message.
  */
 export const IdentifyCustomerRequestSchema: GenMessage<IdentifyCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 0);
+  messageDesc(file_referral_v1_customers, 2);
 
 /**
  * IdentifyCustomerResponse carries the identified customer.
@@ -86,7 +129,7 @@ export type IdentifyCustomerResponse = Message<"referral.v1.IdentifyCustomerResp
  * Use `create(IdentifyCustomerResponseSchema)` to create a new message.
  */
 export const IdentifyCustomerResponseSchema: GenMessage<IdentifyCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 1);
+  messageDesc(file_referral_v1_customers, 3);
 
 /**
  * GetCustomerRequest names a customer.
@@ -107,7 +150,7 @@ export type GetCustomerRequest = Message<"referral.v1.GetCustomerRequest"> & {
  * Use `create(GetCustomerRequestSchema)` to create a new message.
  */
 export const GetCustomerRequestSchema: GenMessage<GetCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 2);
+  messageDesc(file_referral_v1_customers, 4);
 
 /**
  * GetCustomerResponse carries the requested customer.
@@ -128,7 +171,7 @@ export type GetCustomerResponse = Message<"referral.v1.GetCustomerResponse"> & {
  * Use `create(GetCustomerResponseSchema)` to create a new message.
  */
 export const GetCustomerResponseSchema: GenMessage<GetCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 3);
+  messageDesc(file_referral_v1_customers, 5);
 
 /**
  * ListCustomersRequest filters and pages the application's customers.
@@ -177,6 +220,14 @@ export type ListCustomersRequest = Message<"referral.v1.ListCustomersRequest"> &
    * @generated from field: optional string referral_code = 6;
    */
   referralCode?: string | undefined;
+
+  /**
+   * True lists erased customers (their tombstones) only; unset or false
+   * leaves them out.
+   *
+   * @generated from field: optional bool deleted = 7;
+   */
+  deleted?: boolean | undefined;
 };
 
 /**
@@ -184,7 +235,7 @@ export type ListCustomersRequest = Message<"referral.v1.ListCustomersRequest"> &
  * Use `create(ListCustomersRequestSchema)` to create a new message.
  */
 export const ListCustomersRequestSchema: GenMessage<ListCustomersRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 4);
+  messageDesc(file_referral_v1_customers, 6);
 
 /**
  * ListCustomersResponse is one page of customers.
@@ -226,7 +277,7 @@ export type ListCustomersResponse = Message<"referral.v1.ListCustomersResponse">
  * Use `create(ListCustomersResponseSchema)` to create a new message.
  */
 export const ListCustomersResponseSchema: GenMessage<ListCustomersResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 5);
+  messageDesc(file_referral_v1_customers, 7);
 
 /**
  * CustomersService identifies the calling application's end users and reads
@@ -268,6 +319,23 @@ export const CustomersService: GenService<{
     methodKind: "unary";
     input: typeof ListCustomersRequestSchema;
     output: typeof ListCustomersResponseSchema;
+  },
+  /**
+   * Erases the customer's personal data (name, email, external user id,
+   * custom properties) everywhere the service keeps it, and answers the
+   * tombstone that stays: the id, deleted_at, the environment, the tenant
+   * and the counters, so referrals and reward grants keep their links. The
+   * referral code is retired: it is never issued again and using it is
+   * NOT_FOUND. Erasing again answers the same tombstone. Raises
+   * customer.erased. NOT_FOUND when no such customer exists. Secret keys
+   * only.
+   *
+   * @generated from rpc referral.v1.CustomersService.EraseCustomer
+   */
+  eraseCustomer: {
+    methodKind: "unary";
+    input: typeof EraseCustomerRequestSchema;
+    output: typeof EraseCustomerResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_customers, 0);

@@ -1,0 +1,84 @@
+import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
+import { eraseCustomer, findCustomerOrTombstone } from "./customers.js";
+import type { CustomerDoc, OutboxEntryDoc } from "./documents.js";
+import { packPayload, unpackPayload } from "./event-payload.js";
+import { ownedBy } from "./tenant.js";
+
+/** How the erasure's own event is written (the webhook audience decides whether it is). */
+type ListenedWrite = <R>(
+  environment: EnvironmentName,
+  write: (outbox: readonly OutboxEntryDoc[]) => Promise<R>,
+) => Promise<R>;
+
+/**
+ * Erases a customer everywhere the service keeps personal data about it:
+ * its record (the tombstone stays), the external user id on its
+ * checkpoints, and the payloads of the stored events that hold its data
+ * (its own events, its checkpoints', and the `referredBy` its referees'
+ * events show), which deliveries still waiting for a retry send. Each step
+ * runs again on a second erasure, so one a crash interrupted is finished
+ * then. Null when no such customer exists.
+ */
+export async function eraseEverywhere(
+  db: Collections,
+  tenant: Tenant,
+  id: string,
+  at: Date,
+  listened: ListenedWrite,
+  /** The engine's last step: leaving no copy of what was erased in its files. */
+  afterErasure?: () => Promise<void>,
+): Promise<{ tombstone: CustomerDoc; erasedNow: boolean } | null> {
+  const current = await findCustomerOrTombstone(db, tenant, id);
+  if (!current) return null;
+  const erased = await listened(current.environment, (outbox) =>
+    eraseCustomer(db, tenant, id, at, outbox),
+  );
+  if (!erased) return null;
+  await db.checkpoints.updateMany(
+    { ...ownedBy(tenant), environment: current.environment, customerId: id },
+    { $set: { externalUserId: "" } },
+  );
+  await rewriteEvents(db, [id], (data) => {
+    if ("externalUserId" in data) data.externalUserId = "";
+    if ("email" in data) data.email = null;
+    if ("name" in data) data.name = "";
+    if ("customProperties" in data) data.customProperties = {};
+  });
+  const referees = await db.referrals
+    .find({ referrerId: id }, { projection: { refereeId: 1 } })
+    .toArray();
+  await rewriteEvents(
+    db,
+    referees.map((referral) => referral.refereeId),
+    (data) => {
+      const referredBy = data.referredBy as Record<string, unknown> | null | undefined;
+      if (referredBy?.id === id)
+        data.referredBy = { id, externalUserId: "", email: null, name: "" };
+    },
+  );
+  await afterErasure?.();
+  return erased;
+}
+
+/** Rewrites the payload data of the stored events about `customerIds` that `scrub` changes. */
+async function rewriteEvents(
+  db: Collections,
+  customerIds: readonly string[],
+  scrub: (data: Record<string, unknown>) => void,
+): Promise<void> {
+  if (customerIds.length === 0) return;
+  const events = await db.events.find({ customerId: { $in: [...customerIds] } }).toArray();
+  for (const event of events) {
+    const json = unpackPayload(event.payload, event.type);
+    const body = JSON.parse(json) as { data?: Record<string, unknown> };
+    if (!body.data) continue;
+    scrub(body.data);
+    const rewritten = JSON.stringify(body);
+    if (rewritten === json) continue;
+    await db.events.updateOne(
+      { _id: event._id },
+      { $set: { payload: packPayload(rewritten, event.type) } },
+    );
+  }
+}

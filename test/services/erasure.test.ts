@@ -1,0 +1,179 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import test from "ava";
+import { findEvent } from "../../src/store/events.js";
+import { type Receiver, startReceiver } from "../helpers/receiver.js";
+import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { eventually } from "../helpers/wait.js";
+
+/**
+ * EraseCustomer: the personal data goes from the customer's record, its
+ * checkpoints and the stored event payloads (its own and its referees'),
+ * and from the database's files; the tombstone stays, the code is retired,
+ * and an identify afterwards is someone new.
+ */
+
+const server = useServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
+let receiver: Receiver;
+test.before(async () => {
+  receiver = await startReceiver();
+});
+test.after.always(() => receiver?.close());
+
+const secret = (method: string, path: string, body?: unknown) =>
+  rest(server, method, path, { key: keys.secret, body });
+
+// Strings found nowhere else, so a byte search means what it says.
+const personal = {
+  name: "Quirinus Zabriskie",
+  email: "quirinus.zabriskie@example.org",
+  externalUserId: "ext-quirinus-7f3a",
+  property: "zabriskie-private-note",
+};
+
+/** Whether any file of the data directory holds `text`, as UTF-8 bytes. */
+function onDisk(text: string): boolean {
+  const needle = Buffer.from(text);
+  return readdirSync(server.dataDir).some((file) =>
+    readFileSync(join(server.dataDir, file)).includes(needle),
+  );
+}
+
+test.serial(
+  "an erased customer is gone from every record and file; its tombstone, links and counts stay",
+  async (t) => {
+    const hook = await secret("POST", "/webhooks", {
+      url: `${receiver.url}/erasure`,
+      environment: "test",
+    });
+    t.is(hook.status, 201);
+    const identified = await secret("POST", "/customers/identify", {
+      externalUserId: personal.externalUserId,
+      name: personal.name,
+      email: personal.email,
+      customProperties: { note: personal.property },
+      environment: "test",
+    });
+    const customer = identified.body;
+    const referee = (
+      await secret("POST", "/customers/identify", {
+        externalUserId: "erasure-referee",
+        name: "Rea",
+        environment: "test",
+      })
+    ).body;
+    const referral = await secret("POST", "/referrals", {
+      referralCode: customer.referralCode,
+      refereeId: referee.id,
+      environment: "test",
+    });
+    t.is(referral.status, 201);
+    // The referee's next identify carries the referrer in its event's referredBy.
+    await secret("POST", "/customers/identify", {
+      externalUserId: "erasure-referee",
+      name: "Rea B",
+      environment: "test",
+    });
+    await secret("POST", "/checkpoints/ingest", {
+      name: "signup",
+      externalUserId: personal.externalUserId,
+      environment: "test",
+    });
+    await receiver.waitFor(
+      () => receiver.received.filter((r) => r.path === "/erasure").length >= 5,
+    );
+    for (const text of Object.values(personal)) t.true(onDisk(text), `${text} is on disk before`);
+
+    const erased = await secret("DELETE", `/customers/${customer.id}`);
+    t.is(erased.status, 200);
+    t.like(erased.body, {
+      id: customer.id,
+      externalUserId: "",
+      name: "",
+      email: null,
+      customProperties: {},
+      referralCode: customer.referralCode,
+      visitedReferralsCount: 1,
+      environment: "test",
+    });
+    t.truthy(erased.body.deletedAt);
+    for (const text of Object.values(personal)) t.false(onDisk(text), `${text} is gone from disk`);
+
+    t.deepEqual(
+      (await secret("DELETE", `/customers/${customer.id}`)).body,
+      erased.body,
+      "again: the same tombstone",
+    );
+    t.deepEqual((await secret("GET", `/customers/${customer.id}`)).body, erased.body);
+    const listed = await secret("GET", "/customers?limit=100&environment=test");
+    t.false(
+      listed.body.data.some((c: Json) => c.id === customer.id),
+      "left out of the list",
+    );
+    const tombstones = await secret("GET", "/customers?deleted=true");
+    t.deepEqual(
+      tombstones.body.data.map((c: Json) => c.id),
+      [customer.id],
+    );
+
+    // The other side sees the erased customer by id only.
+    const refereeView = (await secret("GET", `/customers/${referee.id}`)).body;
+    t.deepEqual(refereeView.referredBy, {
+      id: customer.id,
+      externalUserId: "",
+      email: null,
+      name: "",
+    });
+    const referrals = await secret("GET", `/referrals?referrerId=${customer.id}`);
+    t.is(referrals.body.data[0].id, referral.body.id, "the referral keeps its link");
+
+    // Stored events no longer hold the data; the erasure's own holds the id and time only.
+    const store = server.app.store.system;
+    const events = await store.events.find({}).toArray();
+    for (const event of events) {
+      const payload = (await findEvent(store, event._id))?.payload ?? "";
+      for (const text of Object.values(personal))
+        t.false(payload.includes(text), `${event.type}: ${text}`);
+    }
+    const erasure = await eventually("the customer.erased event", () =>
+      receiver.received.find(
+        (r) => r.path === "/erasure" && JSON.parse(r.body).type === "customer.erased",
+      ),
+    );
+    t.deepEqual(JSON.parse(erasure.body).data, {
+      id: customer.id,
+      deletedAt: erased.body.deletedAt,
+    });
+
+    // The code is retired; the same external id is someone new.
+    const reuse = await secret("POST", "/referrals", {
+      referralCode: customer.referralCode,
+      refereeExternalUserId: "after-erasure",
+      environment: "test",
+    });
+    t.is(reuse.status, 404);
+    const again = await secret("POST", "/customers/identify", {
+      externalUserId: personal.externalUserId,
+      name: "Someone new",
+      environment: "test",
+    });
+    t.is(again.status, 201);
+    t.not(again.body.id, customer.id);
+    t.not(again.body.referralCode, customer.referralCode);
+    t.is(again.body.visitedReferralsCount, 0);
+    t.is(again.body.referredBy, null);
+  },
+);
+
+test.serial(
+  "erasing a customer that does not exist is not_found; a public key may not erase",
+  async (t) => {
+    t.is((await secret("DELETE", "/customers/cus_missing")).status, 404);
+    const customer = (
+      await secret("POST", "/customers/identify", { externalUserId: "erasure-public", name: "Pub" })
+    ).body;
+    const refused = await rest(server, "DELETE", `/customers/${customer.id}`, { key: keys.public });
+    t.is(refused.status, 403);
+    t.is((await secret("GET", `/customers/${customer.id}`)).body.name, "Pub");
+  },
+);
