@@ -188,6 +188,23 @@ const adminCommands: readonly AdminCommand[] = [
     },
   },
   {
+    name: "erase-customer",
+    usage: "<applicationId> <customerId>",
+    summary: "erase a customer's personal data everywhere (docs/privacy.md)",
+    async run({ client, argument, print }) {
+      const response = await client.eraseApplicationCustomer({
+        applicationId: argument(0, "applicationId"),
+        customerId: argument(1, "customerId"),
+      });
+      print(
+        AdminService.method.eraseApplicationCustomer,
+        response,
+        () =>
+          `erased customer ${response.customer?.id}: its tombstone stays (id, deletedAt, counters, retired code)`,
+      );
+    },
+  },
+  {
     name: "delete-campaign",
     usage: "<campaignId>",
     async run({ client, argument, print }) {

@@ -34,6 +34,7 @@ import {
   newCampaignDoc,
   placementCheckpointsFor,
 } from "./campaign-records.js";
+import { eraseCustomerOf } from "./customers.js";
 import { invalidArgument, notFound } from "./errors.js";
 import { enumWord, optionalText, requiredText } from "./validate.js";
 
@@ -45,6 +46,8 @@ export function createAdminService(deps: {
   store: Store;
   clock: Clock;
   onKeyRevoked?: KeyRevokedListener;
+  /** Wakes the webhook relay: an erasure raises customer.erased. */
+  notifyWebhooks?: () => void;
 }): ServiceImpl<typeof AdminService> {
   const { clock } = deps;
   // Admin works across tenants: the system paths, named as such.
@@ -141,6 +144,16 @@ export function createAdminService(deps: {
       const updated = await replaceCampaignFields(db, current, { placementCheckpoints }, now);
       if (!updated) throw notFound(`campaign ${request.id}`);
       return { data: campaignCheckpointsOf(updated) };
+    },
+
+    async eraseApplicationCustomer(request) {
+      const application = await applicationOrNotFound(request.applicationId);
+      const store = deps.store.forTenant(tenantOfApplication(application));
+      const customer = await eraseCustomerOf(store, request.customerId, "customerId", {
+        clock,
+        notifyWebhooks: deps.notifyWebhooks ?? (() => {}),
+      });
+      return { customer };
     },
 
     async deleteCampaign(request) {

@@ -4,6 +4,7 @@ import {
   type CustomersService,
   GetCustomerResponseSchema,
 } from "../../gen/referral/v1/customers_pb.js";
+import type { Customer } from "../../gen/referral/v1/resources_pb.js";
 import { isShared, sharedFrom } from "../contract/shared-messages.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
@@ -11,6 +12,7 @@ import type { Clock } from "../domain/tenancy.js";
 import { cleanText } from "../domain/text.js";
 import { customerErased, customerIdentified } from "../events/events.js";
 import { newCustomerMessage } from "../store/customer-records.js";
+import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
 import {
@@ -21,6 +23,26 @@ import {
   pageOf,
   requiredText,
 } from "./validate.js";
+
+/**
+ * Erases a customer of the tenant (EraseCustomer, and the admin API's
+ * EraseApplicationCustomer) and answers its tombstone as the API shows it.
+ */
+export async function eraseCustomerOf(
+  store: TenantStore,
+  rawId: string,
+  field: string,
+  deps: { clock: Clock; notifyWebhooks: () => void },
+): Promise<Customer> {
+  const id = requiredText(rawId, field);
+  const at = deps.clock();
+  const erased = await store.customers.erase(id, at, [customerErased(id, at)]);
+  if (!erased) throw notFound(`customer ${id}`);
+  if (erased.erasedNow) deps.notifyWebhooks();
+  const [customer] = await store.customers.messages([erased.tombstone]);
+  if (!customer) throw notFound(`customer ${id}`);
+  return customer;
+}
 
 /** Creates the CustomersService implementation. */
 export function createCustomersService(deps: {
@@ -65,13 +87,7 @@ export function createCustomersService(deps: {
     },
 
     async eraseCustomer(request, context) {
-      const { store } = callerOf(context);
-      const id = requiredText(request.id, "id");
-      const at = clock();
-      const erased = await store.customers.erase(id, at, [customerErased(id, at)]);
-      if (!erased) throw notFound(`customer ${id}`);
-      if (erased.erasedNow) deps.notifyWebhooks();
-      const [customer] = await store.customers.messages([erased.tombstone]);
+      const customer = await eraseCustomerOf(callerOf(context).store, request.id, "id", deps);
       return { customer };
     },
 

@@ -61,6 +61,24 @@ test.serial("create an application, use its keys, revoke one", async (t) => {
   t.is(apps.length, 2);
 });
 
+test.serial("erase a customer of an application for a deletion request", async (t) => {
+  const created = await admin("create-app", "Erasure App");
+  const customer = await rest(server, "POST", "/customers/identify", {
+    key: created.secretKey,
+    body: { externalUserId: "cli-leaving", name: "Lee", email: "lee@example.com" },
+  });
+  const erased = await admin("erase-customer", created.application.id, customer.body.id);
+  t.like(erased, { id: customer.body.id, name: "", externalUserId: "", email: null });
+  t.truthy(erased.deletedAt);
+  const read = await rest(server, "GET", `/customers/${customer.body.id}`, {
+    key: created.secretKey,
+  });
+  t.deepEqual(read.body, erased);
+  const missing = await runAdmin("erase-customer", created.application.id, "cus_missing");
+  t.not(missing.code, 0);
+  t.regex(missing.output, /customer cus_missing not found/);
+});
+
 test.serial("create, update and delete a campaign from a JSON file", async (t) => {
   const created = await admin("create-app", "Campaign App");
   const file = join(mkdtempSync(join(tmpdir(), "referrals-cli-")), "campaign.json");

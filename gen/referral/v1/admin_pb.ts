@@ -8,7 +8,7 @@ import { file_google_api_annotations } from "../../google/api/annotations_pb.js"
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import { file_referral_v1_options } from "./options_pb.js";
-import type { Campaign, CampaignCheckpoint } from "./resources_pb.js";
+import type { Campaign, CampaignCheckpoint, Customer } from "./resources_pb.js";
 import { file_referral_v1_resources } from "./resources_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,56 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/admin.proto.
  */
 export const file_referral_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEicAoLQXBwbGljYXRpb24SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAyABKAkSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAi+AEKBkFwaUtleRIKCgJpZBgBIAEoCRIlCgRraW5kGAIgASgOMhcucmVmZXJyYWwudjEuQXBpS2V5S2luZBIOCgZwcmVmaXgYAyABKAkSEQoEbmFtZRgEIAEoCUgAiAEBEhYKDmFwcGxpY2F0aW9uX2lkGAUgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgGIAEoCRIuCgpjcmVhdGVkX2F0GAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIuCgpyZXZva2VkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIHCgVfbmFtZSJaChhDcmVhdGVBcHBsaWNhdGlvblJlcXVlc3QSDAoEbmFtZRgBIAEoCRIcCg9vcmdhbml6YXRpb25faWQYAiABKAlIAIgBAUISChBfb3JnYW5pemF0aW9uX2lkInIKGUNyZWF0ZUFwcGxpY2F0aW9uUmVzcG9uc2USLQoLYXBwbGljYXRpb24YASABKAsyGC5yZWZlcnJhbC52MS5BcHBsaWNhdGlvbhISCgpzZWNyZXRfa2V5GAIgASgJEhIKCnB1YmxpY19rZXkYAyABKAkiGQoXTGlzdEFwcGxpY2F0aW9uc1JlcXVlc3QiSgoYTGlzdEFwcGxpY2F0aW9uc1Jlc3BvbnNlEi4KDGFwcGxpY2F0aW9ucxgBIAMoCzIYLnJlZmVycmFsLnYxLkFwcGxpY2F0aW9uInAKE0NyZWF0ZUFwaUtleVJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnJlZmVycmFsLnYxLkFwaUtleUtpbmQSEQoEbmFtZRgDIAEoCUgAiAEBQgcKBV9uYW1lIkkKFENyZWF0ZUFwaUtleVJlc3BvbnNlEiQKB2FwaV9rZXkYASABKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkSCwoDa2V5GAIgASgJIiwKEkxpc3RBcGlLZXlzUmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCSI8ChNMaXN0QXBpS2V5c1Jlc3BvbnNlEiUKCGFwaV9rZXlzGAEgAygLMhMucmVmZXJyYWwudjEuQXBpS2V5IiEKE1Jldm9rZUFwaUtleVJlcXVlc3QSCgoCaWQYASABKAkiPAoUUmV2b2tlQXBpS2V5UmVzcG9uc2USJAoHYXBpX2tleRgBIAEoCzITLnJlZmVycmFsLnYxLkFwaUtleSJYChVDcmVhdGVDYW1wYWlnblJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSJwoIY2FtcGFpZ24YAiABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiJBChZDcmVhdGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iYQoVVXBkYXRlQ2FtcGFpZ25SZXF1ZXN0EgoKAmlkGAEgASgJEicKCGNhbXBhaWduGAIgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24SEwoLdXBkYXRlX21hc2sYAyADKAkiQQoWVXBkYXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIiMKFURlbGV0ZUNhbXBhaWduUmVxdWVzdBIKCgJpZBgBIAEoCSJBChZEZWxldGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iRAoTUGxhY2VtZW50Q2hlY2twb2ludBIXCg9jaGVja3BvaW50X25hbWUYASABKAkSFAoMcGxhY2VtZW50X2lkGAIgASgJImEKHVNldENhbXBhaWduQ2hlY2twb2ludHNSZXF1ZXN0EgoKAmlkGAEgASgJEjQKCnBsYWNlbWVudHMYAiADKAsyIC5yZWZlcnJhbC52MS5QbGFjZW1lbnRDaGVja3BvaW50Ik8KHlNldENhbXBhaWduQ2hlY2twb2ludHNSZXNwb25zZRItCgRkYXRhGAEgAygLMh8ucmVmZXJyYWwudjEuQ2FtcGFpZ25DaGVja3BvaW50KlwKCkFwaUtleUtpbmQSHAoYQVBJX0tFWV9LSU5EX1VOU1BFQ0lGSUVEEAASFwoTQVBJX0tFWV9LSU5EX1BVQkxJQxABEhcKE0FQSV9LRVlfS0lORF9TRUNSRVQQAjLcCgoMQWRtaW5TZXJ2aWNlEosBChFDcmVhdGVBcHBsaWNhdGlvbhIlLnJlZmVycmFsLnYxLkNyZWF0ZUFwcGxpY2F0aW9uUmVxdWVzdBomLnJlZmVycmFsLnYxLkNyZWF0ZUFwcGxpY2F0aW9uUmVzcG9uc2UiJ8DzGAPI8xjJAYLT5JMCGDoBKiITL2FkbWluL2FwcGxpY2F0aW9ucxKOAQoQTGlzdEFwcGxpY2F0aW9ucxIkLnJlZmVycmFsLnYxLkxpc3RBcHBsaWNhdGlvbnNSZXF1ZXN0GiUucmVmZXJyYWwudjEuTGlzdEFwcGxpY2F0aW9uc1Jlc3BvbnNlIi3A8xgDgtPkkwIjYgxhcHBsaWNhdGlvbnMSEy9hZG1pbi9hcHBsaWNhdGlvbnMSlgEKDENyZWF0ZUFwaUtleRIgLnJlZmVycmFsLnYxLkNyZWF0ZUFwaUtleVJlcXVlc3QaIS5yZWZlcnJhbC52MS5DcmVhdGVBcGlLZXlSZXNwb25zZSJBwPMYA8jzGMkBgtPkkwIyOgEqIi0vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vYXBpLWtleXMSlQEKC0xpc3RBcGlLZXlzEh8ucmVmZXJyYWwudjEuTGlzdEFwaUtleXNSZXF1ZXN0GiAucmVmZXJyYWwudjEuTGlzdEFwaUtleXNSZXNwb25zZSJDwPMYA4LT5JMCOWIIYXBpX2tleXMSLS9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9hcGkta2V5cxKIAQoMUmV2b2tlQXBpS2V5EiAucmVmZXJyYWwudjEuUmV2b2tlQXBpS2V5UmVxdWVzdBohLnJlZmVycmFsLnYxLlJldm9rZUFwaUtleVJlc3BvbnNlIjPA8xgDgtPkkwIpOgEqYgdhcGlfa2V5IhsvYWRtaW4vYXBpLWtleXMve2lkfS9yZXZva2USrgEKDkNyZWF0ZUNhbXBhaWduEiIucmVmZXJyYWwudjEuQ3JlYXRlQ2FtcGFpZ25SZXF1ZXN0GiMucmVmZXJyYWwudjEuQ3JlYXRlQ2FtcGFpZ25SZXNwb25zZSJTwPMYA8jzGMkBgtPkkwJEOghjYW1wYWlnbmIIY2FtcGFpZ24iLi9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9jYW1wYWlnbnMSkAEKDlVwZGF0ZUNhbXBhaWduEiIucmVmZXJyYWwudjEuVXBkYXRlQ2FtcGFpZ25SZXF1ZXN0GiMucmVmZXJyYWwudjEuVXBkYXRlQ2FtcGFpZ25SZXNwb25zZSI1wPMYA4LT5JMCKzoIY2FtcGFpZ25iCGNhbXBhaWduMhUvYWRtaW4vY2FtcGFpZ25zL3tpZH0SowEKFlNldENhbXBhaWduQ2hlY2twb2ludHMSKi5yZWZlcnJhbC52MS5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVxdWVzdBorLnJlZmVycmFsLnYxLlNldENhbXBhaWduQ2hlY2twb2ludHNSZXNwb25zZSIwwPMYA4LT5JMCJjoBKhohL2FkbWluL2NhbXBhaWducy97aWR9L2NoZWNrcG9pbnRzEoYBCg5EZWxldGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLkRlbGV0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLkRlbGV0ZUNhbXBhaWduUmVzcG9uc2UiK8DzGAOC0+STAiFiCGNhbXBhaWduKhUvYWRtaW4vY2FtcGFpZ25zL3tpZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEiTgofRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCRITCgtjdXN0b21lcl9pZBgCIAEoCSJLCiBFcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXJSZXNwb25zZRInCghjdXN0b21lchgBIAEoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyInAKC0FwcGxpY2F0aW9uEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAMgASgJEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvgBCgZBcGlLZXkSCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnJlZmVycmFsLnYxLkFwaUtleUtpbmQSDgoGcHJlZml4GAMgASgJEhEKBG5hbWUYBCABKAlIAIgBARIWCg5hcHBsaWNhdGlvbl9pZBgFIAEoCRIXCg9vcmdhbml6YXRpb25faWQYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBwoFX25hbWUiWgoYQ3JlYXRlQXBwbGljYXRpb25SZXF1ZXN0EgwKBG5hbWUYASABKAkSHAoPb3JnYW5pemF0aW9uX2lkGAIgASgJSACIAQFCEgoQX29yZ2FuaXphdGlvbl9pZCJyChlDcmVhdGVBcHBsaWNhdGlvblJlc3BvbnNlEi0KC2FwcGxpY2F0aW9uGAEgASgLMhgucmVmZXJyYWwudjEuQXBwbGljYXRpb24SEgoKc2VjcmV0X2tleRgCIAEoCRISCgpwdWJsaWNfa2V5GAMgASgJIhkKF0xpc3RBcHBsaWNhdGlvbnNSZXF1ZXN0IkoKGExpc3RBcHBsaWNhdGlvbnNSZXNwb25zZRIuCgxhcHBsaWNhdGlvbnMYASADKAsyGC5yZWZlcnJhbC52MS5BcHBsaWNhdGlvbiJwChNDcmVhdGVBcGlLZXlSZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJEiUKBGtpbmQYAiABKA4yFy5yZWZlcnJhbC52MS5BcGlLZXlLaW5kEhEKBG5hbWUYAyABKAlIAIgBAUIHCgVfbmFtZSJJChRDcmVhdGVBcGlLZXlSZXNwb25zZRIkCgdhcGlfa2V5GAEgASgLMhMucmVmZXJyYWwudjEuQXBpS2V5EgsKA2tleRgCIAEoCSIsChJMaXN0QXBpS2V5c1JlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkiPAoTTGlzdEFwaUtleXNSZXNwb25zZRIlCghhcGlfa2V5cxgBIAMoCzITLnJlZmVycmFsLnYxLkFwaUtleSIhChNSZXZva2VBcGlLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIjwKFFJldm9rZUFwaUtleVJlc3BvbnNlEiQKB2FwaV9rZXkYASABKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkiWAoVQ3JlYXRlQ2FtcGFpZ25SZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJEicKCGNhbXBhaWduGAIgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iQQoWQ3JlYXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduImEKFVVwZGF0ZUNhbXBhaWduUmVxdWVzdBIKCgJpZBgBIAEoCRInCghjYW1wYWlnbhgCIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduEhMKC3VwZGF0ZV9tYXNrGAMgAygJIkEKFlVwZGF0ZUNhbXBhaWduUmVzcG9uc2USJwoIY2FtcGFpZ24YASABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiIjChVEZWxldGVDYW1wYWlnblJlcXVlc3QSCgoCaWQYASABKAkiQQoWRGVsZXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIkQKE1BsYWNlbWVudENoZWNrcG9pbnQSFwoPY2hlY2twb2ludF9uYW1lGAEgASgJEhQKDHBsYWNlbWVudF9pZBgCIAEoCSJhCh1TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVxdWVzdBIKCgJpZBgBIAEoCRI0CgpwbGFjZW1lbnRzGAIgAygLMiAucmVmZXJyYWwudjEuUGxhY2VtZW50Q2hlY2twb2ludCJPCh5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVzcG9uc2USLQoEZGF0YRgBIAMoCzIfLnJlZmVycmFsLnYxLkNhbXBhaWduQ2hlY2twb2ludCpcCgpBcGlLZXlLaW5kEhwKGEFQSV9LRVlfS0lORF9VTlNQRUNJRklFRBAAEhcKE0FQSV9LRVlfS0lORF9QVUJMSUMQARIXChNBUElfS0VZX0tJTkRfU0VDUkVUEAIyqgwKDEFkbWluU2VydmljZRKLAQoRQ3JlYXRlQXBwbGljYXRpb24SJS5yZWZlcnJhbC52MS5DcmVhdGVBcHBsaWNhdGlvblJlcXVlc3QaJi5yZWZlcnJhbC52MS5DcmVhdGVBcHBsaWNhdGlvblJlc3BvbnNlIifA8xgDyPMYyQGC0+STAhg6ASoiEy9hZG1pbi9hcHBsaWNhdGlvbnMSjgEKEExpc3RBcHBsaWNhdGlvbnMSJC5yZWZlcnJhbC52MS5MaXN0QXBwbGljYXRpb25zUmVxdWVzdBolLnJlZmVycmFsLnYxLkxpc3RBcHBsaWNhdGlvbnNSZXNwb25zZSItwPMYA4LT5JMCI2IMYXBwbGljYXRpb25zEhMvYWRtaW4vYXBwbGljYXRpb25zEpYBCgxDcmVhdGVBcGlLZXkSIC5yZWZlcnJhbC52MS5DcmVhdGVBcGlLZXlSZXF1ZXN0GiEucmVmZXJyYWwudjEuQ3JlYXRlQXBpS2V5UmVzcG9uc2UiQcDzGAPI8xjJAYLT5JMCMjoBKiItL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2FwaS1rZXlzEpUBCgtMaXN0QXBpS2V5cxIfLnJlZmVycmFsLnYxLkxpc3RBcGlLZXlzUmVxdWVzdBogLnJlZmVycmFsLnYxLkxpc3RBcGlLZXlzUmVzcG9uc2UiQ8DzGAOC0+STAjliCGFwaV9rZXlzEi0vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vYXBpLWtleXMSiAEKDFJldm9rZUFwaUtleRIgLnJlZmVycmFsLnYxLlJldm9rZUFwaUtleVJlcXVlc3QaIS5yZWZlcnJhbC52MS5SZXZva2VBcGlLZXlSZXNwb25zZSIzwPMYA4LT5JMCKToBKmIHYXBpX2tleSIbL2FkbWluL2FwaS1rZXlzL3tpZH0vcmV2b2tlEq4BCg5DcmVhdGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLkNyZWF0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLkNyZWF0ZUNhbXBhaWduUmVzcG9uc2UiU8DzGAPI8xjJAYLT5JMCRDoIY2FtcGFpZ25iCGNhbXBhaWduIi4vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vY2FtcGFpZ25zEpABCg5VcGRhdGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLlVwZGF0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLlVwZGF0ZUNhbXBhaWduUmVzcG9uc2UiNcDzGAOC0+STAis6CGNhbXBhaWduYghjYW1wYWlnbjIVL2FkbWluL2NhbXBhaWducy97aWR9EqMBChZTZXRDYW1wYWlnbkNoZWNrcG9pbnRzEioucmVmZXJyYWwudjEuU2V0Q2FtcGFpZ25DaGVja3BvaW50c1JlcXVlc3QaKy5yZWZlcnJhbC52MS5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVzcG9uc2UiMMDzGAOC0+STAiY6ASoaIS9hZG1pbi9jYW1wYWlnbnMve2lkfS9jaGVja3BvaW50cxKGAQoORGVsZXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlc3BvbnNlIivA8xgDgtPkkwIhYghjYW1wYWlnbioVL2FkbWluL2NhbXBhaWducy97aWR9EssBChhFcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXISLC5yZWZlcnJhbC52MS5FcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXJSZXF1ZXN0Gi0ucmVmZXJyYWwudjEuRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVzcG9uc2UiUsDzGAOC0+STAkhiCGN1c3RvbWVyKjwvYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vY3VzdG9tZXJzL3tjdXN0b21lcl9pZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+
+/**
+ * EraseApplicationCustomerRequest names the customer and its application.
+ *
+ * @generated from message referral.v1.EraseApplicationCustomerRequest
+ */
+export type EraseApplicationCustomerRequest = Message<"referral.v1.EraseApplicationCustomerRequest"> & {
+  /**
+   * Required. The application's id.
+   *
+   * @generated from field: string application_id = 1;
+   */
+  applicationId: string;
+
+  /**
+   * Required. The customer's id.
+   *
+   * @generated from field: string customer_id = 2;
+   */
+  customerId: string;
+};
+
+/**
+ * Describes the message referral.v1.EraseApplicationCustomerRequest.
+ * Use `create(EraseApplicationCustomerRequestSchema)` to create a new message.
+ */
+export const EraseApplicationCustomerRequestSchema: GenMessage<EraseApplicationCustomerRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 0);
+
+/**
+ * EraseApplicationCustomerResponse carries the erased customer's tombstone.
+ *
+ * @generated from message referral.v1.EraseApplicationCustomerResponse
+ */
+export type EraseApplicationCustomerResponse = Message<"referral.v1.EraseApplicationCustomerResponse"> & {
+  /**
+   * The customer as it stays (see CustomersService.EraseCustomer).
+   *
+   * @generated from field: referral.v1.Customer customer = 1;
+   */
+  customer?: Customer | undefined;
+};
+
+/**
+ * Describes the message referral.v1.EraseApplicationCustomerResponse.
+ * Use `create(EraseApplicationCustomerResponseSchema)` to create a new message.
+ */
+export const EraseApplicationCustomerResponseSchema: GenMessage<EraseApplicationCustomerResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 1);
 
 /**
  * Application is a tenant: an app of an organization, owning its data.
@@ -58,7 +107,7 @@ export type Application = Message<"referral.v1.Application"> & {
  * Use `create(ApplicationSchema)` to create a new message.
  */
 export const ApplicationSchema: GenMessage<Application> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 0);
+  messageDesc(file_referral_v1_admin, 2);
 
 /**
  * ApiKey describes an API key without revealing it.
@@ -128,7 +177,7 @@ export type ApiKey = Message<"referral.v1.ApiKey"> & {
  * Use `create(ApiKeySchema)` to create a new message.
  */
 export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 1);
+  messageDesc(file_referral_v1_admin, 3);
 
 /**
  * CreateApplicationRequest names the new application.
@@ -157,7 +206,7 @@ export type CreateApplicationRequest = Message<"referral.v1.CreateApplicationReq
  * Use `create(CreateApplicationRequestSchema)` to create a new message.
  */
 export const CreateApplicationRequestSchema: GenMessage<CreateApplicationRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 2);
+  messageDesc(file_referral_v1_admin, 4);
 
 /**
  * CreateApplicationResponse carries the application and its first keys.
@@ -192,7 +241,7 @@ export type CreateApplicationResponse = Message<"referral.v1.CreateApplicationRe
  * Use `create(CreateApplicationResponseSchema)` to create a new message.
  */
 export const CreateApplicationResponseSchema: GenMessage<CreateApplicationResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 3);
+  messageDesc(file_referral_v1_admin, 5);
 
 /**
  * ListApplicationsRequest takes no parameters.
@@ -207,7 +256,7 @@ export type ListApplicationsRequest = Message<"referral.v1.ListApplicationsReque
  * Use `create(ListApplicationsRequestSchema)` to create a new message.
  */
 export const ListApplicationsRequestSchema: GenMessage<ListApplicationsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 4);
+  messageDesc(file_referral_v1_admin, 6);
 
 /**
  * ListApplicationsResponse carries every application.
@@ -228,7 +277,7 @@ export type ListApplicationsResponse = Message<"referral.v1.ListApplicationsResp
  * Use `create(ListApplicationsResponseSchema)` to create a new message.
  */
 export const ListApplicationsResponseSchema: GenMessage<ListApplicationsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 5);
+  messageDesc(file_referral_v1_admin, 7);
 
 /**
  * CreateApiKeyRequest names the application and the kind of key.
@@ -263,7 +312,7 @@ export type CreateApiKeyRequest = Message<"referral.v1.CreateApiKeyRequest"> & {
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 6);
+  messageDesc(file_referral_v1_admin, 8);
 
 /**
  * CreateApiKeyResponse carries the new key.
@@ -291,7 +340,7 @@ export type CreateApiKeyResponse = Message<"referral.v1.CreateApiKeyResponse"> &
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 7);
+  messageDesc(file_referral_v1_admin, 9);
 
 /**
  * ListApiKeysRequest names the application.
@@ -312,7 +361,7 @@ export type ListApiKeysRequest = Message<"referral.v1.ListApiKeysRequest"> & {
  * Use `create(ListApiKeysRequestSchema)` to create a new message.
  */
 export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 8);
+  messageDesc(file_referral_v1_admin, 10);
 
 /**
  * ListApiKeysResponse carries the application's keys.
@@ -333,7 +382,7 @@ export type ListApiKeysResponse = Message<"referral.v1.ListApiKeysResponse"> & {
  * Use `create(ListApiKeysResponseSchema)` to create a new message.
  */
 export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 9);
+  messageDesc(file_referral_v1_admin, 11);
 
 /**
  * RevokeApiKeyRequest names the key.
@@ -354,7 +403,7 @@ export type RevokeApiKeyRequest = Message<"referral.v1.RevokeApiKeyRequest"> & {
  * Use `create(RevokeApiKeyRequestSchema)` to create a new message.
  */
 export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 10);
+  messageDesc(file_referral_v1_admin, 12);
 
 /**
  * RevokeApiKeyResponse carries the revoked key.
@@ -375,7 +424,7 @@ export type RevokeApiKeyResponse = Message<"referral.v1.RevokeApiKeyResponse"> &
  * Use `create(RevokeApiKeyResponseSchema)` to create a new message.
  */
 export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 11);
+  messageDesc(file_referral_v1_admin, 13);
 
 /**
  * CreateCampaignRequest carries the campaign to create.
@@ -403,7 +452,7 @@ export type CreateCampaignRequest = Message<"referral.v1.CreateCampaignRequest">
  * Use `create(CreateCampaignRequestSchema)` to create a new message.
  */
 export const CreateCampaignRequestSchema: GenMessage<CreateCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 12);
+  messageDesc(file_referral_v1_admin, 14);
 
 /**
  * CreateCampaignResponse carries the created campaign.
@@ -424,7 +473,7 @@ export type CreateCampaignResponse = Message<"referral.v1.CreateCampaignResponse
  * Use `create(CreateCampaignResponseSchema)` to create a new message.
  */
 export const CreateCampaignResponseSchema: GenMessage<CreateCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 13);
+  messageDesc(file_referral_v1_admin, 15);
 
 /**
  * UpdateCampaignRequest carries the new values.
@@ -460,7 +509,7 @@ export type UpdateCampaignRequest = Message<"referral.v1.UpdateCampaignRequest">
  * Use `create(UpdateCampaignRequestSchema)` to create a new message.
  */
 export const UpdateCampaignRequestSchema: GenMessage<UpdateCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 14);
+  messageDesc(file_referral_v1_admin, 16);
 
 /**
  * UpdateCampaignResponse carries the updated campaign.
@@ -481,7 +530,7 @@ export type UpdateCampaignResponse = Message<"referral.v1.UpdateCampaignResponse
  * Use `create(UpdateCampaignResponseSchema)` to create a new message.
  */
 export const UpdateCampaignResponseSchema: GenMessage<UpdateCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 15);
+  messageDesc(file_referral_v1_admin, 17);
 
 /**
  * DeleteCampaignRequest names the campaign.
@@ -502,7 +551,7 @@ export type DeleteCampaignRequest = Message<"referral.v1.DeleteCampaignRequest">
  * Use `create(DeleteCampaignRequestSchema)` to create a new message.
  */
 export const DeleteCampaignRequestSchema: GenMessage<DeleteCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 16);
+  messageDesc(file_referral_v1_admin, 18);
 
 /**
  * DeleteCampaignResponse carries the deleted campaign.
@@ -523,7 +572,7 @@ export type DeleteCampaignResponse = Message<"referral.v1.DeleteCampaignResponse
  * Use `create(DeleteCampaignResponseSchema)` to create a new message.
  */
 export const DeleteCampaignResponseSchema: GenMessage<DeleteCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 17);
+  messageDesc(file_referral_v1_admin, 19);
 
 /**
  * PlacementCheckpoint asks the mobile SDKs to show a placement when the
@@ -554,7 +603,7 @@ export type PlacementCheckpoint = Message<"referral.v1.PlacementCheckpoint"> & {
  * Use `create(PlacementCheckpointSchema)` to create a new message.
  */
 export const PlacementCheckpointSchema: GenMessage<PlacementCheckpoint> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 18);
+  messageDesc(file_referral_v1_admin, 20);
 
 /**
  * SetCampaignCheckpointsRequest carries the campaign's placement checkpoints.
@@ -583,7 +632,7 @@ export type SetCampaignCheckpointsRequest = Message<"referral.v1.SetCampaignChec
  * Use `create(SetCampaignCheckpointsRequestSchema)` to create a new message.
  */
 export const SetCampaignCheckpointsRequestSchema: GenMessage<SetCampaignCheckpointsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 19);
+  messageDesc(file_referral_v1_admin, 21);
 
 /**
  * SetCampaignCheckpointsResponse carries the campaign's checkpoints.
@@ -605,7 +654,7 @@ export type SetCampaignCheckpointsResponse = Message<"referral.v1.SetCampaignChe
  * Use `create(SetCampaignCheckpointsResponseSchema)` to create a new message.
  */
 export const SetCampaignCheckpointsResponseSchema: GenMessage<SetCampaignCheckpointsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 20);
+  messageDesc(file_referral_v1_admin, 22);
 
 /**
  * ApiKeyKind is what an API key may do.
@@ -753,6 +802,19 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof DeleteCampaignRequestSchema;
     output: typeof DeleteCampaignResponseSchema;
+  },
+  /**
+   * Erases a customer of an application, as CustomersService.EraseCustomer
+   * does with the application's secret key: for an operator answering a
+   * deletion request. NOT_FOUND when the application or the customer does
+   * not exist.
+   *
+   * @generated from rpc referral.v1.AdminService.EraseApplicationCustomer
+   */
+  eraseApplicationCustomer: {
+    methodKind: "unary";
+    input: typeof EraseApplicationCustomerRequestSchema;
+    output: typeof EraseApplicationCustomerResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_admin, 0);
