@@ -1,10 +1,16 @@
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   type CustomersService,
   GetCustomerResponseSchema,
 } from "../../gen/referral/v1/customers_pb.js";
-import type { Customer } from "../../gen/referral/v1/resources_pb.js";
+import {
+  CheckpointSchema,
+  type Customer,
+  ReferralSchema,
+} from "../../gen/referral/v1/resources_pb.js";
+import { messageFromDoc } from "../contract/records.js";
 import { isShared, sharedFrom } from "../contract/shared-messages.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
@@ -15,6 +21,7 @@ import { newCustomerMessage } from "../store/customer-records.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
+import { grantMessages } from "./rewards.js";
 import {
   environmentName,
   environmentOrProduction,
@@ -89,6 +96,44 @@ export function createCustomersService(deps: {
     async eraseCustomer(request, context) {
       const customer = await eraseCustomerOf(callerOf(context).store, request.id, "id", deps);
       return { customer };
+    },
+
+    async exportCustomer(request, context) {
+      const { store } = callerOf(context);
+      const id = requiredText(request.id, "id");
+      const page = pageOf(request.limit ?? limits.maxPageSize, request.offset);
+      const exportedAt = clock();
+      const customer = await store.customers.view(id);
+      if (!customer) throw notFound(`customer ${id}`);
+      const environment = environmentName(customer.environment) ?? "production";
+      const [asReferrer, asReferee, checkpoints, grants, events] = await Promise.all([
+        store.referrals.findMany({ referrerId: id }, page),
+        store.referrals.findMany({ refereeId: id }, page),
+        store.checkpoints.findOfCustomer({ _id: id, environment }, page),
+        store.rewards.findMany({ customerId: id }, page),
+        store.events.aboutCustomer(id, page),
+      ]);
+      const pageEnds = page.offset + page.limit;
+      return {
+        exportedAt: timestampFromDate(exportedAt),
+        customer,
+        referralsAsReferrer: asReferrer.docs.map((doc) => messageFromDoc(ReferralSchema, doc)),
+        referralsAsReferee: asReferee.docs.map((doc) => messageFromDoc(ReferralSchema, doc)),
+        checkpoints: checkpoints.docs.map((doc) => messageFromDoc(CheckpointSchema, doc)),
+        rewardGrants: await grantMessages(store, grants.docs),
+        events: events.docs.map((event) => ({
+          id: event._id,
+          type: event.type,
+          createdAt: timestampFromDate(event.createdAt),
+          payload: JSON.parse(event.payload) as JsonObject,
+        })),
+        limit: page.limit,
+        offset: page.offset,
+        hasMore:
+          [asReferrer, asReferee, grants].some(({ total }) => total > pageEnds) ||
+          checkpoints.more ||
+          events.more,
+      };
     },
 
     async listCustomers(request, context) {

@@ -174,7 +174,7 @@ export function createRewardsService(deps: RewardsDeps): ServiceImpl<typeof Rewa
 const reviewAttempts = 5;
 
 /** Grants as the API shows them, each with the reward it was made from. */
-async function grantMessages(store: TenantStore, docs: readonly RewardGrantDoc[]) {
+export async function grantMessages(store: TenantStore, docs: readonly RewardGrantDoc[]) {
   const rewards = await store.rewards.snapshots(docs.map((doc) => doc.rewardSnapshotId));
   return docs.map((doc) => grantView(doc, rewards.get(doc.rewardSnapshotId ?? "")));
 }

@@ -3,6 +3,7 @@ import type { Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import type { CheckpointDoc, CustomerDoc, OutboxEntryDoc } from "./documents.js";
 import { outboxOf } from "./events.js";
+import type { PageRequest } from "./paging.js";
 import { ownedBy } from "./tenant.js";
 
 /** A new checkpoint of a customer, not yet stored. */
@@ -33,4 +34,23 @@ export async function insertCheckpoint(
 ): Promise<CheckpointDoc> {
   await db.checkpoints.insertOne({ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) });
   return doc;
+}
+
+/**
+ * A page of a customer's checkpoints, newest first, and whether more
+ * follow (ExportCustomer).
+ */
+export async function findCheckpointsOfCustomer(
+  db: Collections,
+  tenant: Tenant,
+  customer: Pick<CustomerDoc, "_id" | "environment">,
+  page: PageRequest,
+): Promise<{ docs: CheckpointDoc[]; more: boolean }> {
+  const docs = await db.checkpoints
+    .find(
+      { ...ownedBy(tenant), environment: customer.environment, customerId: customer._id },
+      { sort: { createdAt: -1, _id: -1 }, skip: page.offset, limit: page.limit + 1 },
+    )
+    .toArray();
+  return { docs: docs.slice(0, page.limit), more: docs.length > page.limit };
 }

@@ -1,7 +1,9 @@
+import type { Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import type { EventDoc, OutboxEntryDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { packPayload, unpackPayload } from "./event-payload.js";
+import type { PageRequest } from "./paging.js";
 
 /** A document that may hold events in its outbox. */
 export interface OutboxHolder {
@@ -129,4 +131,28 @@ export async function storeEvent(db: Collections, event: EventDoc): Promise<Even
 export async function findEvent(db: Collections, id: string): Promise<EventDoc | null> {
   const event = await db.events.findOne({ _id: id });
   return event && { ...event, payload: unpackPayload(event.payload, event.type) };
+}
+
+/**
+ * A page of the stored events whose payload holds a customer's data, newest
+ * first, their payloads as JSON, and whether more follow (ExportCustomer).
+ */
+export async function findEventsAboutCustomer(
+  db: Collections,
+  tenant: Tenant,
+  customerId: string,
+  page: PageRequest,
+): Promise<{ docs: EventDoc[]; more: boolean }> {
+  const docs = await db.events
+    .find(
+      { customerId, applicationId: tenant.applicationId },
+      { sort: { createdAt: -1, _id: -1 }, skip: page.offset, limit: page.limit + 1 },
+    )
+    .toArray();
+  return {
+    docs: docs
+      .slice(0, page.limit)
+      .map((event) => ({ ...event, payload: unpackPayload(event.payload, event.type) })),
+    more: docs.length > page.limit,
+  };
 }

@@ -7,7 +7,7 @@ import {
   findDefaultCampaign,
   updateCampaignPing,
 } from "./campaigns.js";
-import { insertCheckpoint } from "./checkpoints.js";
+import { findCheckpointsOfCustomer, insertCheckpoint } from "./checkpoints.js";
 import type { Collections } from "./collection.js";
 import { customerMessages, customerPage, customerView } from "./customer-records.js";
 import type { CustomerViews } from "./customer-views.js";
@@ -29,6 +29,7 @@ import type {
   StatusChangeDoc,
 } from "./documents.js";
 import { eraseEverywhere } from "./erasure.js";
+import { findEventsAboutCustomer } from "./events.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -207,6 +208,11 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
     checkpoints: {
       insert: (doc: CheckpointDoc, outbox: readonly OutboxEntryDoc[]) =>
         listened(doc.environment, outbox, (events) => insertCheckpoint(db, tenant, doc, events)),
+      findOfCustomer: bind(findCheckpointsOfCustomer),
+    },
+    events: {
+      /** The stored events about a customer, payloads as JSON (ExportCustomer). */
+      aboutCustomer: bind(findEventsAboutCustomer),
     },
     campaigns: {
       find: bind(findCampaign),

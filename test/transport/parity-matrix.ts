@@ -91,6 +91,14 @@ export async function parityMatrix(options: { tls: boolean }): Promise<void> {
       errors: { invalid_argument: { id: " " }, not_found: { id: "cus_missing" } },
     },
     ListCustomers: { ok: { limit: 50 }, errors: { invalid_argument: { limit: 0 } } },
+    ExportCustomer: {
+      ok: () => ({ id: fixture.referrerId, limit: 5 }),
+      volatile: ["exportedAt"],
+      errors: {
+        invalid_argument: () => ({ id: fixture.referrerId, limit: 0 }),
+        not_found: { id: "cus_missing" },
+      },
+    },
     EraseCustomer: {
       ok: (protocol) => ({ id: fixture.erasableCustomerIds[protocol] }),
       volatile: ["id", "createdAt", "updatedAt", "deletedAt", "referralCode"],

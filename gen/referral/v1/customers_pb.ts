@@ -5,9 +5,10 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
-import { file_google_protobuf_struct } from "@bufbuild/protobuf/wkt";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import { file_referral_v1_options } from "./options_pb.js";
-import type { Customer, Environment } from "./resources_pb.js";
+import type { Checkpoint, Customer, Environment, Referral, RewardGrant } from "./resources_pb.js";
 import { file_referral_v1_resources } from "./resources_pb.js";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
@@ -15,7 +16,168 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/customers.proto.
  */
 export const file_referral_v1_customers: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9jdXN0b21lcnMucHJvdG8SC3JlZmVycmFsLnYxIiIKFEVyYXNlQ3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIkAKFUVyYXNlQ3VzdG9tZXJSZXNwb25zZRInCghjdXN0b21lchgBIAEoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyIsIBChdJZGVudGlmeUN1c3RvbWVyUmVxdWVzdBIYChBleHRlcm5hbF91c2VyX2lkGAEgASgJEhIKBWVtYWlsGAIgASgJSACIAQESDAoEbmFtZRgDIAEoCRItCgtlbnZpcm9ubWVudBgEIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EjIKEWN1c3RvbV9wcm9wZXJ0aWVzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIICgZfZW1haWwiQwoYSWRlbnRpZnlDdXN0b21lclJlc3BvbnNlEicKCGN1c3RvbWVyGAEgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXIiIAoSR2V0Q3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj4KE0dldEN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciKlAgoUTGlzdEN1c3RvbWVyc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBARItCgtlbnZpcm9ubWVudBgDIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Eh0KEGV4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARISCgVlbWFpbBgFIAEoCUgDiAEBEhoKDXJlZmVycmFsX2NvZGUYBiABKAlIBIgBARIUCgdkZWxldGVkGAcgASgISAWIAQFCCAoGX2xpbWl0QgkKB19vZmZzZXRCEwoRX2V4dGVybmFsX3VzZXJfaWRCCAoGX2VtYWlsQhAKDl9yZWZlcnJhbF9jb2RlQgoKCF9kZWxldGVkImoKFUxpc3RDdXN0b21lcnNSZXNwb25zZRINCgV0b3RhbBgBIAEoBRINCgVsaW1pdBgCIAEoBRIOCgZvZmZzZXQYAyABKAUSIwoEZGF0YRgEIAMoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyMo8EChBDdXN0b21lcnNTZXJ2aWNlEpIBChBJZGVudGlmeUN1c3RvbWVyEiQucmVmZXJyYWwudjEuSWRlbnRpZnlDdXN0b21lclJlcXVlc3QaJS5yZWZlcnJhbC52MS5JZGVudGlmeUN1c3RvbWVyUmVzcG9uc2UiMcDzGAHI8xjJAYLT5JMCIjoBKmIIY3VzdG9tZXIiEy9jdXN0b21lcnMvaWRlbnRpZnkSdwoLR2V0Q3VzdG9tZXISHy5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlcXVlc3QaIC5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlc3BvbnNlIiXA8xgCgtPkkwIbYghjdXN0b21lchIPL2N1c3RvbWVycy97aWR9Em4KDUxpc3RDdXN0b21lcnMSIS5yZWZlcnJhbC52MS5MaXN0Q3VzdG9tZXJzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RDdXN0b21lcnNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL2N1c3RvbWVycxJ9Cg1FcmFzZUN1c3RvbWVyEiEucmVmZXJyYWwudjEuRXJhc2VDdXN0b21lclJlcXVlc3QaIi5yZWZlcnJhbC52MS5FcmFzZUN1c3RvbWVyUmVzcG9uc2UiJcDzGAKC0+STAhtiCGN1c3RvbWVyKg8vY3VzdG9tZXJzL3tpZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_struct, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChtyZWZlcnJhbC92MS9jdXN0b21lcnMucHJvdG8SC3JlZmVycmFsLnYxImEKFUV4cG9ydEN1c3RvbWVyUmVxdWVzdBIKCgJpZBgBIAEoCRISCgVsaW1pdBgCIAEoBUgAiAEBEhMKBm9mZnNldBgDIAEoBUgBiAEBQggKBl9saW1pdEIJCgdfb2Zmc2V0IoMBCg1FeHBvcnRlZEV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoHcGF5bG9hZBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QimQMKFkV4cG9ydEN1c3RvbWVyUmVzcG9uc2USLwoLZXhwb3J0ZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKCGN1c3RvbWVyGAIgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXISNAoVcmVmZXJyYWxzX2FzX3JlZmVycmVyGAMgAygLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwSMwoUcmVmZXJyYWxzX2FzX3JlZmVyZWUYBCADKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbBIsCgtjaGVja3BvaW50cxgFIAMoCzIXLnJlZmVycmFsLnYxLkNoZWNrcG9pbnQSLwoNcmV3YXJkX2dyYW50cxgGIAMoCzIYLnJlZmVycmFsLnYxLlJld2FyZEdyYW50EioKBmV2ZW50cxgHIAMoCzIaLnJlZmVycmFsLnYxLkV4cG9ydGVkRXZlbnQSDQoFbGltaXQYCCABKAUSDgoGb2Zmc2V0GAkgASgFEhAKCGhhc19tb3JlGAogASgIIiIKFEVyYXNlQ3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIkAKFUVyYXNlQ3VzdG9tZXJSZXNwb25zZRInCghjdXN0b21lchgBIAEoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyIsIBChdJZGVudGlmeUN1c3RvbWVyUmVxdWVzdBIYChBleHRlcm5hbF91c2VyX2lkGAEgASgJEhIKBWVtYWlsGAIgASgJSACIAQESDAoEbmFtZRgDIAEoCRItCgtlbnZpcm9ubWVudBgEIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EjIKEWN1c3RvbV9wcm9wZXJ0aWVzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIICgZfZW1haWwiQwoYSWRlbnRpZnlDdXN0b21lclJlc3BvbnNlEicKCGN1c3RvbWVyGAEgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXIiIAoSR2V0Q3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj4KE0dldEN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciKlAgoUTGlzdEN1c3RvbWVyc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBARItCgtlbnZpcm9ubWVudBgDIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Eh0KEGV4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARISCgVlbWFpbBgFIAEoCUgDiAEBEhoKDXJlZmVycmFsX2NvZGUYBiABKAlIBIgBARIUCgdkZWxldGVkGAcgASgISAWIAQFCCAoGX2xpbWl0QgkKB19vZmZzZXRCEwoRX2V4dGVybmFsX3VzZXJfaWRCCAoGX2VtYWlsQhAKDl9yZWZlcnJhbF9jb2RlQgoKCF9kZWxldGVkImoKFUxpc3RDdXN0b21lcnNSZXNwb25zZRINCgV0b3RhbBgBIAEoBRINCgVsaW1pdBgCIAEoBRIOCgZvZmZzZXQYAyABKAUSIwoEZGF0YRgEIAMoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyMo4FChBDdXN0b21lcnNTZXJ2aWNlEpIBChBJZGVudGlmeUN1c3RvbWVyEiQucmVmZXJyYWwudjEuSWRlbnRpZnlDdXN0b21lclJlcXVlc3QaJS5yZWZlcnJhbC52MS5JZGVudGlmeUN1c3RvbWVyUmVzcG9uc2UiMcDzGAHI8xjJAYLT5JMCIjoBKmIIY3VzdG9tZXIiEy9jdXN0b21lcnMvaWRlbnRpZnkSdwoLR2V0Q3VzdG9tZXISHy5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlcXVlc3QaIC5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlc3BvbnNlIiXA8xgCgtPkkwIbYghjdXN0b21lchIPL2N1c3RvbWVycy97aWR9Em4KDUxpc3RDdXN0b21lcnMSIS5yZWZlcnJhbC52MS5MaXN0Q3VzdG9tZXJzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RDdXN0b21lcnNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL2N1c3RvbWVycxJ9Cg1FcmFzZUN1c3RvbWVyEiEucmVmZXJyYWwudjEuRXJhc2VDdXN0b21lclJlcXVlc3QaIi5yZWZlcnJhbC52MS5FcmFzZUN1c3RvbWVyUmVzcG9uc2UiJcDzGAKC0+STAhtiCGN1c3RvbWVyKg8vY3VzdG9tZXJzL3tpZH0SfQoORXhwb3J0Q3VzdG9tZXISIi5yZWZlcnJhbC52MS5FeHBvcnRDdXN0b21lclJlcXVlc3QaIy5yZWZlcnJhbC52MS5FeHBvcnRDdXN0b21lclJlc3BvbnNlIiLA8xgCgtPkkwIYEhYvY3VzdG9tZXJzL3tpZH0vZXhwb3J0YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+
+/**
+ * ExportCustomerRequest names the customer and the page of its lists.
+ *
+ * @generated from message referral.v1.ExportCustomerRequest
+ */
+export type ExportCustomerRequest = Message<"referral.v1.ExportCustomerRequest"> & {
+  /**
+   * Required. The customer's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Items of each list on this page: 1 to 100, default 100.
+   *
+   * @generated from field: optional int32 limit = 2;
+   */
+  limit?: number | undefined;
+
+  /**
+   * Items of each list to skip, default 0.
+   *
+   * @generated from field: optional int32 offset = 3;
+   */
+  offset?: number | undefined;
+};
+
+/**
+ * Describes the message referral.v1.ExportCustomerRequest.
+ * Use `create(ExportCustomerRequestSchema)` to create a new message.
+ */
+export const ExportCustomerRequestSchema: GenMessage<ExportCustomerRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 0);
+
+/**
+ * ExportedEvent is a stored webhook event about the customer.
+ *
+ * @generated from message referral.v1.ExportedEvent
+ */
+export type ExportedEvent = Message<"referral.v1.ExportedEvent"> & {
+  /**
+   * The event's id (prefix "evt_").
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The event type, for example "customer.created".
+   *
+   * @generated from field: string type = 2;
+   */
+  type: string;
+
+  /**
+   * When the change happened.
+   *
+   * @generated from field: google.protobuf.Timestamp created_at = 3;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * The body the endpoints were sent: type, timestamp and data.
+   *
+   * @generated from field: google.protobuf.Struct payload = 4;
+   */
+  payload?: JsonObject | undefined;
+};
+
+/**
+ * Describes the message referral.v1.ExportedEvent.
+ * Use `create(ExportedEventSchema)` to create a new message.
+ */
+export const ExportedEventSchema: GenMessage<ExportedEvent> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 1);
+
+/**
+ * ExportCustomerResponse is one page of a customer's data.
+ *
+ * @generated from message referral.v1.ExportCustomerResponse
+ */
+export type ExportCustomerResponse = Message<"referral.v1.ExportCustomerResponse"> & {
+  /**
+   * When the export was made.
+   *
+   * @generated from field: google.protobuf.Timestamp exported_at = 1;
+   */
+  exportedAt?: Timestamp | undefined;
+
+  /**
+   * The customer (its tombstone when erased).
+   *
+   * @generated from field: referral.v1.Customer customer = 2;
+   */
+  customer?: Customer | undefined;
+
+  /**
+   * Referrals that name the customer as the referrer, newest first.
+   *
+   * @generated from field: repeated referral.v1.Referral referrals_as_referrer = 3;
+   */
+  referralsAsReferrer: Referral[];
+
+  /**
+   * Referrals that name the customer as the referee, newest first.
+   *
+   * @generated from field: repeated referral.v1.Referral referrals_as_referee = 4;
+   */
+  referralsAsReferee: Referral[];
+
+  /**
+   * The customer's checkpoints, newest first.
+   *
+   * @generated from field: repeated referral.v1.Checkpoint checkpoints = 5;
+   */
+  checkpoints: Checkpoint[];
+
+  /**
+   * The customer's reward grants, newest first.
+   *
+   * @generated from field: repeated referral.v1.RewardGrant reward_grants = 6;
+   */
+  rewardGrants: RewardGrant[];
+
+  /**
+   * The stored webhook events about the customer, newest first.
+   *
+   * @generated from field: repeated referral.v1.ExportedEvent events = 7;
+   */
+  events: ExportedEvent[];
+
+  /**
+   * The page size applied to each list.
+   *
+   * @generated from field: int32 limit = 8;
+   */
+  limit: number;
+
+  /**
+   * The offset applied to each list.
+   *
+   * @generated from field: int32 offset = 9;
+   */
+  offset: number;
+
+  /**
+   * True when any list has items past this page.
+   *
+   * @generated from field: bool has_more = 10;
+   */
+  hasMore: boolean;
+};
+
+/**
+ * Describes the message referral.v1.ExportCustomerResponse.
+ * Use `create(ExportCustomerResponseSchema)` to create a new message.
+ */
+export const ExportCustomerResponseSchema: GenMessage<ExportCustomerResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 2);
 
 /**
  * EraseCustomerRequest names the customer to erase.
@@ -36,7 +198,7 @@ export type EraseCustomerRequest = Message<"referral.v1.EraseCustomerRequest"> &
  * Use `create(EraseCustomerRequestSchema)` to create a new message.
  */
 export const EraseCustomerRequestSchema: GenMessage<EraseCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 0);
+  messageDesc(file_referral_v1_customers, 3);
 
 /**
  * EraseCustomerResponse carries the tombstone of the erased customer.
@@ -58,7 +220,7 @@ export type EraseCustomerResponse = Message<"referral.v1.EraseCustomerResponse">
  * Use `create(EraseCustomerResponseSchema)` to create a new message.
  */
 export const EraseCustomerResponseSchema: GenMessage<EraseCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 1);
+  messageDesc(file_referral_v1_customers, 4);
 
 /**
  * IdentifyCustomerRequest describes the end user to create or update.
@@ -108,7 +270,7 @@ export type IdentifyCustomerRequest = Message<"referral.v1.IdentifyCustomerReque
  * Use `create(IdentifyCustomerRequestSchema)` to create a new message.
  */
 export const IdentifyCustomerRequestSchema: GenMessage<IdentifyCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 2);
+  messageDesc(file_referral_v1_customers, 5);
 
 /**
  * IdentifyCustomerResponse carries the identified customer.
@@ -129,7 +291,7 @@ export type IdentifyCustomerResponse = Message<"referral.v1.IdentifyCustomerResp
  * Use `create(IdentifyCustomerResponseSchema)` to create a new message.
  */
 export const IdentifyCustomerResponseSchema: GenMessage<IdentifyCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 3);
+  messageDesc(file_referral_v1_customers, 6);
 
 /**
  * GetCustomerRequest names a customer.
@@ -150,7 +312,7 @@ export type GetCustomerRequest = Message<"referral.v1.GetCustomerRequest"> & {
  * Use `create(GetCustomerRequestSchema)` to create a new message.
  */
 export const GetCustomerRequestSchema: GenMessage<GetCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 4);
+  messageDesc(file_referral_v1_customers, 7);
 
 /**
  * GetCustomerResponse carries the requested customer.
@@ -171,7 +333,7 @@ export type GetCustomerResponse = Message<"referral.v1.GetCustomerResponse"> & {
  * Use `create(GetCustomerResponseSchema)` to create a new message.
  */
 export const GetCustomerResponseSchema: GenMessage<GetCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 5);
+  messageDesc(file_referral_v1_customers, 8);
 
 /**
  * ListCustomersRequest filters and pages the application's customers.
@@ -235,7 +397,7 @@ export type ListCustomersRequest = Message<"referral.v1.ListCustomersRequest"> &
  * Use `create(ListCustomersRequestSchema)` to create a new message.
  */
 export const ListCustomersRequestSchema: GenMessage<ListCustomersRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 6);
+  messageDesc(file_referral_v1_customers, 9);
 
 /**
  * ListCustomersResponse is one page of customers.
@@ -277,7 +439,7 @@ export type ListCustomersResponse = Message<"referral.v1.ListCustomersResponse">
  * Use `create(ListCustomersResponseSchema)` to create a new message.
  */
 export const ListCustomersResponseSchema: GenMessage<ListCustomersResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 7);
+  messageDesc(file_referral_v1_customers, 10);
 
 /**
  * CustomersService identifies the calling application's end users and reads
@@ -336,6 +498,21 @@ export const CustomersService: GenService<{
     methodKind: "unary";
     input: typeof EraseCustomerRequestSchema;
     output: typeof EraseCustomerResponseSchema;
+  },
+  /**
+   * Exports everything the service holds about a customer (GDPR Art. 15
+   * and 20): the customer, its referrals as referrer and as referee (other
+   * customers by id only), its checkpoints, its reward grants and the stored
+   * webhook events about it, with the time of the export. Each list is paged
+   * alike by limit and offset; has_more says whether any list goes on.
+   * NOT_FOUND when no such customer exists. Secret keys only.
+   *
+   * @generated from rpc referral.v1.CustomersService.ExportCustomer
+   */
+  exportCustomer: {
+    methodKind: "unary";
+    input: typeof ExportCustomerRequestSchema;
+    output: typeof ExportCustomerResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_customers, 0);
