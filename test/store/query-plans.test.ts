@@ -303,6 +303,11 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   await call("GET", `/customers/${referrer.id}/reward-balance`, sk);
   await call("PATCH", `/referrals/${first.id}`, sk, { status: "reversed", reason: "refund" });
   await server.app.sweepRewards();
+  await call("GET", `/customers/${referrer.id}/export?limit=5`, sk);
+  // Erasure, once the events about the customers are stored.
+  await waitForDeliveries(server, webhook.id);
+  await call("DELETE", `/customers/${referrer.id}`, sk);
+  await call("GET", "/customers?deleted=true", sk);
 
   await call("GET", "/webhooks", sk);
   await call("PATCH", `/webhooks/${webhook.id}`, sk, { description: "plans" });
@@ -335,6 +340,11 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
     placements: [{ checkpointName: "onboarding_complete", placementId: "home_banner" }],
   });
   await call("DELETE", `/admin/campaigns/${newCampaign.id}`, admin);
+  const leaving = await call("POST", "/customers/identify", created.secretKey, {
+    externalUserId: "plans-leaving",
+    name: "Leaving",
+  });
+  await call("DELETE", `/admin/applications/${appId}/customers/${leaving.id}`, admin);
 }
 
 function waitForDeliveries(server: TestServer, webhookId: string): Promise<Json[]> {
