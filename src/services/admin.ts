@@ -16,6 +16,7 @@ import {
   replaceCampaignFields,
 } from "../store/campaigns.js";
 import type { ApiKeyDoc, ApplicationDoc, CampaignDoc } from "../store/documents.js";
+import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
 import {
   findApiKeys,
@@ -48,6 +49,8 @@ export function createAdminService(deps: {
   onKeyRevoked?: KeyRevokedListener;
   /** Wakes the webhook relay: an erasure raises customer.erased. */
   notifyWebhooks?: () => void;
+  /** Opens kept responses, for erasure. */
+  secretBox: SecretBox;
 }): ServiceImpl<typeof AdminService> {
   const { clock } = deps;
   // Admin works across tenants: the system paths, named as such.
@@ -152,6 +155,7 @@ export function createAdminService(deps: {
       const customer = await eraseCustomerOf(store, request.customerId, "customerId", {
         clock,
         notifyWebhooks: deps.notifyWebhooks ?? (() => {}),
+        secretBox: deps.secretBox,
       });
       return { customer };
     },

@@ -1,9 +1,11 @@
-import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { fromBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   type CustomersService,
+  CustomersService as CustomersServiceDesc,
   GetCustomerResponseSchema,
+  IdentifyCustomerResponseSchema,
 } from "../../gen/referral/v1/customers_pb.js";
 import {
   CheckpointSchema,
@@ -18,6 +20,7 @@ import type { Clock } from "../domain/tenancy.js";
 import { cleanText } from "../domain/text.js";
 import { customerErased, customerIdentified } from "../events/events.js";
 import { newCustomerMessage } from "../store/customer-records.js";
+import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
@@ -39,22 +42,48 @@ export async function eraseCustomerOf(
   store: TenantStore,
   rawId: string,
   field: string,
-  deps: { clock: Clock; notifyWebhooks: () => void },
+  deps: { clock: Clock; notifyWebhooks: () => void; secretBox: SecretBox },
 ): Promise<Customer> {
   const id = requiredText(rawId, field);
   const at = deps.clock();
   const erased = await store.customers.erase(id, at, [customerErased(id, at)]);
   if (!erased) throw notFound(`customer ${id}`);
+  await forgetIdentifyResponses(store, id, deps.secretBox);
   if (erased.erasedNow) deps.notifyWebhooks();
   const [customer] = await store.customers.messages([erased.tombstone]);
   if (!customer) throw notFound(`customer ${id}`);
   return customer;
 }
 
+/** The RPC whose kept responses hold a customer as it was identified. */
+const identifyRpc = `${CustomersServiceDesc.typeName}/${CustomersServiceDesc.method.identifyCustomer.name}`;
+
+/**
+ * Forgets the identifies kept for replay (sealed, for a day) whose response
+ * is the erased customer: a retry with such a key would answer its data.
+ * Those calls then run again if retried, as someone new.
+ */
+async function forgetIdentifyResponses(
+  store: TenantStore,
+  id: string,
+  secretBox: SecretBox,
+): Promise<void> {
+  for (const record of await store.idempotency.recordsOf(identifyRpc)) {
+    const outcome = record.outcome;
+    if (!outcome || !("responseSealed" in outcome)) continue;
+    const bytes = Buffer.from(secretBox.open(outcome.responseSealed), "base64");
+    if (fromBinary(IdentifyCustomerResponseSchema, bytes).customer?.id === id) {
+      await store.idempotency.forget(record);
+    }
+  }
+}
+
 /** Creates the CustomersService implementation. */
 export function createCustomersService(deps: {
   clock: Clock;
   notifyWebhooks: () => void;
+  /** Opens kept responses, for erasure (see `forgetIdentifyResponses`). */
+  secretBox: SecretBox;
 }): ServiceImpl<typeof CustomersService> {
   const { clock } = deps;
   return {

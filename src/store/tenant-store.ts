@@ -23,6 +23,7 @@ import {
 import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
 import type {
   CheckpointDoc,
+  IdempotencyKeyDoc,
   OutboxEntryDoc,
   ReferralDoc,
   RewardGrantDoc,
@@ -30,6 +31,7 @@ import type {
 } from "./documents.js";
 import { eraseEverywhere } from "./erasure.js";
 import { findEventsAboutCustomer } from "./events.js";
+import { findIdempotencyRecords, removeIdempotencyKey } from "./idempotency.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -213,6 +215,12 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
     events: {
       /** The stored events about a customer, payloads as JSON (ExportCustomer). */
       aboutCustomer: bind(findEventsAboutCustomer),
+    },
+    idempotency: {
+      /** The calls of one RPC kept for replay under this application's keys. */
+      recordsOf: (rpc: string) => findIdempotencyRecords(db, tenant.applicationId, rpc),
+      /** Forgets a kept call: a retry with its key then runs again. */
+      forget: (record: IdempotencyKeyDoc) => removeIdempotencyKey(db, record),
     },
     campaigns: {
       find: bind(findCampaign),

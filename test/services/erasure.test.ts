@@ -177,3 +177,34 @@ test.serial(
     t.is((await secret("GET", `/customers/${customer.id}`)).body.name, "Pub");
   },
 );
+
+test.serial(
+  "an identify kept for replay under an idempotency key is forgotten with the customer",
+  async (t) => {
+    const body = { externalUserId: "erasure-idempotent", name: "Ida Private", environment: "test" };
+    const headers = { "idempotency-key": "identify-before-erasure" };
+    const first = await rest(server, "POST", "/customers/identify", {
+      key: keys.secret,
+      body,
+      headers,
+    });
+    const replayed = await rest(server, "POST", "/customers/identify", {
+      key: keys.secret,
+      body,
+      headers,
+    });
+    t.is(replayed.headers.get("idempotent-replayed"), "true", "kept before the erasure");
+    await secret("DELETE", `/customers/${first.body.id}`);
+    const retried = await rest(server, "POST", "/customers/identify", {
+      key: keys.secret,
+      body,
+      headers,
+    });
+    t.is(
+      retried.headers.get("idempotent-replayed"),
+      null,
+      "no longer replayed: it held the erased data",
+    );
+    t.not(retried.body.id, first.body.id, "the retry is someone new");
+  },
+);
