@@ -34,6 +34,7 @@ process.stdout.write(
     engine: app.store.engine,
     demo: app.demo,
     adminEnabled: config.adminToken !== undefined,
+    tls: config.tls !== undefined,
     keysGiven: {
       secret: config.bootstrapSecretKey !== undefined,
       public: config.bootstrapPublicKey !== undefined,

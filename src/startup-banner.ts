@@ -7,6 +7,8 @@ export interface BannerInput {
   readonly engine: string;
   readonly demo: ProvisionedDemo | undefined;
   readonly adminEnabled: boolean;
+  /** The port serves TLS (TLS_CERT_FILE): the commands use https. */
+  readonly tls?: boolean;
   /** Demo keys the environment gave (BOOTSTRAP_SECRET_KEY, BOOTSTRAP_PUBLIC_KEY): not printed. */
   readonly keysGiven: { readonly secret: boolean; readonly public: boolean };
 }
@@ -18,9 +20,10 @@ export interface BannerInput {
 export function startupBanner(input: BannerInput): string {
   const host = input.host === "0.0.0.0" || input.host === "::" ? "localhost" : input.host;
   const address = `${host}:${input.port}`;
+  const scheme = input.tls ? "https" : "http";
   const lines = [
     "",
-    `Referral service listening on ${address} (REST, Connect, gRPC-Web and gRPC on one port; store: ${input.engine})`,
+    `Referral service listening on ${address}${input.tls ? " over TLS" : ""} (REST, Connect, gRPC-Web and gRPC on one port; store: ${input.engine})`,
   ];
   if (input.demo) {
     // A key the operator gave is theirs already, and stays out of the output
@@ -39,15 +42,15 @@ export function startupBanner(input: BannerInput): string {
       `  public key: ${publicKey.line}`,
       "",
       "Try it:",
-      `  curl -s -X POST http://${address}/customers/identify -H "Authorization: ${publicKey.command}" \\`,
+      `  curl -s -X POST ${scheme}://${address}/customers/identify -H "Authorization: ${publicKey.command}" \\`,
       `       -H "Content-Type: application/json" -d '{"externalUserId":"u1","name":"Ada"}'`,
-      `  curl -s http://${address}/campaigns -H "Authorization: ${publicKey.command}"`,
+      `  curl -s ${scheme}://${address}/campaigns -H "Authorization: ${publicKey.command}"`,
       `  npx buf curl --schema proto --protocol connect -H "Authorization: ${secret.command}" \\`,
-      `       http://${address}/referral.v1.CustomersService/ListCustomers`,
-      `  npx buf curl --protocol grpc --http2-prior-knowledge -H "Authorization: ${publicKey.command}" \\`,
-      `       http://${address}/referral.v1.CampaignsService/ListCampaigns`,
+      `       ${scheme}://${address}/referral.v1.CustomersService/ListCustomers`,
+      `  npx buf curl --protocol grpc ${input.tls ? "" : "--http2-prior-knowledge "}-H "Authorization: ${publicKey.command}" \\`,
+      `       ${scheme}://${address}/referral.v1.CampaignsService/ListCampaigns`,
       "",
-      `The API reference: http://${address}/docs (the OpenAPI document: /openapi.json)`,
+      `The API reference: ${scheme}://${address}/docs (the OpenAPI document: /openapi.json)`,
     );
   } else {
     lines.push("Using existing data: the API keys were printed on the first start.");

@@ -247,3 +247,16 @@ test("a start with a key that does not match its certificate is one line on stde
     /^referral-service: TLS_KEY_FILE: .* is not the key of the certificate in TLS_CERT_FILE[^\n]*\n$/,
   );
 });
+
+test("the banner of a start with TLS gives https commands", async (t) => {
+  const started = await runService({
+    PORT: "0",
+    HOST: "127.0.0.1",
+    DATA_DIR: join(dir, "banner-data"),
+    TLS_CERT_FILE: certFile,
+    TLS_KEY_FILE: keyFile,
+  });
+  t.regex(started.stdout, /listening on 127\.0\.0\.1:\d+ over TLS/);
+  t.regex(started.stdout, /curl -s https:\/\/127\.0\.0\.1:\d+\/campaigns/);
+  t.notRegex(started.stdout, /http:\/\//, "no cleartext URL is suggested");
+});
