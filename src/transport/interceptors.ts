@@ -1,12 +1,11 @@
-import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import { type Authenticator, KeyKindRefused } from "../services/authentication.js";
 import { type Caller, callerKey } from "../services/context.js";
 import { type ErrorLogger, storeUnavailableError, toConnectError } from "./errors.js";
+import { isWriteRpc } from "./idempotency.js";
 import type { Call, Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
-import { httpRouteOf } from "./rest/http-rules.js";
 
 /**
  * Every step a call takes before its implementation, in order, for every
@@ -97,18 +96,9 @@ function authenticate(
  * cannot take writes, before its request is decoded; reads go on.
  */
 function refuseWritesWhileStoreRefuses(writesRefused: () => string | undefined): Interceptor {
-  const writes = new WeakMap<DescMethod, boolean>();
-  const isWrite = (method: DescMethod) => {
-    let write = writes.get(method);
-    if (write === undefined) {
-      write = httpRouteOf(method)?.verb !== "GET";
-      writes.set(method, write);
-    }
-    return write;
-  };
   return (call, next) => {
     const reason = writesRefused();
-    if (reason === undefined || !isWrite(call.rpc.method)) return next(call);
+    if (reason === undefined || !isWriteRpc(call.rpc.method)) return next(call);
     return Promise.reject(storeUnavailableError(reason));
   };
 }

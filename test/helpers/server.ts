@@ -285,18 +285,9 @@ function httpsFetch(
         const chunks: Buffer[] = [];
         response.on("data", (chunk: Buffer) => chunks.push(chunk));
         response.on("error", reject);
-        response.on("end", () => {
-          const status = response.statusCode ?? 0;
-          const answered = new Headers();
-          for (const [name, value] of Object.entries(response.headers)) {
-            for (const item of Array.isArray(value) ? value : [value ?? ""])
-              answered.append(name, item);
-          }
-          const nullBody = status === 204 || status === 304 || method === "HEAD";
-          resolve(
-            new Response(nullBody ? null : Buffer.concat(chunks), { status, headers: answered }),
-          );
-        });
+        response.on("end", () =>
+          resolve(responseOf(method, response.statusCode ?? 0, response.headers, chunks)),
+        );
       },
     );
     request.on("error", reject);
@@ -324,19 +315,27 @@ export async function http2Fetch(
     });
     stream.on("data", (chunk: Buffer) => chunks.push(chunk));
     stream.on("error", reject);
-    stream.on("end", () => {
-      const status = Number(responseHeaders[":status"]);
-      const answered = new Headers();
-      for (const [name, value] of Object.entries(responseHeaders)) {
-        if (name.startsWith(":")) continue;
-        for (const item of Array.isArray(value) ? value : [value])
-          answered.append(name, String(item));
-      }
-      const nullBody = status === 204 || status === 304 || method === "HEAD";
-      resolve(new Response(nullBody ? null : Buffer.concat(chunks), { status, headers: answered }));
-    });
+    stream.on("end", () =>
+      resolve(responseOf(method, Number(responseHeaders[":status"]), responseHeaders, chunks)),
+    );
     stream.end(body === undefined ? undefined : Buffer.from(body));
   });
+}
+
+/** What node:https or node:http2 received, as fetch's Response (HTTP/2's pseudo-headers left out). */
+function responseOf(
+  method: string,
+  status: number,
+  headers: Record<string, unknown>,
+  chunks: readonly Buffer[],
+): Response {
+  const answered = new Headers();
+  for (const [name, value] of Object.entries(headers)) {
+    if (name.startsWith(":") || value === undefined) continue;
+    for (const item of Array.isArray(value) ? value : [value]) answered.append(name, String(item));
+  }
+  const nullBody = status === 204 || status === 304 || method === "HEAD";
+  return new Response(nullBody ? null : Buffer.concat(chunks), { status, headers: answered });
 }
 
 /** A Connect client, JSON or binary, over HTTP/1.1 or cleartext HTTP/2. */

@@ -2,17 +2,19 @@ import { Agent, request as httpRequest } from "node:http";
 import type { Socket } from "node:net";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { type Interceptor as ClientInterceptor, createClient } from "@connectrpc/connect";
-import {
-  createConnectTransport,
-  createGrpcWebTransport,
-  Http2SessionManager,
-} from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
 import type { Interceptor } from "../../src/transport/pipeline.js";
 import { checkRestResponse } from "../helpers/openapi.js";
-import { keys } from "../helpers/server.js";
+import {
+  closeGrpcClient,
+  http2Fetch,
+  http2SessionOf,
+  keys,
+  type TestServer,
+} from "../helpers/server.js";
 import { isRefused, openSocket, startService, waitUntil, watchHealth } from "./service.js";
 
 /**
@@ -133,40 +135,25 @@ async function connectCall(baseUrl: string): Promise<number> {
 
 /** Connect, then REST, over one cleartext HTTP/2 connection: the number of campaigns each got. */
 async function http2Calls(
-  baseUrl: string,
+  server: TestServer,
 ): Promise<[number, { status: number; campaigns: number }]> {
-  const sessionManager = new Http2SessionManager(baseUrl);
   try {
     const transport = createConnectTransport({
-      baseUrl,
+      baseUrl: server.baseUrl,
       httpVersion: "2",
-      sessionManager,
+      sessionManager: http2SessionOf(server),
       interceptors: [withHoldHeaders],
     });
     const connect = createClient(CampaignsService, transport)
       .listCampaigns({})
       .then((response) => response.campaigns.length);
-    const rest = sessionManager.request("GET", "/campaigns", holdHeaders, {}).then(
-      (stream) =>
-        new Promise<{ status: number; campaigns: number }>((resolve, reject) => {
-          let status = 0;
-          let body = "";
-          stream.on("response", (headers) => {
-            status = Number(headers[":status"]);
-          });
-          stream.setEncoding("utf8");
-          stream.on("data", (chunk: string) => {
-            body += chunk;
-          });
-          stream.on("end", () =>
-            resolve({ status, campaigns: (JSON.parse(body) as unknown[]).length }),
-          );
-          stream.on("error", reject);
-        }),
-    );
+    const rest = http2Fetch(server, "GET", "/campaigns", holdHeaders).then(async (response) => ({
+      status: response.status,
+      campaigns: ((await response.json()) as unknown[]).length,
+    }));
     return await Promise.all([connect, rest]);
   } finally {
-    sessionManager.abort();
+    closeGrpcClient(server);
   }
 }
 
@@ -226,7 +213,7 @@ test("calls in flight on every protocol and HTTP version finish during the drain
       connectCall(server.baseUrl),
       grpcWebCall(server.baseUrl),
       grpcCall(server.port),
-      http2Calls(server.baseUrl),
+      http2Calls(server),
     ]);
     await hold.until(6);
     t.deepEqual(

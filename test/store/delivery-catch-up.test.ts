@@ -14,6 +14,7 @@ import {
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../../src/store/documents.js";
 import { createSecretBox } from "../../src/store/secret-box.js";
 import type { Store } from "../../src/store/store.js";
+import { healthyWebhook } from "../../src/store/webhooks.js";
 import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.js";
 
 /**
@@ -246,14 +247,7 @@ for (const engine of engineNames) {
         secretSealed: secretBox.seal(generateWebhookSecret()),
         previousSecretSealed: null,
         previousSecretExpiresAt: null,
-        health: {
-          lastSuccessAt: null,
-          lastFailureAt: null,
-          consecutiveFailures: 0,
-          failingSince: null,
-          disabledAt: null,
-          disabledReason: null,
-        },
+        health: healthyWebhook(),
         createdAt: now,
         updatedAt: now,
         deletedAt: null,

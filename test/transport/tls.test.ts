@@ -19,6 +19,7 @@ import {
   grpcCall,
   type Json,
   keys,
+  selfSignedCertificate,
   startServer,
   type TestServer,
 } from "../helpers/server.js";
@@ -33,33 +34,15 @@ import { runService } from "../operations/service.js";
 
 const run = promisify(execFile);
 const dir = mkdtempSync(join(tmpdir(), "referrals-tls-"));
-const certFile = join(dir, "cert.pem");
-const keyFile = join(dir, "key.pem");
+let certFile = "";
+let keyFile = "";
 const otherKeyFile = join(dir, "other-key.pem");
 let server: TestServer | undefined;
 let ca: Buffer;
 const sessions: Http2SessionManager[] = [];
 
 test.before(async () => {
-  await run("openssl", [
-    "req",
-    "-x509",
-    "-newkey",
-    "ec",
-    "-pkeyopt",
-    "ec_paramgen_curve:prime256v1",
-    "-nodes",
-    "-days",
-    "1",
-    "-subj",
-    "/CN=localhost",
-    "-addext",
-    "subjectAltName=DNS:localhost,IP:127.0.0.1",
-    "-keyout",
-    keyFile,
-    "-out",
-    certFile,
-  ]);
+  ({ certFile, keyFile } = selfSignedCertificate(dir));
   await run("openssl", [
     "genpkey",
     "-algorithm",
