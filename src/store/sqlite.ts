@@ -484,10 +484,22 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     sparse: boolean;
   }[] = [];
 
+  /**
+   * Told of each change of a document inside the write that makes it, so
+   * what it moves (the program's numbers) commits or rolls back with it.
+   * `before` is a shallow copy taken before the update.
+   */
+  private watcher: ((before: Document | null, after: Document) => void) | undefined;
+
   constructor(
     private readonly database: SqliteDatabase,
     readonly name: string,
   ) {}
+
+  /** Sets the collection's watcher (see {@link watcher}). */
+  watch(watcher: (before: Document | null, after: Document) => void): void {
+    this.watcher = watcher;
+  }
 
   insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>> {
     return this.database.write(() => ({
@@ -565,9 +577,10 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       const matches = this.select(filter, {});
       let changed = 0;
       for (const doc of matches) {
+        const before = this.watcher ? { ...doc } : null;
         const modified = applyUpdate(doc, operators);
         if (modified.length === 0) continue;
-        this.writeRow(doc, modified);
+        this.writeRow(doc, modified, before);
         changed += 1;
       }
       return { matched: matches.length, modified: changed };
@@ -945,8 +958,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const { $setOnInsert, ...rest } = update as Record<string, Document>;
     const [current] = this.select(filter, { limit: 1, sort });
     if (current) {
+      const before = this.watcher ? { ...current } : null;
       const modified = applyUpdate(current, updateOperators(rest));
-      if (modified.length > 0) this.writeRow(current, modified);
+      if (modified.length > 0) this.writeRow(current, modified, before);
       return { matched: 1, modified: modified.length > 0, upserted: false, doc: current };
     }
     if (!upsert) return { matched: 0, modified: false, upserted: false, doc: null };
@@ -998,11 +1012,16 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
         .statement(`INSERT INTO "${this.name}" (id, doc, side) VALUES (?, jsonb(?), jsonb(?))`)
         .run(id, columns.doc, columns.side),
     );
+    this.watcher?.(null, _id === undefined ? { ...doc, _id: id } : doc);
     return id;
   }
 
   /** Writes a changed document; only its side column when only side fields were modified. */
-  private writeRow(doc: WithId<T>, modifiedPaths: readonly string[]): void {
+  private writeRow(
+    doc: WithId<T>,
+    modifiedPaths: readonly string[],
+    before: Document | null,
+  ): void {
     const { _id, ...fields } = doc;
     const columns = encodeColumns(fields);
     const sideOnly = modifiedPaths.every(isSidePath);
@@ -1018,6 +1037,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
           .run(columns.doc, columns.side, String(_id));
       }
     });
+    if (!sideOnly && before) this.watcher?.(before, doc);
   }
 }
 

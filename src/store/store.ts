@@ -10,7 +10,7 @@ import {
 import { join } from "node:path";
 import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
-import type { Collections } from "./collection.js";
+import type { Collections, StoreCollection } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
@@ -22,6 +22,9 @@ import {
   type SqliteSynchronous,
   StoreOpenError,
 } from "./sqlite.js";
+import { type StatsStore, statsWatchers } from "./stats.js";
+import { EmbeddedStats } from "./stats-embedded.js";
+import { MongoStats, supportsTransactions } from "./stats-mongo.js";
 import { createTenantStore, type KeptInMemory, type TenantStore } from "./tenant-store.js";
 import { createWebhookAudience } from "./webhook-audience.js";
 
@@ -53,6 +56,8 @@ export interface Store {
    * an unprivileged process, as `df` shows them) and the database's size.
    */
   readonly diskUsage?: () => { freeBytes: number; storeBytes: number };
+  /** The program's numbers (InsightsService), kept by the same writes as the records. */
+  readonly stats: StatsStore;
   /** Releases connections, files and locks. */
   close(): Promise<void>;
 }
@@ -141,13 +146,20 @@ async function openMongo(
   });
   await client.connect();
   const db = client.db(config.mongodbDb);
-  const collections = Object.fromEntries(
+  const collections: Record<string, StoreCollection<Document>> = Object.fromEntries(
     collectionNames.map((name) => [name, db.collection<Document>(name)]),
   );
+  const stats = new MongoStats(client, db, await supportsTransactions(db));
+  await stats.createIndexes();
+  for (const [name, watcher] of Object.entries(statsWatchers)) {
+    const raw = db.collection<Document>(name);
+    collections[name] = stats.watched(raw, raw, watcher);
+  }
   return {
-    ...tenantAccess(observed(collections as unknown as Collections, observe)),
+    ...tenantAccess(observed(collections as unknown as Collections, observe), stats),
     engine: "mongodb",
     mongoDatabase: db,
+    stats,
     async ping() {
       await db.command({ ping: 1 });
     },
@@ -180,6 +192,12 @@ function openEmbedded(
     for (const [name, counters] of Object.entries(counterDeclarations)) {
       for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
     }
+    const stats = new EmbeddedStats(db);
+    for (const [name, watcher] of Object.entries(statsWatchers)) {
+      collections[name as CollectionName].watch((before, after) =>
+        watcher(before, after, stats.moves),
+      );
+    }
     // This process is the only writer (the lock above), so what it keeps in
     // memory can be exact: any write to what it was read from drops it.
     const system = observed(collections as unknown as Collections, observe);
@@ -191,8 +209,9 @@ function openEmbedded(
       afterErasure: () => db.forgetFreed(),
     };
     const store: Store = {
-      ...tenantAccess(system, kept),
+      ...tenantAccess(system, stats, kept),
       engine: "embedded",
+      stats,
       queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();
@@ -270,6 +289,7 @@ function observed(collections: Collections, observe: OperationObserver | undefin
  */
 function tenantAccess(
   system: Collections,
+  stats: StatsStore,
   kept?: KeptInMemory,
 ): Pick<Store, "system" | "forTenant"> {
   const tenantStores = new WeakMap<Tenant, TenantStore>();
@@ -278,7 +298,7 @@ function tenantAccess(
     forTenant(tenant) {
       let tenantStore = tenantStores.get(tenant);
       if (!tenantStore) {
-        tenantStore = createTenantStore(system, tenant, kept);
+        tenantStore = createTenantStore(system, tenant, stats, kept);
         tenantStores.set(tenant, tenantStore);
       }
       return tenantStore;

@@ -32,6 +32,7 @@ import type {
 import { eraseEverywhere } from "./erasure.js";
 import { findEventsAboutCustomer } from "./events.js";
 import { findIdempotencyRecords, removeIdempotencyKey } from "./idempotency.js";
+import { findCustomersByIds, findReferralsToExport, tenantInsights } from "./insights.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -65,6 +66,7 @@ import {
   storeRewardSnapshot,
   takeRoom,
 } from "./reward-grants.js";
+import type { StatsStore } from "./stats.js";
 import type { WebhookAudience } from "./webhook-audience.js";
 import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
 
@@ -99,7 +101,12 @@ export interface KeptInMemory {
 }
 
 /** The repositories of one tenant over the collections. */
-export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptInMemory) {
+export function createTenantStore(
+  db: Collections,
+  tenant: Tenant,
+  stats: StatsStore,
+  kept?: KeptInMemory,
+) {
   // biome-ignore lint/suspicious/noExplicitAny: binding is checked by the Bound type above.
   const bind = <F extends (db: Collections, tenant: Tenant, ...rest: any[]) => unknown>(
     repository: F,
@@ -228,6 +235,12 @@ export function createTenantStore(db: Collections, tenant: Tenant, kept?: KeptIn
       findMany: bind(findCampaigns),
       findByIds: bind(findCampaignsByIds),
       updatePing: bind(updateCampaignPing),
+    },
+    insights: {
+      ...tenantInsights(stats, tenant),
+      customersByIds: bind(findCustomersByIds),
+      /** A page of ExportReferrals, oldest first, after a cursor. */
+      exportPage: bind(findReferralsToExport),
     },
     webhooks: {
       find: bind(findWebhook),

@@ -1,0 +1,245 @@
+import type { ReferralStatusName } from "./referral-status.js";
+import type { RewardGrantStatusName } from "./reward-ledger.js";
+import { limitWindowOf } from "./reward-ledger.js";
+import { conversionBinOf } from "./stats-time.js";
+
+/**
+ * What the program's numbers are made of, and how each change of a record
+ * moves them. The engines apply the moves in the same atomic write as the
+ * change (see `src/store/stats-*.ts`); this file decides what they are,
+ * once for both.
+ */
+
+/**
+ * Where counters are kept: one campaign of an application's environment,
+ * or the whole environment (`*`): the customers and checkpoints (which
+ * belong to no campaign) and every campaign's numbers together.
+ */
+export function statsScope(
+  applicationId: string,
+  environment: string,
+  campaignId: string | null,
+): string {
+  return `${applicationId}|${environment}|${campaignId ?? "*"}`;
+}
+
+/** The metric names of the counters. */
+export const metric = {
+  identified: "identified",
+  created: "created",
+  reached: (status: ReferralStatusName) => `reached:${status}`,
+  /** Of the referrals created in a bucket, those accepted now (+1 on acceptance, -1 on reversal). */
+  cohortAccepted: "cohort:accepted",
+  conversionBin: (bin: number) => `ttc:${bin}`,
+  checkpoint: (name: string) => `checkpoint:${name}`,
+  grants: (status: RewardGrantStatusName, currency: string | null) =>
+    `grants:${status}:${currency ?? ""}`,
+  grantsMinor: (status: RewardGrantStatusName, currency: string | null) =>
+    `grantsMinor:${status}:${currency ?? ""}`,
+  committedMinor: (currency: string) => `committedMinor:${currency}`,
+} as const;
+
+/** The leaderboard's windows kept: every acceptance, and each calendar month of the campaign. */
+export const allTime = "all";
+
+/**
+ * The moves a change makes, as the engine applies them inside the write.
+ * `at` is in milliseconds.
+ */
+export interface StatsMoves {
+  count(scope: string, at: number, name: string, n: number): void;
+  /** A referral joins its referrer's referrals in the scope (for referrersActive). */
+  attribute(scope: string, referralId: string, referrerId: string, at: number): void;
+  /** A referral leaves its referrer's referrals in the scope. */
+  unattribute(scope: string, referralId: string): void;
+  /**
+   * A referral of `referrerId` accepted (`delta` 1, at `acceptedAt`) or no
+   * longer (-1): the leaderboard's rows of every window it counts in (see
+   * {@link leaderboardWindowsOf}) and its list of acceptances.
+   */
+  lead(
+    scope: string,
+    campaignId: string,
+    referralId: string,
+    referrerId: string,
+    delta: 1 | -1,
+    acceptedAt: number,
+  ): void;
+}
+
+/**
+ * The leaderboard windows an acceptance counts in: every acceptance, and
+ * its calendar month in the campaign's time zone.
+ */
+export function leaderboardWindowsOf(acceptedAt: number, timeZone: string): string[] {
+  return [allTime, limitWindowOf(new Date(acceptedAt), "month", timeZone)];
+}
+
+/** The fields of a referral the numbers read. */
+export interface ReferralFacts {
+  _id: string;
+  applicationId: string;
+  environment: string;
+  campaignId: string;
+  referrerId: string;
+  status: ReferralStatusName;
+  createdAt: Date | string;
+  updatedAt: Date | string;
+  statusHistory?: readonly { toStatus: ReferralStatusName; changedAt: Date | string }[];
+}
+
+const ms = (value: Date | string | number): number =>
+  value instanceof Date ? value.getTime() : new Date(value).getTime();
+
+/** When a referral last changed status: its newest history entry. */
+function lastChangeAt(referral: ReferralFacts): number {
+  const last = referral.statusHistory?.at(-1);
+  return ms(last?.changedAt ?? referral.updatedAt);
+}
+
+/** When a referral was accepted: its history's acceptance. */
+function acceptedAt(referral: ReferralFacts): number {
+  const entry = referral.statusHistory?.findLast((change) => change.toStatus === "accepted");
+  return ms(entry?.changedAt ?? referral.updatedAt);
+}
+
+/** How a referral's creation or change moves the numbers. */
+export function moveReferralStats(
+  before: ReferralFacts | null,
+  after: ReferralFacts,
+  moves: StatsMoves,
+): void {
+  const scopes = [
+    statsScope(after.applicationId, after.environment, after.campaignId),
+    statsScope(after.applicationId, after.environment, null),
+  ];
+  const createdAt = ms(after.createdAt);
+  if (!before) {
+    for (const scope of scopes) {
+      moves.count(scope, createdAt, metric.created, 1);
+      moves.count(scope, createdAt, metric.reached(after.status), 1);
+      moves.attribute(scope, after._id, after.referrerId, createdAt);
+    }
+    if (after.status === "accepted") accepted(after, scopes, moves);
+    return;
+  }
+  if (before.referrerId !== after.referrerId) {
+    for (const scope of scopes) {
+      moves.unattribute(scope, before._id);
+      moves.attribute(scope, after._id, after.referrerId, createdAt);
+    }
+  }
+  if (before.status === after.status) return;
+  const changedAt = lastChangeAt(after);
+  for (const scope of scopes) moves.count(scope, changedAt, metric.reached(after.status), 1);
+  if (before.status === "accepted") unaccepted(before, scopes, moves);
+  if (after.status === "accepted") accepted(after, scopes, moves);
+}
+
+function accepted(referral: ReferralFacts, scopes: string[], moves: StatsMoves): void {
+  const at = acceptedAt(referral);
+  const createdAt = ms(referral.createdAt);
+  const bin = metric.conversionBin(conversionBinOf(Math.floor((at - createdAt) / 1000)));
+  for (const scope of scopes) {
+    moves.count(scope, createdAt, metric.cohortAccepted, 1);
+    moves.count(scope, at, bin, 1);
+  }
+  const [campaign] = scopes as [string];
+  moves.lead(campaign, referral.campaignId, referral._id, referral.referrerId, 1, at);
+}
+
+function unaccepted(referral: ReferralFacts, scopes: string[], moves: StatsMoves): void {
+  const at = acceptedAt(referral);
+  for (const scope of scopes) moves.count(scope, ms(referral.createdAt), metric.cohortAccepted, -1);
+  const [campaign] = scopes as [string];
+  moves.lead(campaign, referral.campaignId, referral._id, referral.referrerId, -1, at);
+}
+
+/** The fields of a customer the numbers read. */
+export interface CustomerFacts {
+  applicationId: string;
+  environment: string;
+  createdAt: Date | string;
+}
+
+/** A customer identified for the first time. */
+export function moveCustomerStats(
+  before: CustomerFacts | null,
+  after: CustomerFacts,
+  moves: StatsMoves,
+): void {
+  if (before) return;
+  moves.count(
+    statsScope(after.applicationId, after.environment, null),
+    ms(after.createdAt),
+    metric.identified,
+    1,
+  );
+}
+
+/** The fields of a checkpoint the numbers read. */
+export interface CheckpointFacts {
+  applicationId: string;
+  environment: string;
+  name: string;
+  createdAt: Date | string;
+}
+
+/** A checkpoint ingested. */
+export function moveCheckpointStats(
+  before: CheckpointFacts | null,
+  after: CheckpointFacts,
+  moves: StatsMoves,
+): void {
+  if (before) return;
+  moves.count(
+    statsScope(after.applicationId, after.environment, null),
+    ms(after.createdAt),
+    metric.checkpoint(after.name),
+    1,
+  );
+}
+
+/** The fields of a reward grant the numbers read. */
+export interface GrantFacts {
+  applicationId: string;
+  environment: string;
+  campaignId: string | null;
+  kind: string;
+  status: RewardGrantStatusName;
+  value: { currency: string | null };
+  amountMinor: number | null;
+  createdAt: Date | string;
+  updatedAt: Date | string;
+  statusHistory?: readonly { changedAt: Date | string }[];
+}
+
+/**
+ * A grant created or moved: it reaches its status, with its amount; its
+ * value is committed when it is approved, or fulfilled without approval.
+ * Clawbacks are not acquisition costs and are left out.
+ */
+export function moveGrantStats(
+  before: GrantFacts | null,
+  after: GrantFacts,
+  moves: StatsMoves,
+): void {
+  if (after.kind === "clawback") return;
+  if (before && before.status === after.status) return;
+  const at = before
+    ? ms(after.statusHistory?.at(-1)?.changedAt ?? after.updatedAt)
+    : ms(after.createdAt);
+  const currency = after.value.currency;
+  const amount = after.amountMinor ?? 0;
+  const committed =
+    after.status === "approved" || (after.status === "fulfilled" && before?.status !== "approved");
+  const scopes = [statsScope(after.applicationId, after.environment, null)];
+  if (after.campaignId)
+    scopes.unshift(statsScope(after.applicationId, after.environment, after.campaignId));
+  for (const scope of scopes) {
+    moves.count(scope, at, metric.grants(after.status, currency), 1);
+    if (amount !== 0) moves.count(scope, at, metric.grantsMinor(after.status, currency), amount);
+    if (committed && currency && amount !== 0)
+      moves.count(scope, at, metric.committedMinor(currency), amount);
+  }
+}

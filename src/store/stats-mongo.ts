@@ -1,0 +1,547 @@
+import type {
+  ClientSession,
+  Collection,
+  Db,
+  Document,
+  Filter,
+  FindOneAndUpdateOptions,
+  MongoClient,
+  UpdateFilter,
+  UpdateOptions,
+} from "mongodb";
+import { leaderboardWindowsOf, type StatsMoves } from "../domain/stats.js";
+import { bucketsOf, leaderboardWindowRange } from "../domain/stats-time.js";
+import type { StoreCollection } from "./collection.js";
+import {
+  emptySnapshot,
+  type LeaderRow,
+  type StatsSnapshot,
+  type StatsStore,
+  scopeKey,
+} from "./stats.js";
+
+/** A change's moves, written down in the domain's order, then applied with the session. */
+type Move =
+  | { kind: "count"; scope: string; at: number; name: string; n: number }
+  | { kind: "attribute"; scope: string; referralId: string; referrerId: string; at: number }
+  | { kind: "unattribute"; scope: string; referralId: string }
+  | {
+      kind: "lead";
+      scope: string;
+      campaignId: string;
+      referralId: string;
+      referrerId: string;
+      delta: 1 | -1;
+      at: number;
+    };
+
+/** Records the moves of one change. */
+function recorder(): { moves: StatsMoves; recorded: Move[] } {
+  const recorded: Move[] = [];
+  return {
+    recorded,
+    moves: {
+      count: (scope, at, name, n) => recorded.push({ kind: "count", scope, at, name, n }),
+      attribute: (scope, referralId, referrerId, at) =>
+        recorded.push({ kind: "attribute", scope, referralId, referrerId, at }),
+      unattribute: (scope, referralId) => recorded.push({ kind: "unattribute", scope, referralId }),
+      lead: (scope, campaignId, referralId, referrerId, delta, at) =>
+        recorded.push({ kind: "lead", scope, campaignId, referralId, referrerId, delta, at }),
+    },
+  };
+}
+
+/** What a watched collection tells: how a change moves the numbers. */
+export type StatsWatcher = (before: Document | null, after: Document, moves: StatsMoves) => void;
+
+/**
+ * The numbers on MongoDB: four collections beside the records. A watched
+ * collection's write runs in a transaction with the moves it makes (on a
+ * replica set or sharded cluster, as production runs), so they commit
+ * together or not at all; a standalone server has no transactions, and the
+ * moves follow the write (a crash between them is what verify-stats
+ * repairs).
+ */
+export class MongoStats implements StatsStore {
+  private readonly counts: Collection<Document>;
+  private readonly referrals: Collection<Document>;
+  private readonly leadersCollection: Collection<Document>;
+  private readonly acceptances: Collection<Document>;
+  private readonly listeners = new Set<(scopes: ReadonlySet<string>) => void>();
+
+  constructor(
+    private readonly client: MongoClient,
+    private readonly db: Db,
+    private readonly transactions: boolean,
+  ) {
+    this.counts = db.collection("statCounts");
+    this.referrals = db.collection("statReferrals");
+    this.leadersCollection = db.collection("statLeaders");
+    this.acceptances = db.collection("statAcceptances");
+  }
+
+  async createIndexes(): Promise<void> {
+    await this.counts.createIndex({ scope: 1, size: 1, bucket: 1, metric: 1 }, { unique: true });
+    await this.referrals.createIndex({ scope: 1, id: 1 }, { unique: true });
+    await this.referrals.createIndex({ scope: 1, referrer: 1, t: 1, id: 1 });
+    await this.referrals.createIndex({ scope: 1, t: 1, p: 1 });
+    await this.leadersCollection.createIndex(
+      { scope: 1, period: 1, referrer: 1 },
+      { unique: true },
+    );
+    await this.leadersCollection.createIndex({ scope: 1, period: 1, accepted: -1, reachedAt: 1 });
+    await this.acceptances.createIndex({ scope: 1, id: 1 }, { unique: true });
+    await this.acceptances.createIndex({ scope: 1, at: 1, referrer: 1 });
+    await this.acceptances.createIndex({ scope: 1, referrer: 1, at: 1 });
+  }
+
+  /** A collection whose writes move the numbers with `watcher` (see the class). */
+  watched<T extends Document>(
+    collection: StoreCollection<T>,
+    raw: Collection<T>,
+    watcher: StatsWatcher,
+  ): StoreCollection<T> {
+    const change = async <R>(
+      write: (
+        session: ClientSession | undefined,
+      ) => Promise<{ result: R; pairs: [Document | null, Document][] }>,
+    ): Promise<R> => {
+      const run = async (session: ClientSession | undefined) => {
+        const { result, pairs } = await write(session);
+        const { moves, recorded } = recorder();
+        for (const [before, after] of pairs) watcher(before, after, moves);
+        await this.apply(recorded, session);
+        return { result, scopes: new Set(recorded.map((move) => move.scope)) };
+      };
+      let outcome: { result: R; scopes: Set<string> };
+      if (!this.transactions) {
+        outcome = await run(undefined);
+      } else {
+        const session = this.client.startSession();
+        try {
+          outcome = await session.withTransaction(() => run(session));
+        } finally {
+          await session.endSession();
+        }
+      }
+      if (outcome.scopes.size > 0) for (const listener of this.listeners) listener(outcome.scopes);
+      return outcome.result;
+    };
+    const byId = (after: Document | null, session: ClientSession | undefined) =>
+      after ? raw.findOne({ _id: after._id } as Filter<T>, { session }) : null;
+    return {
+      ...bindAll(collection),
+      insertOne: (doc) =>
+        change(async (session) => {
+          const result = await raw.insertOne(doc, { session });
+          return { result, pairs: [[null, { ...doc, _id: result.insertedId }]] };
+        }),
+      insertMany: async (docs) => {
+        const insertedIds: Record<number, unknown> = {};
+        for (const [index, doc] of docs.entries()) {
+          insertedIds[index] = (
+            await this.watched(collection, raw, watcher).insertOne(doc)
+          ).insertedId;
+        }
+        return { acknowledged: true, insertedCount: docs.length, insertedIds } as never;
+      },
+      updateOne: (filter, update, options: UpdateOptions = {}) =>
+        change(async (session) => {
+          const found = await raw.findOneAndUpdate(filter, update, {
+            ...(options.upsert ? { upsert: true } : {}),
+            session,
+            returnDocument: "before",
+            includeResultMetadata: true,
+          });
+          const upserted = found.lastErrorObject?.upserted as unknown;
+          const before = found.value as Document | null;
+          const after = await byId(before ?? (upserted ? { _id: upserted } : null), session);
+          return {
+            result: {
+              acknowledged: true,
+              matchedCount: before ? 1 : 0,
+              modifiedCount: before ? 1 : 0,
+              upsertedCount: upserted ? 1 : 0,
+              upsertedId: (upserted ?? null) as never,
+            },
+            pairs: after ? [[upserted ? null : before, after]] : [],
+          };
+        }),
+      findOneAndUpdate: (filter, update, options: FindOneAndUpdateOptions) =>
+        change(async (session) => {
+          const found = await raw.findOneAndUpdate(filter, update as UpdateFilter<T>, {
+            ...options,
+            session,
+            returnDocument: "before",
+            includeResultMetadata: true,
+          });
+          const upserted = found.lastErrorObject?.upserted as unknown;
+          const before = found.value as Document | null;
+          const after = await byId(before ?? (upserted ? { _id: upserted } : null), session);
+          return {
+            result: after as never,
+            pairs: after ? [[upserted ? null : before, after]] : [],
+          };
+        }),
+      updateMany: (filter, update) =>
+        change(async (session) => {
+          const befores = await raw.find(filter, { session }).toArray();
+          const result = await raw.updateMany(filter, update, { session });
+          const afters = await raw
+            .find({ _id: { $in: befores.map((doc) => doc._id) } } as Filter<T>, { session })
+            .toArray();
+          const beforeById = new Map(befores.map((doc) => [String(doc._id), doc as Document]));
+          return {
+            result,
+            pairs: afters.map((after) => [beforeById.get(String(after._id)) ?? null, after]),
+          };
+        }),
+    };
+  }
+
+  private async apply(moves: readonly Move[], session: ClientSession | undefined): Promise<void> {
+    for (const move of moves) {
+      const scope = scopeKey(move.scope);
+      switch (move.kind) {
+        case "count":
+          for (const { size, bucket } of bucketsOf(move.at)) {
+            await this.counts.updateOne(
+              { scope, size, bucket, metric: move.name },
+              { $inc: { n: move.n } },
+              { upsert: true, session },
+            );
+          }
+          break;
+        case "attribute": {
+          const [previous] = await this.referrals
+            .find(
+              {
+                scope,
+                referrer: move.referrerId,
+                $or: [{ t: { $lt: move.at } }, { t: move.at, id: { $lt: move.referralId } }],
+              },
+              { session, sort: { t: -1, id: -1 }, limit: 1 },
+            )
+            .toArray();
+          await this.referrals.insertOne(
+            {
+              scope,
+              id: move.referralId,
+              referrer: move.referrerId,
+              t: move.at,
+              p: previous?.t ?? null,
+            },
+            { session },
+          );
+          await this.relinkAfter(
+            scope,
+            move.referrerId,
+            move.at,
+            move.referralId,
+            move.at,
+            session,
+          );
+          break;
+        }
+        case "unattribute": {
+          const entry = await this.referrals.findOne({ scope, id: move.referralId }, { session });
+          if (!entry) break;
+          await this.relinkAfter(scope, entry.referrer, entry.t, move.referralId, entry.p, session);
+          await this.referrals.deleteOne({ scope, id: move.referralId }, { session });
+          break;
+        }
+        case "lead":
+          await this.lead(scope, move, session);
+          break;
+      }
+    }
+  }
+
+  private async relinkAfter(
+    scope: number,
+    referrer: string,
+    t: number,
+    id: string,
+    p: number | null,
+    session: ClientSession | undefined,
+  ): Promise<void> {
+    const [next] = await this.referrals
+      .find(
+        { scope, referrer, $or: [{ t: { $gt: t } }, { t, id: { $gt: id } }] },
+        { session, sort: { t: 1, id: 1 }, limit: 1 },
+      )
+      .toArray();
+    if (next) await this.referrals.updateOne({ _id: next._id }, { $set: { p } }, { session });
+  }
+
+  private async lead(
+    scope: number,
+    move: Extract<Move, { kind: "lead" }>,
+    session: ClientSession | undefined,
+  ): Promise<void> {
+    const campaign = await this.db
+      .collection("campaigns")
+      .findOne({ _id: move.campaignId as never }, { session, projection: { timeZone: 1 } });
+    const timeZone = (campaign?.timeZone as string | undefined) || "UTC";
+    if (move.delta === 1) {
+      await this.acceptances.insertOne(
+        { scope, id: move.referralId, referrer: move.referrerId, at: move.at },
+        { session },
+      );
+    } else {
+      await this.acceptances.deleteOne({ scope, id: move.referralId }, { session });
+    }
+    for (const period of leaderboardWindowsOf(move.at, timeZone)) {
+      const row = { scope, period, referrer: move.referrerId };
+      if (move.delta === 1) {
+        await this.leadersCollection.updateOne(
+          row,
+          { $inc: { accepted: 1 }, $max: { reachedAt: move.at } },
+          { upsert: true, session },
+        );
+        continue;
+      }
+      const [from, to] = leaderboardWindowRange(period, timeZone) ?? [-8.64e15, 8.64e15];
+      const [latest] = await this.acceptances
+        .find(
+          { scope, referrer: move.referrerId, at: { $gte: from, $lt: to } },
+          { session, sort: { at: -1 }, limit: 1 },
+        )
+        .toArray();
+      await this.leadersCollection.updateOne(
+        row,
+        { $inc: { accepted: -1 }, ...(latest ? { $set: { reachedAt: latest.at } } : {}) },
+        { session },
+      );
+      await this.leadersCollection.deleteOne({ ...row, accepted: { $lte: 0 } }, { session });
+    }
+  }
+
+  onChange(listener: (scopes: ReadonlySet<string>) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  async sums(
+    scope: string,
+    points: readonly (readonly { size: number; from: number; to: number }[])[],
+    only?: "customers and checkpoints",
+  ): Promise<Map<string, number>[]> {
+    const sums = points.map(() => new Map<string, number>());
+    // Per size, the runs in order: each counter read once, then put in its point.
+    const bySize = new Map<number, { from: number; to: number; point: number }[]>();
+    for (const [point, runs] of points.entries()) {
+      for (const run of runs) {
+        const list = bySize.get(run.size) ?? [];
+        list.push({ from: run.from, to: run.to, point });
+        bySize.set(run.size, list);
+      }
+    }
+    const metricFilter =
+      only === undefined ? {} : { $or: [{ metric: "identified" }, { metric: /^checkpoint:/ }] };
+    for (const [size, runs] of bySize) {
+      runs.sort((a, b) => a.from - b.from);
+      const first = runs[0]?.from ?? 0;
+      const last = runs.at(-1)?.to ?? 0;
+      const rows = await this.counts
+        .find({ scope: scopeKey(scope), size, bucket: { $gte: first, $lt: last }, ...metricFilter })
+        .toArray();
+      for (const row of rows) {
+        const run = runs.find(
+          (candidate) => row.bucket >= candidate.from && row.bucket < candidate.to,
+        );
+        if (!run || row.n === 0) continue;
+        const sum = sums[run.point] as Map<string, number>;
+        sum.set(row.metric, (sum.get(row.metric) ?? 0) + row.n);
+      }
+    }
+    return sums;
+  }
+
+  activeReferrers(scope: string, spans: readonly (readonly [number, number])[]): Promise<number[]> {
+    return Promise.all(
+      spans.map(([from, to]) =>
+        this.referrals.countDocuments({
+          scope: scopeKey(scope),
+          t: { $gte: from, $lt: to },
+          $or: [{ p: null }, { p: { $lt: from } }],
+        }),
+      ),
+    );
+  }
+
+  referralsMade(scope: string, referrerIds: readonly string[]): Promise<number[]> {
+    return Promise.all(
+      referrerIds.map((referrer) =>
+        this.referrals.countDocuments({ scope: scopeKey(scope), referrer }),
+      ),
+    );
+  }
+
+  async leaders(
+    scope: string,
+    window: string,
+    limit: number,
+    offset: number,
+  ): Promise<LeaderRow[]> {
+    const rows = await this.leadersCollection
+      .find({ scope: scopeKey(scope), period: window, accepted: { $gt: 0 } })
+      .sort({ accepted: -1, reachedAt: 1, referrer: 1 })
+      .skip(offset)
+      .limit(limit)
+      .toArray();
+    return rows.map((row) => ({
+      referrerId: row.referrer,
+      accepted: row.accepted,
+      reachedAt: row.reachedAt,
+    }));
+  }
+
+  async leadersBetween(
+    scope: string,
+    from: number,
+    to: number,
+    limit: number,
+    offset: number,
+  ): Promise<LeaderRow[]> {
+    const rows = await this.acceptances
+      .aggregate([
+        { $match: { scope: scopeKey(scope), at: { $gte: from, $lt: to } } },
+        { $group: { _id: "$referrer", accepted: { $sum: 1 }, reachedAt: { $max: "$at" } } },
+        { $sort: { accepted: -1, reachedAt: 1, _id: 1 } },
+        { $skip: offset },
+        { $limit: limit },
+      ])
+      .toArray();
+    return rows.map((row) => ({
+      referrerId: row._id,
+      accepted: row.accepted,
+      reachedAt: row.reachedAt,
+    }));
+  }
+
+  async snapshot(scopes: readonly string[]): Promise<StatsSnapshot> {
+    const snapshot = emptySnapshot();
+    for (const scopeName of scopes) {
+      const scope = scopeKey(scopeName);
+      for (const row of await this.counts.find({ scope, n: { $ne: 0 } }).toArray()) {
+        snapshot.counts.set(`${scopeName}|${row.size}|${row.bucket}|${row.metric}`, row.n);
+      }
+      for (const row of await this.referrals.find({ scope }).toArray()) {
+        snapshot.referrals.set(`${scopeName}|${row.id}`, `${row.referrer}|${row.t}|${row.p}`);
+      }
+      for (const row of await this.leadersCollection
+        .find({ scope, accepted: { $ne: 0 } })
+        .toArray()) {
+        snapshot.leaders.set(
+          `${scopeName}|${row.period}|${row.referrer}`,
+          `${row.accepted}|${row.reachedAt}`,
+        );
+      }
+      for (const row of await this.acceptances.find({ scope }).toArray()) {
+        snapshot.acceptances.set(`${scopeName}|${row.id}`, `${row.referrer}|${row.at}`);
+      }
+    }
+    return snapshot;
+  }
+
+  async replace(scopes: readonly string[], wanted: StatsSnapshot): Promise<void> {
+    const keys = scopes.map(scopeKey);
+    const split = (composite: string) => {
+      const [application, environment, campaign, ...rest] = composite.split("|");
+      return { scope: scopeKey(`${application}|${environment}|${campaign}`), rest };
+    };
+    const write = async (session: ClientSession | undefined) => {
+      for (const collection of [
+        this.counts,
+        this.referrals,
+        this.leadersCollection,
+        this.acceptances,
+      ]) {
+        await collection.deleteMany({ scope: { $in: keys } }, { session });
+      }
+      const insert = async (collection: Collection<Document>, docs: Document[]) => {
+        if (docs.length > 0) await collection.insertMany(docs, { session });
+      };
+      await insert(
+        this.counts,
+        [...wanted.counts].map(([composite, n]) => {
+          const { scope, rest } = split(composite);
+          const [size, bucket, ...metric] = rest;
+          return { scope, size: Number(size), bucket: Number(bucket), metric: metric.join("|"), n };
+        }),
+      );
+      await insert(
+        this.referrals,
+        [...wanted.referrals].map(([composite, value]) => {
+          const { scope, rest } = split(composite);
+          const [referrer, t, p] = value.split("|");
+          return {
+            scope,
+            id: rest.join("|"),
+            referrer,
+            t: Number(t),
+            p: p === "null" ? null : Number(p),
+          };
+        }),
+      );
+      await insert(
+        this.leadersCollection,
+        [...wanted.leaders].map(([composite, value]) => {
+          const { scope, rest } = split(composite);
+          const [accepted, reachedAt] = value.split("|");
+          return {
+            scope,
+            period: rest[0],
+            referrer: rest[1],
+            accepted: Number(accepted),
+            reachedAt: Number(reachedAt),
+          };
+        }),
+      );
+      await insert(
+        this.acceptances,
+        [...wanted.acceptances].map(([composite, value]) => {
+          const { scope, rest } = split(composite);
+          const [referrer, at] = value.split("|");
+          return { scope, id: rest.join("|"), referrer, at: Number(at) };
+        }),
+      );
+    };
+    if (!this.transactions) {
+      await write(undefined);
+    } else {
+      const session = this.client.startSession();
+      try {
+        await session.withTransaction(() => write(session));
+      } finally {
+        await session.endSession();
+      }
+    }
+    for (const listener of this.listeners) listener(new Set(scopes));
+  }
+}
+
+/** A collection's methods bound to it, to spread into a wrapper. */
+function bindAll<T extends Document>(collection: StoreCollection<T>): StoreCollection<T> {
+  return {
+    insertOne: collection.insertOne.bind(collection),
+    insertMany: collection.insertMany.bind(collection),
+    findOne: collection.findOne.bind(collection),
+    find: collection.find.bind(collection),
+    countDocuments: collection.countDocuments.bind(collection),
+    updateOne: collection.updateOne.bind(collection),
+    updateMany: collection.updateMany.bind(collection),
+    findOneAndUpdate: collection.findOneAndUpdate.bind(collection),
+    deleteOne: collection.deleteOne.bind(collection),
+    deleteMany: collection.deleteMany.bind(collection),
+    createIndex: collection.createIndex.bind(collection),
+    aggregate: collection.aggregate.bind(collection),
+  };
+}
+
+/** Whether the server runs transactions: a replica set member or a mongos. */
+export async function supportsTransactions(db: Db): Promise<boolean> {
+  const hello = await db.admin().command({ hello: 1 });
+  return Boolean(hello.setName) || hello.msg === "isdbgrid";
+}

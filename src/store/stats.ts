@@ -1,0 +1,116 @@
+import { createHash } from "node:crypto";
+import type { Document } from "mongodb";
+import {
+  type CheckpointFacts,
+  type CustomerFacts,
+  type GrantFacts,
+  moveCheckpointStats,
+  moveCustomerStats,
+  moveGrantStats,
+  moveReferralStats,
+  type ReferralFacts,
+  type StatsMoves,
+} from "../domain/stats.js";
+import type { BucketRun } from "../domain/stats-time.js";
+
+/**
+ * The program's numbers as an engine keeps them (see
+ * `src/domain/stats.ts` for what moves them): counters per scope, bucket
+ * and metric; each referral's place among its referrer's referrals (for
+ * the referrers active in a period); and the leaderboards. Both engines
+ * move them in the same atomic write as the change of the record.
+ */
+export interface StatsStore {
+  /**
+   * For each point (a list of bucket runs), the sum of every counter of
+   * the scope over its runs, by metric. `only` keeps the metrics the
+   * application scope adds to a campaign's: customers and checkpoints.
+   */
+  sums(
+    scope: string,
+    points: readonly (readonly BucketRun[])[],
+    only?: "customers and checkpoints",
+  ): Promise<Map<string, number>[]>;
+  /** For each span [from, to) in ms, the referrers with a referral created in it. */
+  activeReferrers(scope: string, spans: readonly (readonly [number, number])[]): Promise<number[]>;
+  /** For each referrer, the referrals it made in the scope, any status. */
+  referralsMade(scope: string, referrerIds: readonly string[]): Promise<number[]>;
+  /** A leaderboard window's rows, best first: most accepted, then who reached the count first. */
+  leaders(scope: string, window: string, limit: number, offset: number): Promise<LeaderRow[]>;
+  /** The same over acceptances in [from, to) (ms). */
+  leadersBetween(
+    scope: string,
+    from: number,
+    to: number,
+    limit: number,
+    offset: number,
+  ): Promise<LeaderRow[]>;
+  /** Everything kept for the scopes, for verify-stats. */
+  snapshot(scopes: readonly string[]): Promise<StatsSnapshot>;
+  /** Replaces what is kept for the scopes with `wanted` (verify-stats --repair), in one write. */
+  replace(scopes: readonly string[], wanted: StatsSnapshot): Promise<void>;
+  /** Told of the scopes a committed write changed; returns how to stop. */
+  onChange(listener: (scopes: ReadonlySet<string>) => void): () => void;
+}
+
+/** One leaderboard row. */
+export interface LeaderRow {
+  readonly referrerId: string;
+  readonly accepted: number;
+  /** When the referrer reached the count: its latest acceptance counted (ms). */
+  readonly reachedAt: number;
+}
+
+/**
+ * What is kept, as comparable maps (verify-stats): counters by
+ * `scope|size|bucket|metric` (zeros left out), chain entries by
+ * `scope|referral` as `referrer|t|p`, leaderboard rows by
+ * `scope|window|referrer` as `accepted|reachedAt`, acceptances by
+ * `scope|referral` as `referrer|at`.
+ */
+export interface StatsSnapshot {
+  readonly counts: Map<string, number>;
+  readonly referrals: Map<string, string>;
+  readonly leaders: Map<string, string>;
+  readonly acceptances: Map<string, string>;
+}
+
+/** An empty snapshot. */
+export function emptySnapshot(): StatsSnapshot {
+  return { counts: new Map(), referrals: new Map(), leaders: new Map(), acceptances: new Map() };
+}
+
+const scopeKeys = new Map<string, number>();
+
+/**
+ * A scope's key in storage: 52 bits of its name's hash, so rows hold a
+ * number instead of a 50-byte name (a collision among a few thousand
+ * scopes has odds of about 1 in 10^9).
+ */
+export function scopeKey(scope: string): number {
+  let key = scopeKeys.get(scope);
+  if (key === undefined) {
+    key = Number.parseInt(createHash("sha256").update(scope).digest("hex").slice(0, 13), 16);
+    scopeKeys.set(scope, key);
+  }
+  return key;
+}
+
+/**
+ * The collections whose changes move the numbers, and how: the engines
+ * call these inside each write of them (see `SqliteCollection.watch` and
+ * `MongoStats.watched`).
+ */
+export const statsWatchers: Record<
+  "customers" | "referrals" | "checkpoints" | "rewardGrants",
+  (before: Document | null, after: Document, moves: StatsMoves) => void
+> = {
+  customers: (before, after, moves) =>
+    moveCustomerStats(before as CustomerFacts | null, after as CustomerFacts, moves),
+  referrals: (before, after, moves) =>
+    moveReferralStats(before as ReferralFacts | null, after as ReferralFacts, moves),
+  checkpoints: (before, after, moves) =>
+    moveCheckpointStats(before as CheckpointFacts | null, after as CheckpointFacts, moves),
+  rewardGrants: (before, after, moves) =>
+    moveGrantStats(before as GrantFacts | null, after as GrantFacts, moves),
+};
