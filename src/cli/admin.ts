@@ -205,6 +205,34 @@ const adminCommands: readonly AdminCommand[] = [
     },
   },
   {
+    name: "verify-stats",
+    usage: "<applicationId> [--repair]",
+    summary: "recount an application's numbers from its records; --repair sets the counters to it",
+    async run({ client, options, argument, print }) {
+      const response = await client.verifyApplicationStats({
+        applicationId: argument(0, "applicationId"),
+        repair: options.repair ?? false,
+      });
+      print(AdminService.method.verifyApplicationStats, response, () => {
+        const found = Number(response.differenceCount);
+        const lines = [
+          `read ${response.recordsRead} records: ${found === 0 ? "no difference" : `${found} difference${found === 1 ? "" : "s"}`}`,
+          ...response.differences.map(
+            (difference) =>
+              `  ${difference.kind} ${difference.key}: kept ${difference.kept ?? "nothing"}, recounted ${difference.recounted ?? "nothing"}`,
+          ),
+        ];
+        if (found > response.differences.length) {
+          lines.push(`  … and ${found - response.differences.length} more`);
+        }
+        if (response.repaired) lines.push("repaired: the counters now hold the recount");
+        else if (found > 0)
+          lines.push("run again with --repair to set the counters to the recount");
+        return lines.join("\n");
+      });
+    },
+  },
+  {
     name: "delete-campaign",
     usage: "<campaignId>",
     async run({ client, argument, print }) {
@@ -277,6 +305,7 @@ function parseCommandLine(argv: string[]) {
       mask: { type: "string" },
       placement: { type: "string", multiple: true },
       clear: { type: "boolean", default: false },
+      repair: { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
   });

@@ -17,6 +17,7 @@ import {
 } from "../store/campaigns.js";
 import type { ApiKeyDoc, ApplicationDoc, CampaignDoc } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
+import { differencesOf, recountStats } from "../store/stats-recount.js";
 import type { Store } from "../store/store.js";
 import {
   findApiKeys,
@@ -158,6 +159,24 @@ export function createAdminService(deps: {
         secretBox: deps.secretBox,
       });
       return { customer };
+    },
+
+    async verifyApplicationStats(request) {
+      const application = await applicationOrNotFound(request.applicationId);
+      const { scopes, wanted, recordsRead } = await recountStats(db, application._id);
+      const differences = differencesOf(await deps.store.stats.snapshot(scopes), wanted);
+      if (request.repair && differences.length > 0) await deps.store.stats.replace(scopes, wanted);
+      return {
+        recordsRead: BigInt(recordsRead),
+        differenceCount: BigInt(differences.length),
+        differences: differences.slice(0, 100).map((difference) => ({
+          kind: difference.kind,
+          key: difference.key,
+          ...(difference.kept === null ? {} : { kept: difference.kept }),
+          ...(difference.recounted === null ? {} : { recounted: difference.recounted }),
+        })),
+        repaired: request.repair && differences.length > 0,
+      };
     },
 
     async deleteCampaign(request) {

@@ -285,6 +285,13 @@ function checkRewardTerms(campaign: Campaign): void {
   for (const [index, reward] of campaign.rewards.entries()) {
     checkReward(reward, `campaign.rewards[${index}]`);
   }
+  const minimum = campaign.leaderboard?.minimumAccepted ?? 0;
+  if (minimum < 0 || minimum > limits.campaign.maxAmount) {
+    throw invalidArgument(
+      "campaign.leaderboard.minimumAccepted",
+      `must be between 0 and ${limits.campaign.maxAmount.toLocaleString("en")}`,
+    );
+  }
 }
 
 const maxAmount = limits.campaign.maxAmount;

@@ -163,7 +163,7 @@ export function createRewardsService(deps: RewardsDeps): ServiceImpl<typeof Rewa
       return {
         customerId,
         environment: enumWords(EnvironmentSchema).byWord.get(customer.environment),
-        balances: balancesOf(groups),
+        balances: rewardBalancesOf(groups),
       };
     },
   };
@@ -332,7 +332,7 @@ function checkedFulfillment(
 }
 
 /** The balances of a customer's groups, one per currency, every status present. */
-function balancesOf(groups: readonly BalanceGroup[]): RewardBalance[] {
+export function rewardBalancesOf(groups: readonly BalanceGroup[]): RewardBalance[] {
   const byCurrency = new Map<CurrencyName | null, RewardBalance>();
   const currencies = enumWords(CurrencySchema).byWord;
   const zero = () => create(RewardTotalSchema, { amount: 0, count: 0 });

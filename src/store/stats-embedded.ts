@@ -88,58 +88,64 @@ export class EmbeddedStats implements StatsStore {
     },
     attribute: (scope, referralId, referrerId, at) => {
       const key = scopeKey(scope);
-      const previous = this.database.statement(sql.before).get(key, referrerId, at, referralId) as
+      const previous = this.query(sql.before).get(key, referrerId, at, referralId) as
         | { t: number }
         | undefined;
-      const next = this.database.statement(sql.after).get(key, referrerId, at, referralId) as
+      const next = this.query(sql.after).get(key, referrerId, at, referralId) as
         | { id: string }
         | undefined;
       this.database
         .statement(sql.attribute)
         .run(key, referralId, referrerId, at, previous?.t ?? null);
-      if (next) this.database.statement(sql.relink).run(at, key, next.id);
+      if (next) this.query(sql.relink).run(at, key, next.id);
       this.noteChange(scope);
     },
     unattribute: (scope, referralId) => {
       const key = scopeKey(scope);
-      const entry = this.database.statement(sql.entry).get(key, referralId) as
+      const entry = this.query(sql.entry).get(key, referralId) as
         | { referrer: string; t: number; p: number | null }
         | undefined;
       if (!entry) return;
       const next = this.database
         .statement(sql.after)
         .get(key, entry.referrer, entry.t, referralId) as { id: string } | undefined;
-      if (next) this.database.statement(sql.relink).run(entry.p, key, next.id);
-      this.database.statement(sql.unattribute).run(key, referralId);
+      if (next) this.query(sql.relink).run(entry.p, key, next.id);
+      this.query(sql.unattribute).run(key, referralId);
       this.noteChange(scope);
     },
     lead: (scope, campaignId, referralId, referrerId, delta, acceptedAt) => {
       const key = scopeKey(scope);
       const timeZone = this.timeZoneOf(campaignId);
       if (delta === 1) {
-        this.database.statement(sql.accept).run(key, referralId, referrerId, acceptedAt);
+        this.query(sql.accept).run(key, referralId, referrerId, acceptedAt);
       } else {
-        this.database.statement(sql.unaccept).run(key, referralId);
+        this.query(sql.unaccept).run(key, referralId);
       }
       for (const window of leaderboardWindowsOf(acceptedAt, timeZone)) {
         if (delta === 1) {
-          this.database.statement(sql.lead).run(key, window, referrerId, acceptedAt);
+          this.query(sql.lead).run(key, window, referrerId, acceptedAt);
           continue;
         }
         // The tie-break time goes back to the latest acceptance still counted.
         const [from, to] = leaderboardWindowRange(window, timeZone) ?? always;
-        const latest = this.database.statement(sql.latest).get(key, referrerId, from, to) as {
+        const latest = this.query(sql.latest).get(key, referrerId, from, to) as {
           at: number | null;
         };
-        this.database.statement(sql.unlead).run(latest.at, key, window, referrerId);
-        this.database.statement(sql.dropLeader).run(key, window, referrerId);
+        this.query(sql.unlead).run(latest.at, key, window, referrerId);
+        this.query(sql.dropLeader).run(key, window, referrerId);
       }
       this.noteChange(scope);
     },
   };
 
+  /** A statement, noted for the query-plan test (see `SqliteDatabase.noteQuery`). */
+  private query(sql: string) {
+    this.database.noteQuery(sql, "stats", {});
+    return this.database.statement(sql);
+  }
+
   private timeZoneOf(campaignId: string): string {
-    const row = this.database.statement(sql.timeZone).get(campaignId) as
+    const row = this.query(sql.timeZone).get(campaignId) as
       | { zone: string | null }
       | undefined;
     return row?.zone || "UTC";
@@ -179,7 +185,7 @@ export class EmbeddedStats implements StatsStore {
     const rows = this.database
       .statement(
         "SELECT j.value->>0 AS point, s.metric AS metric, sum(s.n) AS n FROM json_each(?) AS j " +
-          "JOIN stat_counts AS s ON s.scope = ? AND s.size = j.value->>1 AND s.bucket >= j.value->>2 AND s.bucket < j.value->>3" +
+          "CROSS JOIN stat_counts AS s ON s.scope = ? AND s.size = j.value->>1 AND s.bucket >= j.value->>2 AND s.bucket < j.value->>3" +
           `${filter} GROUP BY 1, 2`,
       )
       .all(JSON.stringify(runs), scopeKey(scope)) as { point: number; metric: string; n: number }[];
@@ -204,7 +210,7 @@ export class EmbeddedStats implements StatsStore {
   }
 
   async referralsMade(scope: string, referrerIds: readonly string[]): Promise<number[]> {
-    const count = this.database.statement(
+    const count = this.query(
       "SELECT count(*) AS n FROM stat_referrals WHERE scope = ? AND referrer = ?",
     );
     const key = scopeKey(scope);
@@ -255,7 +261,7 @@ export class EmbeddedStats implements StatsStore {
     for (const scope of scopes) {
       const key = scopeKey(scope);
       const all = (text: string) =>
-        this.database.statement(text).all(key) as Record<string, never>[];
+        this.query(text).all(key) as Record<string, never>[];
       for (const row of all(
         "SELECT size, bucket, metric, n FROM stat_counts WHERE scope = ? AND n != 0",
       )) {
@@ -284,7 +290,7 @@ export class EmbeddedStats implements StatsStore {
       for (const scope of scopes) {
         const key = scopeKey(scope);
         for (const table of ["stat_counts", "stat_referrals", "stat_leaders", "stat_acceptances"]) {
-          this.database.statement(`DELETE FROM ${table} WHERE scope = ?`).run(key);
+          this.query(`DELETE FROM ${table} WHERE scope = ?`).run(key);
         }
       }
       const keyOf = (composite: string) => {
@@ -320,7 +326,7 @@ export class EmbeddedStats implements StatsStore {
       for (const [composite, value] of wanted.acceptances) {
         const { key, rest } = keyOf(composite);
         const [referrer, at] = value.split("|");
-        this.database.statement(sql.accept).run(key, rest.join("|"), referrer ?? "", Number(at));
+        this.query(sql.accept).run(key, rest.join("|"), referrer ?? "", Number(at));
       }
       for (const scope of scopes) this.noteChange(scope);
     });

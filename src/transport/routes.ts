@@ -2,6 +2,7 @@ import { AdminService } from "../../gen/referral/v1/admin_pb.js";
 import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
 import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+import { InsightsService } from "../../gen/referral/v1/insights_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
@@ -11,6 +12,7 @@ import { createAdminService, type KeyRevokedListener } from "../services/admin.j
 import { createCampaignsService } from "../services/campaigns.js";
 import { createCheckpointsService } from "../services/checkpoints.js";
 import { createCustomersService } from "../services/customers.js";
+import { createInsightsService } from "../services/insights.js";
 import { createReferralsService } from "../services/referrals.js";
 import { createRewardsService } from "../services/rewards.js";
 import { createWebhooksService } from "../services/webhooks.js";
@@ -43,6 +45,7 @@ export function createServiceRegistrations(deps: ServiceDeps): ServiceRegistrati
     register(CheckpointsService, createCheckpointsService(deps)),
     register(CampaignsService, createCampaignsService(deps)),
     register(WebhooksService, createWebhooksService(deps)),
+    register(InsightsService, createInsightsService(deps)),
     register(AdminService, createAdminService(deps)),
   ];
 }

@@ -16,7 +16,121 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/admin.proto.
  */
 export const file_referral_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEiTgofRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCRITCgtjdXN0b21lcl9pZBgCIAEoCSJLCiBFcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXJSZXNwb25zZRInCghjdXN0b21lchgBIAEoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyInAKC0FwcGxpY2F0aW9uEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAMgASgJEi4KCmNyZWF0ZWRfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvgBCgZBcGlLZXkSCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnJlZmVycmFsLnYxLkFwaUtleUtpbmQSDgoGcHJlZml4GAMgASgJEhEKBG5hbWUYBCABKAlIAIgBARIWCg5hcHBsaWNhdGlvbl9pZBgFIAEoCRIXCg9vcmdhbml6YXRpb25faWQYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBwoFX25hbWUiWgoYQ3JlYXRlQXBwbGljYXRpb25SZXF1ZXN0EgwKBG5hbWUYASABKAkSHAoPb3JnYW5pemF0aW9uX2lkGAIgASgJSACIAQFCEgoQX29yZ2FuaXphdGlvbl9pZCJyChlDcmVhdGVBcHBsaWNhdGlvblJlc3BvbnNlEi0KC2FwcGxpY2F0aW9uGAEgASgLMhgucmVmZXJyYWwudjEuQXBwbGljYXRpb24SEgoKc2VjcmV0X2tleRgCIAEoCRISCgpwdWJsaWNfa2V5GAMgASgJIhkKF0xpc3RBcHBsaWNhdGlvbnNSZXF1ZXN0IkoKGExpc3RBcHBsaWNhdGlvbnNSZXNwb25zZRIuCgxhcHBsaWNhdGlvbnMYASADKAsyGC5yZWZlcnJhbC52MS5BcHBsaWNhdGlvbiJwChNDcmVhdGVBcGlLZXlSZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJEiUKBGtpbmQYAiABKA4yFy5yZWZlcnJhbC52MS5BcGlLZXlLaW5kEhEKBG5hbWUYAyABKAlIAIgBAUIHCgVfbmFtZSJJChRDcmVhdGVBcGlLZXlSZXNwb25zZRIkCgdhcGlfa2V5GAEgASgLMhMucmVmZXJyYWwudjEuQXBpS2V5EgsKA2tleRgCIAEoCSIsChJMaXN0QXBpS2V5c1JlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkiPAoTTGlzdEFwaUtleXNSZXNwb25zZRIlCghhcGlfa2V5cxgBIAMoCzITLnJlZmVycmFsLnYxLkFwaUtleSIhChNSZXZva2VBcGlLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIjwKFFJldm9rZUFwaUtleVJlc3BvbnNlEiQKB2FwaV9rZXkYASABKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkiWAoVQ3JlYXRlQ2FtcGFpZ25SZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJEicKCGNhbXBhaWduGAIgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iQQoWQ3JlYXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduImEKFVVwZGF0ZUNhbXBhaWduUmVxdWVzdBIKCgJpZBgBIAEoCRInCghjYW1wYWlnbhgCIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduEhMKC3VwZGF0ZV9tYXNrGAMgAygJIkEKFlVwZGF0ZUNhbXBhaWduUmVzcG9uc2USJwoIY2FtcGFpZ24YASABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiIjChVEZWxldGVDYW1wYWlnblJlcXVlc3QSCgoCaWQYASABKAkiQQoWRGVsZXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIkQKE1BsYWNlbWVudENoZWNrcG9pbnQSFwoPY2hlY2twb2ludF9uYW1lGAEgASgJEhQKDHBsYWNlbWVudF9pZBgCIAEoCSJhCh1TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVxdWVzdBIKCgJpZBgBIAEoCRI0CgpwbGFjZW1lbnRzGAIgAygLMiAucmVmZXJyYWwudjEuUGxhY2VtZW50Q2hlY2twb2ludCJPCh5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVzcG9uc2USLQoEZGF0YRgBIAMoCzIfLnJlZmVycmFsLnYxLkNhbXBhaWduQ2hlY2twb2ludCpcCgpBcGlLZXlLaW5kEhwKGEFQSV9LRVlfS0lORF9VTlNQRUNJRklFRBAAEhcKE0FQSV9LRVlfS0lORF9QVUJMSUMQARIXChNBUElfS0VZX0tJTkRfU0VDUkVUEAIyqgwKDEFkbWluU2VydmljZRKLAQoRQ3JlYXRlQXBwbGljYXRpb24SJS5yZWZlcnJhbC52MS5DcmVhdGVBcHBsaWNhdGlvblJlcXVlc3QaJi5yZWZlcnJhbC52MS5DcmVhdGVBcHBsaWNhdGlvblJlc3BvbnNlIifA8xgDyPMYyQGC0+STAhg6ASoiEy9hZG1pbi9hcHBsaWNhdGlvbnMSjgEKEExpc3RBcHBsaWNhdGlvbnMSJC5yZWZlcnJhbC52MS5MaXN0QXBwbGljYXRpb25zUmVxdWVzdBolLnJlZmVycmFsLnYxLkxpc3RBcHBsaWNhdGlvbnNSZXNwb25zZSItwPMYA4LT5JMCI2IMYXBwbGljYXRpb25zEhMvYWRtaW4vYXBwbGljYXRpb25zEpYBCgxDcmVhdGVBcGlLZXkSIC5yZWZlcnJhbC52MS5DcmVhdGVBcGlLZXlSZXF1ZXN0GiEucmVmZXJyYWwudjEuQ3JlYXRlQXBpS2V5UmVzcG9uc2UiQcDzGAPI8xjJAYLT5JMCMjoBKiItL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2FwaS1rZXlzEpUBCgtMaXN0QXBpS2V5cxIfLnJlZmVycmFsLnYxLkxpc3RBcGlLZXlzUmVxdWVzdBogLnJlZmVycmFsLnYxLkxpc3RBcGlLZXlzUmVzcG9uc2UiQ8DzGAOC0+STAjliCGFwaV9rZXlzEi0vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vYXBpLWtleXMSiAEKDFJldm9rZUFwaUtleRIgLnJlZmVycmFsLnYxLlJldm9rZUFwaUtleVJlcXVlc3QaIS5yZWZlcnJhbC52MS5SZXZva2VBcGlLZXlSZXNwb25zZSIzwPMYA4LT5JMCKToBKmIHYXBpX2tleSIbL2FkbWluL2FwaS1rZXlzL3tpZH0vcmV2b2tlEq4BCg5DcmVhdGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLkNyZWF0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLkNyZWF0ZUNhbXBhaWduUmVzcG9uc2UiU8DzGAPI8xjJAYLT5JMCRDoIY2FtcGFpZ25iCGNhbXBhaWduIi4vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vY2FtcGFpZ25zEpABCg5VcGRhdGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLlVwZGF0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLlVwZGF0ZUNhbXBhaWduUmVzcG9uc2UiNcDzGAOC0+STAis6CGNhbXBhaWduYghjYW1wYWlnbjIVL2FkbWluL2NhbXBhaWducy97aWR9EqMBChZTZXRDYW1wYWlnbkNoZWNrcG9pbnRzEioucmVmZXJyYWwudjEuU2V0Q2FtcGFpZ25DaGVja3BvaW50c1JlcXVlc3QaKy5yZWZlcnJhbC52MS5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVzcG9uc2UiMMDzGAOC0+STAiY6ASoaIS9hZG1pbi9jYW1wYWlnbnMve2lkfS9jaGVja3BvaW50cxKGAQoORGVsZXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlc3BvbnNlIivA8xgDgtPkkwIhYghjYW1wYWlnbioVL2FkbWluL2NhbXBhaWducy97aWR9EssBChhFcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXISLC5yZWZlcnJhbC52MS5FcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXJSZXF1ZXN0Gi0ucmVmZXJyYWwudjEuRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVzcG9uc2UiUsDzGAOC0+STAkhiCGN1c3RvbWVyKjwvYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vY3VzdG9tZXJzL3tjdXN0b21lcl9pZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEiRwodVmVyaWZ5QXBwbGljYXRpb25TdGF0c1JlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSDgoGcmVwYWlyGAIgASgIIpUBCh5WZXJpZnlBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2USFAoMcmVjb3Jkc19yZWFkGAEgASgDEhgKEGRpZmZlcmVuY2VfY291bnQYAiABKAMSMQoLZGlmZmVyZW5jZXMYAyADKAsyHC5yZWZlcnJhbC52MS5TdGF0c0RpZmZlcmVuY2USEAoIcmVwYWlyZWQYBCABKAgibgoPU3RhdHNEaWZmZXJlbmNlEgwKBGtpbmQYASABKAkSCwoDa2V5GAIgASgJEhEKBGtlcHQYAyABKAlIAIgBARIWCglyZWNvdW50ZWQYBCABKAlIAYgBAUIHCgVfa2VwdEIMCgpfcmVjb3VudGVkIk4KH0VyYXNlQXBwbGljYXRpb25DdXN0b21lclJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSEwoLY3VzdG9tZXJfaWQYAiABKAkiSwogRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciJwCgtBcHBsaWNhdGlvbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCL4AQoGQXBpS2V5EgoKAmlkGAEgASgJEiUKBGtpbmQYAiABKA4yFy5yZWZlcnJhbC52MS5BcGlLZXlLaW5kEg4KBnByZWZpeBgDIAEoCRIRCgRuYW1lGAQgASgJSACIAQESFgoOYXBwbGljYXRpb25faWQYBSABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgcKBV9uYW1lIloKGENyZWF0ZUFwcGxpY2F0aW9uUmVxdWVzdBIMCgRuYW1lGAEgASgJEhwKD29yZ2FuaXphdGlvbl9pZBgCIAEoCUgAiAEBQhIKEF9vcmdhbml6YXRpb25faWQicgoZQ3JlYXRlQXBwbGljYXRpb25SZXNwb25zZRItCgthcHBsaWNhdGlvbhgBIAEoCzIYLnJlZmVycmFsLnYxLkFwcGxpY2F0aW9uEhIKCnNlY3JldF9rZXkYAiABKAkSEgoKcHVibGljX2tleRgDIAEoCSIZChdMaXN0QXBwbGljYXRpb25zUmVxdWVzdCJKChhMaXN0QXBwbGljYXRpb25zUmVzcG9uc2USLgoMYXBwbGljYXRpb25zGAEgAygLMhgucmVmZXJyYWwudjEuQXBwbGljYXRpb24icAoTQ3JlYXRlQXBpS2V5UmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCRIlCgRraW5kGAIgASgOMhcucmVmZXJyYWwudjEuQXBpS2V5S2luZBIRCgRuYW1lGAMgASgJSACIAQFCBwoFX25hbWUiSQoUQ3JlYXRlQXBpS2V5UmVzcG9uc2USJAoHYXBpX2tleRgBIAEoCzITLnJlZmVycmFsLnYxLkFwaUtleRILCgNrZXkYAiABKAkiLAoSTGlzdEFwaUtleXNSZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJIjwKE0xpc3RBcGlLZXlzUmVzcG9uc2USJQoIYXBpX2tleXMYASADKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkiIQoTUmV2b2tlQXBpS2V5UmVxdWVzdBIKCgJpZBgBIAEoCSI8ChRSZXZva2VBcGlLZXlSZXNwb25zZRIkCgdhcGlfa2V5GAEgASgLMhMucmVmZXJyYWwudjEuQXBpS2V5IlgKFUNyZWF0ZUNhbXBhaWduUmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCRInCghjYW1wYWlnbhgCIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIkEKFkNyZWF0ZUNhbXBhaWduUmVzcG9uc2USJwoIY2FtcGFpZ24YASABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiJhChVVcGRhdGVDYW1wYWlnblJlcXVlc3QSCgoCaWQYASABKAkSJwoIY2FtcGFpZ24YAiABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbhITCgt1cGRhdGVfbWFzaxgDIAMoCSJBChZVcGRhdGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iIwoVRGVsZXRlQ2FtcGFpZ25SZXF1ZXN0EgoKAmlkGAEgASgJIkEKFkRlbGV0ZUNhbXBhaWduUmVzcG9uc2USJwoIY2FtcGFpZ24YASABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiJEChNQbGFjZW1lbnRDaGVja3BvaW50EhcKD2NoZWNrcG9pbnRfbmFtZRgBIAEoCRIUCgxwbGFjZW1lbnRfaWQYAiABKAkiYQodU2V0Q2FtcGFpZ25DaGVja3BvaW50c1JlcXVlc3QSCgoCaWQYASABKAkSNAoKcGxhY2VtZW50cxgCIAMoCzIgLnJlZmVycmFsLnYxLlBsYWNlbWVudENoZWNrcG9pbnQiTwoeU2V0Q2FtcGFpZ25DaGVja3BvaW50c1Jlc3BvbnNlEi0KBGRhdGEYASADKAsyHy5yZWZlcnJhbC52MS5DYW1wYWlnbkNoZWNrcG9pbnQqXAoKQXBpS2V5S2luZBIcChhBUElfS0VZX0tJTkRfVU5TUEVDSUZJRUQQABIXChNBUElfS0VZX0tJTkRfUFVCTElDEAESFwoTQVBJX0tFWV9LSU5EX1NFQ1JFVBACMuANCgxBZG1pblNlcnZpY2USiwEKEUNyZWF0ZUFwcGxpY2F0aW9uEiUucmVmZXJyYWwudjEuQ3JlYXRlQXBwbGljYXRpb25SZXF1ZXN0GiYucmVmZXJyYWwudjEuQ3JlYXRlQXBwbGljYXRpb25SZXNwb25zZSInwPMYA8jzGMkBgtPkkwIYOgEqIhMvYWRtaW4vYXBwbGljYXRpb25zEo4BChBMaXN0QXBwbGljYXRpb25zEiQucmVmZXJyYWwudjEuTGlzdEFwcGxpY2F0aW9uc1JlcXVlc3QaJS5yZWZlcnJhbC52MS5MaXN0QXBwbGljYXRpb25zUmVzcG9uc2UiLcDzGAOC0+STAiNiDGFwcGxpY2F0aW9ucxITL2FkbWluL2FwcGxpY2F0aW9ucxKWAQoMQ3JlYXRlQXBpS2V5EiAucmVmZXJyYWwudjEuQ3JlYXRlQXBpS2V5UmVxdWVzdBohLnJlZmVycmFsLnYxLkNyZWF0ZUFwaUtleVJlc3BvbnNlIkHA8xgDyPMYyQGC0+STAjI6ASoiLS9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9hcGkta2V5cxKVAQoLTGlzdEFwaUtleXMSHy5yZWZlcnJhbC52MS5MaXN0QXBpS2V5c1JlcXVlc3QaIC5yZWZlcnJhbC52MS5MaXN0QXBpS2V5c1Jlc3BvbnNlIkPA8xgDgtPkkwI5YghhcGlfa2V5cxItL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2FwaS1rZXlzEogBCgxSZXZva2VBcGlLZXkSIC5yZWZlcnJhbC52MS5SZXZva2VBcGlLZXlSZXF1ZXN0GiEucmVmZXJyYWwudjEuUmV2b2tlQXBpS2V5UmVzcG9uc2UiM8DzGAOC0+STAik6ASpiB2FwaV9rZXkiGy9hZG1pbi9hcGkta2V5cy97aWR9L3Jldm9rZRKuAQoOQ3JlYXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5DcmVhdGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5DcmVhdGVDYW1wYWlnblJlc3BvbnNlIlPA8xgDyPMYyQGC0+STAkQ6CGNhbXBhaWduYghjYW1wYWlnbiIuL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2NhbXBhaWducxKQAQoOVXBkYXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5VcGRhdGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5VcGRhdGVDYW1wYWlnblJlc3BvbnNlIjXA8xgDgtPkkwIrOghjYW1wYWlnbmIIY2FtcGFpZ24yFS9hZG1pbi9jYW1wYWlnbnMve2lkfRKjAQoWU2V0Q2FtcGFpZ25DaGVja3BvaW50cxIqLnJlZmVycmFsLnYxLlNldENhbXBhaWduQ2hlY2twb2ludHNSZXF1ZXN0GisucmVmZXJyYWwudjEuU2V0Q2FtcGFpZ25DaGVja3BvaW50c1Jlc3BvbnNlIjDA8xgDgtPkkwImOgEqGiEvYWRtaW4vY2FtcGFpZ25zL3tpZH0vY2hlY2twb2ludHMShgEKDkRlbGV0ZUNhbXBhaWduEiIucmVmZXJyYWwudjEuRGVsZXRlQ2FtcGFpZ25SZXF1ZXN0GiMucmVmZXJyYWwudjEuRGVsZXRlQ2FtcGFpZ25SZXNwb25zZSIrwPMYA4LT5JMCIWIIY2FtcGFpZ24qFS9hZG1pbi9jYW1wYWlnbnMve2lkfRLLAQoYRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyEiwucmVmZXJyYWwudjEuRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVxdWVzdBotLnJlZmVycmFsLnYxLkVyYXNlQXBwbGljYXRpb25DdXN0b21lclJlc3BvbnNlIlLA8xgDgtPkkwJIYghjdXN0b21lcio8L2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2N1c3RvbWVycy97Y3VzdG9tZXJfaWR9ErMBChZWZXJpZnlBcHBsaWNhdGlvblN0YXRzEioucmVmZXJyYWwudjEuVmVyaWZ5QXBwbGljYXRpb25TdGF0c1JlcXVlc3QaKy5yZWZlcnJhbC52MS5WZXJpZnlBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2UiQMDzGAOC0+STAjY6ASoiMS9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9zdGF0cy92ZXJpZnliBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+
+/**
+ * VerifyApplicationStatsRequest names the application.
+ *
+ * @generated from message referral.v1.VerifyApplicationStatsRequest
+ */
+export type VerifyApplicationStatsRequest = Message<"referral.v1.VerifyApplicationStatsRequest"> & {
+  /**
+   * Required. The application's id.
+   *
+   * @generated from field: string application_id = 1;
+   */
+  applicationId: string;
+
+  /**
+   * Whether to set the counters to the recount.
+   *
+   * @generated from field: bool repair = 2;
+   */
+  repair: boolean;
+};
+
+/**
+ * Describes the message referral.v1.VerifyApplicationStatsRequest.
+ * Use `create(VerifyApplicationStatsRequestSchema)` to create a new message.
+ */
+export const VerifyApplicationStatsRequestSchema: GenMessage<VerifyApplicationStatsRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 0);
+
+/**
+ * VerifyApplicationStatsResponse is what the recount found.
+ *
+ * @generated from message referral.v1.VerifyApplicationStatsResponse
+ */
+export type VerifyApplicationStatsResponse = Message<"referral.v1.VerifyApplicationStatsResponse"> & {
+  /**
+   * The records read (customers, checkpoints, referrals, reward grants).
+   *
+   * @generated from field: int64 records_read = 1;
+   */
+  recordsRead: bigint;
+
+  /**
+   * How many kept values differ from the recount.
+   *
+   * @generated from field: int64 difference_count = 2;
+   */
+  differenceCount: bigint;
+
+  /**
+   * The first 100 differences, by key.
+   *
+   * @generated from field: repeated referral.v1.StatsDifference differences = 3;
+   */
+  differences: StatsDifference[];
+
+  /**
+   * Whether the counters were set to the recount.
+   *
+   * @generated from field: bool repaired = 4;
+   */
+  repaired: boolean;
+};
+
+/**
+ * Describes the message referral.v1.VerifyApplicationStatsResponse.
+ * Use `create(VerifyApplicationStatsResponseSchema)` to create a new message.
+ */
+export const VerifyApplicationStatsResponseSchema: GenMessage<VerifyApplicationStatsResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 1);
+
+/**
+ * StatsDifference is one kept value that differs from the recount.
+ *
+ * @generated from message referral.v1.StatsDifference
+ */
+export type StatsDifference = Message<"referral.v1.StatsDifference"> & {
+  /**
+   * What differs: "counter", "referrer order", "leaderboard" or "acceptance".
+   *
+   * @generated from field: string kind = 1;
+   */
+  kind: string;
+
+  /**
+   * Its key: scope (application|environment|campaign or *), then the
+   * counter's size, bucket and metric, or the referral, or the window and
+   * referrer.
+   *
+   * @generated from field: string key = 2;
+   */
+  key: string;
+
+  /**
+   * The value kept; null when none is.
+   *
+   * @generated from field: optional string kept = 3;
+   */
+  kept?: string | undefined;
+
+  /**
+   * The value the records make; null when they make none.
+   *
+   * @generated from field: optional string recounted = 4;
+   */
+  recounted?: string | undefined;
+};
+
+/**
+ * Describes the message referral.v1.StatsDifference.
+ * Use `create(StatsDifferenceSchema)` to create a new message.
+ */
+export const StatsDifferenceSchema: GenMessage<StatsDifference> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 2);
 
 /**
  * EraseApplicationCustomerRequest names the customer and its application.
@@ -44,7 +158,7 @@ export type EraseApplicationCustomerRequest = Message<"referral.v1.EraseApplicat
  * Use `create(EraseApplicationCustomerRequestSchema)` to create a new message.
  */
 export const EraseApplicationCustomerRequestSchema: GenMessage<EraseApplicationCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 0);
+  messageDesc(file_referral_v1_admin, 3);
 
 /**
  * EraseApplicationCustomerResponse carries the erased customer's tombstone.
@@ -65,7 +179,7 @@ export type EraseApplicationCustomerResponse = Message<"referral.v1.EraseApplica
  * Use `create(EraseApplicationCustomerResponseSchema)` to create a new message.
  */
 export const EraseApplicationCustomerResponseSchema: GenMessage<EraseApplicationCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 1);
+  messageDesc(file_referral_v1_admin, 4);
 
 /**
  * Application is a tenant: an app of an organization, owning its data.
@@ -107,7 +221,7 @@ export type Application = Message<"referral.v1.Application"> & {
  * Use `create(ApplicationSchema)` to create a new message.
  */
 export const ApplicationSchema: GenMessage<Application> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 2);
+  messageDesc(file_referral_v1_admin, 5);
 
 /**
  * ApiKey describes an API key without revealing it.
@@ -177,7 +291,7 @@ export type ApiKey = Message<"referral.v1.ApiKey"> & {
  * Use `create(ApiKeySchema)` to create a new message.
  */
 export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 3);
+  messageDesc(file_referral_v1_admin, 6);
 
 /**
  * CreateApplicationRequest names the new application.
@@ -206,7 +320,7 @@ export type CreateApplicationRequest = Message<"referral.v1.CreateApplicationReq
  * Use `create(CreateApplicationRequestSchema)` to create a new message.
  */
 export const CreateApplicationRequestSchema: GenMessage<CreateApplicationRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 4);
+  messageDesc(file_referral_v1_admin, 7);
 
 /**
  * CreateApplicationResponse carries the application and its first keys.
@@ -241,7 +355,7 @@ export type CreateApplicationResponse = Message<"referral.v1.CreateApplicationRe
  * Use `create(CreateApplicationResponseSchema)` to create a new message.
  */
 export const CreateApplicationResponseSchema: GenMessage<CreateApplicationResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 5);
+  messageDesc(file_referral_v1_admin, 8);
 
 /**
  * ListApplicationsRequest takes no parameters.
@@ -256,7 +370,7 @@ export type ListApplicationsRequest = Message<"referral.v1.ListApplicationsReque
  * Use `create(ListApplicationsRequestSchema)` to create a new message.
  */
 export const ListApplicationsRequestSchema: GenMessage<ListApplicationsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 6);
+  messageDesc(file_referral_v1_admin, 9);
 
 /**
  * ListApplicationsResponse carries every application.
@@ -277,7 +391,7 @@ export type ListApplicationsResponse = Message<"referral.v1.ListApplicationsResp
  * Use `create(ListApplicationsResponseSchema)` to create a new message.
  */
 export const ListApplicationsResponseSchema: GenMessage<ListApplicationsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 7);
+  messageDesc(file_referral_v1_admin, 10);
 
 /**
  * CreateApiKeyRequest names the application and the kind of key.
@@ -312,7 +426,7 @@ export type CreateApiKeyRequest = Message<"referral.v1.CreateApiKeyRequest"> & {
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 8);
+  messageDesc(file_referral_v1_admin, 11);
 
 /**
  * CreateApiKeyResponse carries the new key.
@@ -340,7 +454,7 @@ export type CreateApiKeyResponse = Message<"referral.v1.CreateApiKeyResponse"> &
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 9);
+  messageDesc(file_referral_v1_admin, 12);
 
 /**
  * ListApiKeysRequest names the application.
@@ -361,7 +475,7 @@ export type ListApiKeysRequest = Message<"referral.v1.ListApiKeysRequest"> & {
  * Use `create(ListApiKeysRequestSchema)` to create a new message.
  */
 export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 10);
+  messageDesc(file_referral_v1_admin, 13);
 
 /**
  * ListApiKeysResponse carries the application's keys.
@@ -382,7 +496,7 @@ export type ListApiKeysResponse = Message<"referral.v1.ListApiKeysResponse"> & {
  * Use `create(ListApiKeysResponseSchema)` to create a new message.
  */
 export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 11);
+  messageDesc(file_referral_v1_admin, 14);
 
 /**
  * RevokeApiKeyRequest names the key.
@@ -403,7 +517,7 @@ export type RevokeApiKeyRequest = Message<"referral.v1.RevokeApiKeyRequest"> & {
  * Use `create(RevokeApiKeyRequestSchema)` to create a new message.
  */
 export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 12);
+  messageDesc(file_referral_v1_admin, 15);
 
 /**
  * RevokeApiKeyResponse carries the revoked key.
@@ -424,7 +538,7 @@ export type RevokeApiKeyResponse = Message<"referral.v1.RevokeApiKeyResponse"> &
  * Use `create(RevokeApiKeyResponseSchema)` to create a new message.
  */
 export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 13);
+  messageDesc(file_referral_v1_admin, 16);
 
 /**
  * CreateCampaignRequest carries the campaign to create.
@@ -452,7 +566,7 @@ export type CreateCampaignRequest = Message<"referral.v1.CreateCampaignRequest">
  * Use `create(CreateCampaignRequestSchema)` to create a new message.
  */
 export const CreateCampaignRequestSchema: GenMessage<CreateCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 14);
+  messageDesc(file_referral_v1_admin, 17);
 
 /**
  * CreateCampaignResponse carries the created campaign.
@@ -473,7 +587,7 @@ export type CreateCampaignResponse = Message<"referral.v1.CreateCampaignResponse
  * Use `create(CreateCampaignResponseSchema)` to create a new message.
  */
 export const CreateCampaignResponseSchema: GenMessage<CreateCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 15);
+  messageDesc(file_referral_v1_admin, 18);
 
 /**
  * UpdateCampaignRequest carries the new values.
@@ -509,7 +623,7 @@ export type UpdateCampaignRequest = Message<"referral.v1.UpdateCampaignRequest">
  * Use `create(UpdateCampaignRequestSchema)` to create a new message.
  */
 export const UpdateCampaignRequestSchema: GenMessage<UpdateCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 16);
+  messageDesc(file_referral_v1_admin, 19);
 
 /**
  * UpdateCampaignResponse carries the updated campaign.
@@ -530,7 +644,7 @@ export type UpdateCampaignResponse = Message<"referral.v1.UpdateCampaignResponse
  * Use `create(UpdateCampaignResponseSchema)` to create a new message.
  */
 export const UpdateCampaignResponseSchema: GenMessage<UpdateCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 17);
+  messageDesc(file_referral_v1_admin, 20);
 
 /**
  * DeleteCampaignRequest names the campaign.
@@ -551,7 +665,7 @@ export type DeleteCampaignRequest = Message<"referral.v1.DeleteCampaignRequest">
  * Use `create(DeleteCampaignRequestSchema)` to create a new message.
  */
 export const DeleteCampaignRequestSchema: GenMessage<DeleteCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 18);
+  messageDesc(file_referral_v1_admin, 21);
 
 /**
  * DeleteCampaignResponse carries the deleted campaign.
@@ -572,7 +686,7 @@ export type DeleteCampaignResponse = Message<"referral.v1.DeleteCampaignResponse
  * Use `create(DeleteCampaignResponseSchema)` to create a new message.
  */
 export const DeleteCampaignResponseSchema: GenMessage<DeleteCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 19);
+  messageDesc(file_referral_v1_admin, 22);
 
 /**
  * PlacementCheckpoint asks the mobile SDKs to show a placement when the
@@ -603,7 +717,7 @@ export type PlacementCheckpoint = Message<"referral.v1.PlacementCheckpoint"> & {
  * Use `create(PlacementCheckpointSchema)` to create a new message.
  */
 export const PlacementCheckpointSchema: GenMessage<PlacementCheckpoint> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 20);
+  messageDesc(file_referral_v1_admin, 23);
 
 /**
  * SetCampaignCheckpointsRequest carries the campaign's placement checkpoints.
@@ -632,7 +746,7 @@ export type SetCampaignCheckpointsRequest = Message<"referral.v1.SetCampaignChec
  * Use `create(SetCampaignCheckpointsRequestSchema)` to create a new message.
  */
 export const SetCampaignCheckpointsRequestSchema: GenMessage<SetCampaignCheckpointsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 21);
+  messageDesc(file_referral_v1_admin, 24);
 
 /**
  * SetCampaignCheckpointsResponse carries the campaign's checkpoints.
@@ -654,7 +768,7 @@ export type SetCampaignCheckpointsResponse = Message<"referral.v1.SetCampaignChe
  * Use `create(SetCampaignCheckpointsResponseSchema)` to create a new message.
  */
 export const SetCampaignCheckpointsResponseSchema: GenMessage<SetCampaignCheckpointsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 22);
+  messageDesc(file_referral_v1_admin, 25);
 
 /**
  * ApiKeyKind is what an API key may do.
@@ -815,6 +929,20 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof EraseApplicationCustomerRequestSchema;
     output: typeof EraseApplicationCustomerResponseSchema;
+  },
+  /**
+   * Recounts an application's numbers (InsightsService) from its records
+   * and compares them with the counters kept by its writes; with repair,
+   * sets the counters to the recount in one write. Run it while the
+   * application writes nothing: a write during the recount shows as a
+   * difference. NOT_FOUND when the application does not exist.
+   *
+   * @generated from rpc referral.v1.AdminService.VerifyApplicationStats
+   */
+  verifyApplicationStats: {
+    methodKind: "unary";
+    input: typeof VerifyApplicationStatsRequestSchema;
+    output: typeof VerifyApplicationStatsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_admin, 0);

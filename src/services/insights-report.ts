@@ -1,0 +1,206 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { ProgramStatsSchema } from "../../gen/referral/v1/insights_pb.js";
+import { CurrencySchema, type RewardTotal } from "../../gen/referral/v1/resources_pb.js";
+import { enumWords } from "../contract/options.js";
+import { type CurrencyName, fromMinorUnits } from "../domain/money.js";
+import type { RewardGrantStatusName } from "../domain/reward-ledger.js";
+import {
+  type BucketRun,
+  bucketRunsOf,
+  conversionBinRange,
+  conversionHistogramEdges,
+  type StatsSpan,
+  statsInstantText,
+} from "../domain/stats-time.js";
+import type { StatsTarget } from "../store/insights.js";
+import type { TenantStore } from "../store/tenant-store.js";
+
+type ProgramStatsInit = MessageInitShape<typeof ProgramStatsSchema>;
+
+/** The numbers of spans: every counter sum and the referrers active, per span. */
+export async function statsOfSpans(
+  store: TenantStore,
+  target: StatsTarget,
+  spans: readonly StatsSpan[],
+): Promise<ProgramStatsInit[]> {
+  const points: BucketRun[][] = spans.map((span) =>
+    bucketRunsOf(span.from.toMillis(), span.to.toMillis()),
+  );
+  const bounds = spans.map((span) => [span.from.toMillis(), span.to.toMillis()] as const);
+  const [sums, active] = await Promise.all([
+    store.insights.sums(target, points),
+    store.insights.activeReferrers(target, bounds),
+  ]);
+  return sums.map((sum, index) => programStatsOf(sum, active[index] ?? 0));
+}
+
+/** The numbers of a period and its points; the period's sums are its points' sums. */
+export async function statsOfPeriod(
+  store: TenantStore,
+  target: StatsTarget,
+  period: StatsSpan,
+  points: readonly StatsSpan[],
+): Promise<{ totals: ProgramStatsInit; series: ProgramStatsInit[] }> {
+  const runs = points.map((point) => bucketRunsOf(point.from.toMillis(), point.to.toMillis()));
+  const spans = [...points, period].map(
+    (span) => [span.from.toMillis(), span.to.toMillis()] as const,
+  );
+  const [sums, active] = await Promise.all([
+    store.insights.sums(target, runs),
+    store.insights.activeReferrers(target, spans),
+  ]);
+  const total = new Map<string, number>();
+  for (const sum of sums) {
+    for (const [name, n] of sum) total.set(name, (total.get(name) ?? 0) + n);
+  }
+  return {
+    totals: programStatsOf(total, active[points.length] ?? 0),
+    series: sums.map((sum, index) => programStatsOf(sum, active[index] ?? 0)),
+  };
+}
+
+/** A span as the API shows it. */
+export function spanText(span: StatsSpan): { from: string; to: string } {
+  return { from: statsInstantText(span.from), to: statsInstantText(span.to) };
+}
+
+const referralStatuses = ["pending", "flagged", "accepted", "rejected", "reversed"] as const;
+const grantStatuses: readonly RewardGrantStatusName[] = [
+  "pending",
+  "approved",
+  "fulfilled",
+  "rejected",
+  "voided",
+  "expired",
+  "capped",
+];
+
+/** A quotient with both terms. */
+function ratio(numerator: number, denominator: number) {
+  return {
+    numerator: BigInt(numerator),
+    denominator: BigInt(denominator),
+    ...(denominator === 0 ? {} : { value: numerator / denominator }),
+  };
+}
+
+/** The numbers a set of counter sums makes (see docs/insights.md for each definition). */
+export function programStatsOf(
+  sums: ReadonlyMap<string, number>,
+  referrersActive: number,
+): ProgramStatsInit {
+  const get = (name: string) => sums.get(name) ?? 0;
+  const created = get("created");
+  const accepted = get("reached:accepted");
+  const identified = get("identified");
+  const checkpoints: { name: string; count: bigint }[] = [];
+  const bins: [number, number][] = [];
+  const grants = new Map<string, Map<RewardGrantStatusName, { count: number; minor: number }>>();
+  const committed = new Map<string, number>();
+  for (const [name, n] of sums) {
+    const [kind, first, second] = name.split(":");
+    if (kind === "checkpoint") {
+      checkpoints.push({ name: name.slice("checkpoint:".length), count: BigInt(n) });
+    } else if (kind === "ttc") {
+      bins.push([Number(first), n]);
+    } else if (kind === "grants" || kind === "grantsMinor") {
+      const currency = second ?? "";
+      const byStatus = grants.get(currency) ?? new Map();
+      grants.set(currency, byStatus);
+      const status = first as RewardGrantStatusName;
+      const total = byStatus.get(status) ?? { count: 0, minor: 0 };
+      byStatus.set(status, total);
+      if (kind === "grants") total.count += n;
+      else total.minor += n;
+    } else if (kind === "committedMinor") {
+      committed.set(first ?? "", n);
+    }
+  }
+  checkpoints.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  const currencies = enumWords(CurrencySchema).byWord;
+  const currencyName = (word: string) => (word === "" ? null : (word as CurrencyName));
+  return {
+    customersIdentified: BigInt(identified),
+    referrersActive: BigInt(referrersActive),
+    referralsCreated: BigInt(created),
+    referralsReached: Object.fromEntries(
+      referralStatuses.map((status) => [status, BigInt(get(`reached:${status}`))]),
+    ),
+    checkpoints,
+    conversionRate: ratio(accepted, created),
+    cohortConversionRate: ratio(get("cohort:accepted"), created),
+    kFactor: ratio(accepted, identified),
+    timeToConvert: timeToConvertOf(bins),
+    rewards: [...grants.entries()]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([word, byStatus]) => {
+        const currency = currencyName(word);
+        const totals = Object.fromEntries(
+          grantStatuses.map((status) => {
+            const total = byStatus.get(status) ?? { count: 0, minor: 0 };
+            const shown: Pick<RewardTotal, "amount" | "count"> = {
+              amount: fromMinorUnits(total.minor, currency),
+              count: total.count,
+            };
+            return [status, shown];
+          }),
+        );
+        return { ...(currency ? { currency: currencies.get(currency) } : {}), ...totals };
+      }),
+    costPerAcquisition: [...committed.entries()]
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([word, minor]) => {
+        const currency = word as CurrencyName;
+        const committedAmount = fromMinorUnits(minor, currency);
+        return {
+          currency: currencies.get(currency),
+          committedAmount,
+          referralsAccepted: BigInt(accepted),
+          // Rounded to the minor unit, as every amount the service shows.
+          ...(accepted === 0
+            ? {}
+            : { amount: fromMinorUnits(Math.round(minor / accepted), currency) }),
+        };
+      }),
+  };
+}
+
+/** Percentiles and the histogram from the fine bins. */
+function timeToConvertOf(bins: [number, number][]): ProgramStatsInit["timeToConvert"] {
+  bins.sort((a, b) => a[0] - b[0]);
+  const count = bins.reduce((sum, [, n]) => sum + n, 0);
+  const percentile = (fraction: number): bigint | undefined => {
+    if (count === 0) return undefined;
+    const rank = Math.ceil(fraction * count);
+    let seen = 0;
+    for (const [bin, n] of bins) {
+      seen += n;
+      if (seen >= rank) {
+        const range = conversionBinRange(bin);
+        return BigInt(range.to ?? range.from);
+      }
+    }
+    return undefined;
+  };
+  const histogram = conversionHistogramEdges.map((from, index) => {
+    const to = conversionHistogramEdges[index + 1];
+    let n = 0;
+    for (const [bin, binCount] of bins) {
+      const range = conversionBinRange(bin);
+      if (range.from >= from && (to === undefined || range.from < to)) n += binCount;
+    }
+    return {
+      fromSeconds: BigInt(from),
+      ...(to === undefined ? {} : { toSeconds: BigInt(to) }),
+      count: BigInt(n),
+    };
+  });
+  const p50 = percentile(0.5);
+  const p90 = percentile(0.9);
+  return {
+    count: BigInt(count),
+    ...(p50 === undefined ? {} : { p50Seconds: p50 }),
+    ...(p90 === undefined ? {} : { p90Seconds: p90 }),
+    histogram,
+  };
+}

@@ -1,0 +1,387 @@
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ServiceImpl } from "@connectrpc/connect";
+import { DateTime } from "luxon";
+import {
+  type InsightsService,
+  LeaderboardWindowSchema,
+  StatsComparison,
+  StatsIntervalSchema,
+} from "../../gen/referral/v1/insights_pb.js";
+import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
+import { enumWords } from "../contract/options.js";
+import type { ReferralStatusName } from "../domain/referral-status.js";
+import { isTimeZone, limitWindowOf } from "../domain/reward-ledger.js";
+import {
+  leaderboardWindowRange,
+  parseStatsInstant,
+  type StatsIntervalName,
+  StatsPeriodProblem,
+  type StatsSpan,
+  statsInstantText,
+  statsPeriodOf,
+} from "../domain/stats-time.js";
+import type { Clock } from "../domain/tenancy.js";
+import type { CampaignDoc } from "../store/documents.js";
+import type { LeaderboardSpan, StatsTarget } from "../store/insights.js";
+import type { TenantStore } from "../store/tenant-store.js";
+import { callerOf } from "./context.js";
+import { invalidArgument, notFound } from "./errors.js";
+import { referralsCsv } from "./insights-export.js";
+import { spanText, statsOfPeriod } from "./insights-report.js";
+import { timeZoneOf as timeZoneOfCampaign } from "./reward-ledger.js";
+import { rewardBalancesOf } from "./rewards.js";
+import { enumWord, environmentName, optionalText, requiredText } from "./validate.js";
+
+/** What the insights need. */
+export interface InsightsDeps {
+  readonly clock: Clock;
+}
+
+/** The fewest milliseconds between two updates of a watched total. */
+const watchCoalesceMs = 250;
+/** How often a watch looks again without being told: writes of other processes (MongoDB). */
+const watchPollMs = 5_000;
+
+/** Creates the InsightsService implementation. */
+export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof InsightsService> {
+  return {
+    async getCampaignStats(request, context) {
+      const { store } = callerOf(context);
+      const campaign = await campaignOf(store, request.id, request.environment);
+      const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
+      const target = { environment: campaign.environment, campaignId: campaign._id };
+      return { report: await reportOf(store, target, { ...request, timeZone }, deps.clock()) };
+    },
+
+    async getApplicationStats(request, context) {
+      const { store } = callerOf(context);
+      const environment = environmentName(request.environment) ?? "production";
+      const timeZone = requestedTimeZone(request.timeZone, "UTC");
+      const target = { environment, campaignId: null };
+      return { report: await reportOf(store, target, { ...request, timeZone }, deps.clock()) };
+    },
+
+    async listTopReferrers(request, context) {
+      const { store } = callerOf(context);
+      const campaign = await campaignOf(store, request.id, request.environment);
+      const limit = leaderboardLimitOf(request.limit);
+      const from = optionalText(request.from, "from");
+      const to = optionalText(request.to, "to");
+      const windowWord = enumWord<string>(LeaderboardWindowSchema, request.window, "window");
+      let span: LeaderboardSpan;
+      let shown: { from?: string; to?: string } = {};
+      if (from !== undefined || to !== undefined) {
+        if (windowWord !== undefined) {
+          throw invalidArgument("window", "cannot be given with from and to");
+        }
+        const timeZone = timeZoneOfCampaign(campaign);
+        const start = from === undefined ? undefined : instantOf(from, "from", timeZone);
+        const end = to === undefined ? undefined : instantOf(to, "to", timeZone);
+        if (start && end && end <= start) throw invalidArgument("to", "must be after from");
+        span = { from: start?.toMillis() ?? -8.64e15, to: end?.toMillis() ?? 8.64e15 };
+        shown = {
+          ...(start ? { from: statsInstantText(start) } : {}),
+          ...(end ? { to: statsInstantText(end) } : {}),
+        };
+      } else {
+        span = windowOf(windowWord ?? "all", campaign, deps.clock());
+        const range =
+          typeof span === "string"
+            ? leaderboardWindowRange(span, timeZoneOfCampaign(campaign))
+            : null;
+        if (range) shown = spanText(spanOfMs(range, timeZoneOfCampaign(campaign)));
+      }
+      const rows = await leadersOf(store, campaign, span, limit, () => true);
+      const [balances, made] = await Promise.all([
+        Promise.all(rows.map(({ customer }) => store.rewards.balance(customer._id))),
+        store.insights.referralsMade(
+          { environment: campaign.environment, campaignId: campaign._id },
+          rows.map(({ customer }) => customer._id),
+        ),
+      ]);
+      return {
+        ...shown,
+        data: rows.map(({ row, customer, rank }, index) => ({
+          rank,
+          customerId: customer._id,
+          externalUserId: customer.externalUserId,
+          name: customer.name,
+          referralsAccepted: BigInt(row.accepted),
+          referralsMade: BigInt(made[index] ?? 0),
+          rewards: rewardBalancesOf(balances[index] ?? []),
+        })),
+      };
+    },
+
+    async getPublicLeaderboard(request, context) {
+      const { store } = callerOf(context);
+      const campaign = await campaignOf(store, request.id, request.environment);
+      const settings = campaign.leaderboard as
+        | { public?: boolean; minimumAccepted?: number }
+        | undefined;
+      if (!settings?.public) {
+        throw notFound(
+          `public leaderboard of campaign ${campaign._id}`,
+          "the campaign has not switched it on",
+        );
+      }
+      const minimum = settings.minimumAccepted ?? 0;
+      const windowWord = enumWord<string>(LeaderboardWindowSchema, request.window, "window");
+      const span = windowOf(windowWord ?? "all", campaign, deps.clock());
+      const rows = await leadersOf(
+        store,
+        campaign,
+        span,
+        leaderboardLimitOf(request.limit),
+        ({ accepted }) => accepted >= minimum,
+      );
+      return {
+        data: rows.map(({ row, customer, rank }) => ({
+          rank,
+          displayName: maskedName(customer.name),
+          referralsAccepted: BigInt(row.accepted),
+        })),
+      };
+    },
+
+    async *watchCampaignStats(request, context) {
+      const { store } = callerOf(context);
+      const campaign = await campaignOf(store, request.id, request.environment);
+      const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
+      const target = { environment: campaign.environment, campaignId: campaign._id };
+      let changed = false;
+      let wake: (() => void) | undefined;
+      const stop = store.insights.onChange(target, () => {
+        changed = true;
+        wake?.();
+      });
+      try {
+        for (;;) {
+          changed = false;
+          // Read again each time: without `to`, the period follows the clock.
+          const period = periodOf({ ...request, interval: "day", timeZone, now: deps.clock() });
+          const { totals } = await statsOfPeriod(store, target, period, [period]);
+          yield { ...spanText(period), totals };
+          await sleep(watchCoalesceMs, undefined, { signal: context.signal }).catch(
+            () => undefined,
+          );
+          if (context.signal.aborted) return;
+          if (!changed) {
+            await new Promise<void>((resolve) => {
+              const done = () => {
+                clearTimeout(timer);
+                context.signal.removeEventListener("abort", done);
+                wake = undefined;
+                resolve();
+              };
+              const timer = setTimeout(done, watchPollMs);
+              context.signal.addEventListener("abort", done);
+              wake = done;
+            });
+          }
+          if (context.signal.aborted) return;
+        }
+      } finally {
+        stop();
+      }
+    },
+
+    async *exportReferrals(request, context) {
+      const { store } = callerOf(context);
+      const environment = environmentName(request.environment) ?? "production";
+      const campaignId = optionalText(request.campaignId, "campaignId");
+      if (campaignId !== undefined) {
+        const campaign = await store.campaigns.find(campaignId);
+        if (!campaign || campaign.environment !== environment)
+          throw notFound(`campaign ${campaignId}`);
+      }
+      const from = optionalText(request.from, "from");
+      const to = optionalText(request.to, "to");
+      const filter = {
+        environment,
+        ...(campaignId === undefined ? {} : { campaignId }),
+        ...(request.status
+          ? { status: enumWord<ReferralStatusName>(ReferralStatusSchema, request.status, "status") }
+          : {}),
+        ...(from === undefined ? {} : { from: exportInstantOf(from, "from") }),
+        ...(to === undefined ? {} : { to: exportInstantOf(to, "to") }),
+      };
+      context.responseHeader.set(
+        "content-disposition",
+        `attachment; filename="referrals-${environment}.csv"`,
+      );
+      yield* referralsCsv(store, filter, context.signal);
+    },
+  };
+}
+
+/** The campaign a request names, in the environment it asks for. */
+async function campaignOf(
+  store: TenantStore,
+  rawId: string,
+  rawEnvironment: number,
+): Promise<CampaignDoc> {
+  const id = requiredText(rawId, "id");
+  const environment = environmentName(rawEnvironment);
+  const campaign = await store.campaigns.find(id);
+  if (!campaign) throw notFound(`campaign ${id}`);
+  if (environment && campaign.environment !== environment) {
+    throw invalidArgument(
+      "environment",
+      `campaign ${id} is a ${campaign.environment} campaign, not ${environment}`,
+    );
+  }
+  return campaign;
+}
+
+function requestedTimeZone(raw: string | undefined, fallback: string): string {
+  const timeZone = optionalText(raw, "timeZone");
+  if (timeZone === undefined) return fallback;
+  if (!isTimeZone(timeZone)) {
+    throw invalidArgument("timeZone", "must be an IANA time zone such as Europe/Paris");
+  }
+  return timeZone;
+}
+
+/** {@link parseStatsInstant}, its problems as INVALID_ARGUMENT. */
+function instantOf(text: string, field: string, timeZone: string): DateTime {
+  try {
+    return parseStatsInstant(text, field, timeZone);
+  } catch (error) {
+    if (error instanceof StatsPeriodProblem) throw invalidArgument(error.field, error.message);
+    throw error;
+  }
+}
+
+/** {@link statsPeriodOf}, its problems as INVALID_ARGUMENT. */
+function periodOf(request: Parameters<typeof statsPeriodOf>[0]) {
+  try {
+    return statsPeriodOf({
+      ...request,
+      from: optionalText(request.from, "from"),
+      to: optionalText(request.to, "to"),
+    });
+  } catch (error) {
+    if (error instanceof StatsPeriodProblem) throw invalidArgument(error.field, error.message);
+    throw error;
+  }
+}
+
+/** A stats report: totals, series and the previous period when asked. */
+async function reportOf(
+  store: TenantStore,
+  target: StatsTarget,
+  request: {
+    from?: string;
+    to?: string;
+    interval: number;
+    timeZone: string;
+    compare: StatsComparison;
+  },
+  now: Date,
+) {
+  const interval =
+    enumWord<StatsIntervalName>(StatsIntervalSchema, request.interval, "interval") ?? "day";
+  if (
+    request.compare !== StatsComparison.UNSPECIFIED &&
+    request.compare !== StatsComparison.PREVIOUS_PERIOD
+  ) {
+    throw invalidArgument("compare", "must be previous_period");
+  }
+  const period = periodOf({ ...request, interval, now });
+  const compare = request.compare === StatsComparison.PREVIOUS_PERIOD;
+  const [current, previous] = await Promise.all([
+    statsOfPeriod(store, target, period, period.points),
+    compare ? statsOfPeriod(store, target, period.previous, [period.previous]) : undefined,
+  ]);
+  return {
+    ...(target.campaignId === null ? {} : { campaignId: target.campaignId }),
+    environment: enumWords(EnvironmentSchema).byWord.get(target.environment),
+    timeZone: request.timeZone,
+    interval: enumWords(StatsIntervalSchema).byWord.get(interval),
+    ...spanText(period),
+    totals: current.totals,
+    series: period.points.map((point, index) => ({
+      ...spanText(point),
+      stats: current.series[index],
+    })),
+    ...(previous ? { previous: { ...spanText(period.previous), stats: previous.totals } } : {}),
+  };
+}
+
+function leaderboardLimitOf(limit: number | undefined): number {
+  const size = limit ?? 10;
+  if (size < 1 || size > 100) throw invalidArgument("limit", "must be between 1 and 100");
+  return size;
+}
+
+/** A kept leaderboard window by its word, on the campaign's calendar. */
+function windowOf(word: string, campaign: CampaignDoc, now: Date): string {
+  const timeZone = timeZoneOfCampaign(campaign);
+  if (word === "month") return limitWindowOf(now, "month", timeZone);
+  if (word === "previous_month") {
+    const start = DateTime.fromJSDate(now, { zone: timeZone })
+      .startOf("month")
+      .minus({ months: 1 });
+    return limitWindowOf(start.toJSDate(), "month", timeZone);
+  }
+  return "all";
+}
+
+function spanOfMs([from, to]: [number, number], timeZone: string): StatsSpan {
+  return {
+    from: DateTime.fromMillis(from, { zone: timeZone }),
+    to: DateTime.fromMillis(to, { zone: timeZone }),
+  };
+}
+
+/**
+ * The leaderboard's rows with their customers, best first, skipping erased
+ * customers (who leave it at once) and rows `keep` refuses; ranks count
+ * the rows shown.
+ */
+async function leadersOf(
+  store: TenantStore,
+  campaign: CampaignDoc,
+  span: LeaderboardSpan,
+  limit: number,
+  keep: (row: { accepted: number }) => boolean,
+) {
+  const target = { environment: campaign.environment, campaignId: campaign._id };
+  const shown = [];
+  let offset = 0;
+  for (;;) {
+    const batch = limit + 10;
+    const rows = await store.insights.leaders(target, span, batch, offset);
+    offset += rows.length;
+    const customers = await store.insights.customersByIds(rows.map((row) => row.referrerId));
+    for (const row of rows) {
+      // Ranked best first: once one is under the minimum, so are the rest.
+      if (!keep(row)) return shown;
+      const customer = customers.get(row.referrerId);
+      if (!customer || customer.deletedAt) continue;
+      shown.push({ row, customer, rank: shown.length + 1 });
+      if (shown.length === limit) return shown;
+    }
+    if (rows.length < batch) return shown;
+  }
+}
+
+/** "Ada Lovelace" → "Ada L."; a customer without a name shows as "A referrer". */
+export function maskedName(name: string): string {
+  const words = name.trim().split(/\s+/u).filter(Boolean);
+  const [first, ...rest] = words;
+  if (!first) return "A referrer";
+  const last = rest.at(-1);
+  const initial = last ? ` ${[...last][0]?.toLocaleUpperCase() ?? ""}.` : "";
+  return `${first}${initial}`;
+}
+
+/** An export bound: an ISO date (UTC midnight) or time. */
+function exportInstantOf(text: string, field: string): Date {
+  const value = DateTime.fromISO(text, { zone: "UTC" });
+  if (!value.isValid) {
+    throw invalidArgument(field, "must be an ISO date (2026-11-01) or time (2026-11-01T09:00:00Z)");
+  }
+  return value.toJSDate();
+}
