@@ -22,7 +22,12 @@ import { buildHttpApp } from "./transport/http-app.js";
 import { idempotencyKeys } from "./transport/idempotency.js";
 import { interceptors } from "./transport/interceptors.js";
 import { createMetrics, measureCalls } from "./transport/metrics.js";
-import { createPipeline, type Interceptor, observeCalls } from "./transport/pipeline.js";
+import {
+  createPipeline,
+  type Interceptor,
+  observeCalls,
+  type ServiceRegistration,
+} from "./transport/pipeline.js";
 import { createRateLimits } from "./transport/rate-limit.js";
 import { logCalls } from "./transport/request-log.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
@@ -66,6 +71,11 @@ export async function buildApp(
      * the bench's calibration burns a known amount of CPU in one).
      */
     extraInterceptors?: readonly Interceptor[];
+    /**
+     * Tests only: replaces the services every transport serves (a fake
+     * implementation of one service), given the standard ones.
+     */
+    registrations?: (standard: ServiceRegistration[]) => ServiceRegistration[];
     /**
      * Bench-only (`bench/service-without-operations.ts`): false leaves out
      * the operations steps around each call (request log, metrics, rate
@@ -123,6 +133,7 @@ export async function buildApp(
         writesRefused: () => storeHealth.writesRefused(),
         extraInterceptors: options.extraInterceptors ?? [],
         operations,
+        registrations: options.registrations,
       },
     );
     const runtime = startWebhookRuntime({
@@ -220,12 +231,14 @@ async function buildTransports(
     writesRefused: () => string | undefined;
     extraInterceptors: readonly Interceptor[];
     operations: boolean;
+    registrations: ((standard: ServiceRegistration[]) => ServiceRegistration[]) | undefined;
   },
 ) {
   const { store } = deps;
   const { authenticator, logger, metrics, logError } = observability;
   const log: ErrorLogger = (error, where) => logError(error, { where }, "unexpected error");
-  const registrations = createServiceRegistrations(deps);
+  const standard = createServiceRegistrations(deps);
+  const registrations = serving.registrations?.(standard) ?? standard;
   const clientAddressOf = clientAddressResolver(config.trustedProxies);
   const rateLimits = await createRateLimits(config.rateLimits, {
     store,

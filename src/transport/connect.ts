@@ -1,4 +1,4 @@
-import type { DescMessage, DescService, Message } from "@bufbuild/protobuf";
+import type { DescService, Message } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -7,8 +7,12 @@ import {
   type HandlerContext,
   type ServiceImpl,
 } from "@connectrpc/connect";
-import type { Compression } from "@connectrpc/connect/protocol";
+import { type Compression, encodeEnvelope } from "@connectrpc/connect/protocol";
 import {
+  contentTypeStreamJson,
+  contentTypeStreamProto,
+  endStreamFlag,
+  endStreamToJson,
   errorToJson,
   parseContentType as parseConnectContentType,
 } from "@connectrpc/connect/protocol-connect";
@@ -21,7 +25,8 @@ import { compressionBrotli, compressionGzip } from "@connectrpc/connect-node";
 import type { FastifyInstance, FastifyRequest } from "fastify";
 import { decodeBinaryRequest, decodeJsonRequest } from "../contract/decode-request.js";
 import { type ErrorLogger, httpError, httpStatusOf, toConnectError } from "./errors.js";
-import type { Pipeline, Rpc, ServiceRegistration } from "./pipeline.js";
+import type { Call, Pipeline, Rpc, ServiceRegistration } from "./pipeline.js";
+import { holdOpenWhileStreaming } from "./server.js";
 
 /**
  * Serves the Connect protocol (JSON and binary) and gRPC-Web over HTTP/1.1 and HTTP/2
@@ -37,15 +42,16 @@ export async function registerConnect(
     maxBodyBytes: number;
   },
 ): Promise<void> {
-  const inputByPath = new Map<string, DescMessage>();
+  const rpcByPath = new Map<string, Rpc>();
   for (const { rpcs } of deps.registrations) {
-    for (const rpc of rpcs) inputByPath.set(`/${rpc.name}`, rpc.method.input);
+    for (const rpc of rpcs) rpcByPath.set(`/${rpc.name}`, rpc);
   }
   await app.register(async (scope) => {
     // Only what fails before connect-es answers lands here: the body checks below.
     scope.setErrorHandler((error, request, reply) => {
       const connectError = toConnectError(error, request.url, deps.log);
-      const webType = parseGrpcWebContentType(request.headers["content-type"] ?? null);
+      const contentType = request.headers["content-type"] ?? null;
+      const webType = parseGrpcWebContentType(contentType);
       if (webType) {
         // gRPC-Web answers HTTP 200 and puts the status in trailers, here
         // sent as headers (a "trailers-only" response).
@@ -57,6 +63,14 @@ export async function registerConnect(
           .type(webType.binary ? grpcWebProto : grpcWebJson)
           .send();
       }
+      // A Connect stream's error is its end-stream message, in a 200, as connect-es writes it.
+      const streamType = streamingCalls.has(request) && parseConnectContentType(contentType);
+      if (streamType) {
+        return reply
+          .code(200)
+          .type(streamType.binary ? contentTypeStreamProto : contentTypeStreamJson)
+          .send(Buffer.from(endStreamOf(connectError)));
+      }
       return reply
         .code(httpStatusOf(connectError, error))
         .type("application/json")
@@ -67,33 +81,42 @@ export async function registerConnect(
     // of every other error.
     scope.addHook("onRequest", async (request, reply) => {
       const path = request.url.split("?")[0] ?? "";
-      if (!inputByPath.has(path)) return;
+      const rpc = rpcByPath.get(path);
+      if (!rpc) return;
       if (request.method !== "POST") {
         reply.header("allow", "POST");
         throw httpError(405, `${request.method} is not allowed on ${path}; use POST`);
       }
-      // Unary calls only, and not gRPC-Web's base64 text: connect-es would refuse those too.
+      // Connect's media type says the kind of call (its streaming types
+      // are for streaming RPCs only); gRPC-Web's serve both, but not its
+      // base64 text: connect-es would refuse that too.
+      const streaming = rpc.method.methodKind === "server_streaming";
       const contentType = request.headers["content-type"] ?? null;
       const connectType = parseConnectContentType(contentType);
       const webType = parseGrpcWebContentType(contentType);
-      if (!(connectType && !connectType.stream) && !(webType && !webType.text)) {
+      const accepted = connectType ? connectType.stream === streaming : webType && !webType.text;
+      if (!accepted) {
         // Over HTTP/2 grpc-js takes gRPC calls: a gRPC client's frame here came over HTTP/1.1, from a
         // client or proxy that downgraded the call.
         if (contentType && grpcContentType.test(contentType)) throw httpError(415, grpcOverHttp1);
-        throw httpError(415, connectMediaTypes);
+        throw httpError(415, streaming ? connectStreamMediaTypes : connectMediaTypes);
+      }
+      if (streaming) {
+        streamingCalls.add(request);
+        holdOpenWhileStreaming(request.raw, reply.raw);
       }
     });
     // connect-es decodes before any handler, and answers a body it cannot
     // decode with INTERNAL and the parser's words ("parse binary: premature
-    // EOF"). So unary bodies are read here and kept encoded; the pipeline
+    // EOF"). So request bodies (a unary call's message, or a stream's one
+    // enveloped message) are read here and kept encoded; the pipeline
     // decodes them after authentication, as on REST and gRPC, and refuses
     // what does not decode as INVALID_ARGUMENT. connect-es is handed the
     // empty message in their place (connect-fastify passes on a body set
     // here as it is), so each request is decoded once.
     scope.addHook("preHandler", async (request) => {
       if (request.method !== "POST") return;
-      const input = inputByPath.get(request.url.split("?")[0] ?? "");
-      if (!input) return;
+      if (!rpcByPath.has(request.url.split("?")[0] ?? "")) return;
       const contentType = request.headers["content-type"] ?? null;
       const connectType = parseConnectContentType(contentType);
       if (connectType && !connectType.stream) {
@@ -108,15 +131,21 @@ export async function registerConnect(
         request.body = connectType.binary ? emptyMessage : {};
         return;
       }
+      // A Connect stream's request and every gRPC-Web one: one message in an envelope.
       const webType = parseGrpcWebContentType(contentType);
-      if (webType && !webType.text) {
-        const compression = compressionOf(request.headers["grpc-encoding"]);
+      const enveloped = connectType
+        ? { ...connectType, protocol: "Connect", encoding: "connect-content-encoding" }
+        : webType && !webType.text
+          ? { ...webType, protocol: "gRPC-Web", encoding: "grpc-encoding" }
+          : undefined;
+      if (enveloped) {
+        const compression = compressionOf(request.headers[enveloped.encoding]);
         if (compression === undefined) return;
         const framed = await readBody(request, deps.maxBodyBytes + envelopeHeaderBytes);
-        const bytes = await unframed(framed, compression, deps.maxBodyBytes);
-        encodedRequests.set(request, { binary: webType.binary, bytes });
+        const bytes = await unframed(framed, compression, deps.maxBodyBytes, enveloped);
+        encodedRequests.set(request, { binary: enveloped.binary, bytes });
         // The request iterates a stream of envelopes: one, uncompressed.
-        request.body = bytesOnce(webType.binary ? emptyBinaryEnvelope : emptyJsonEnvelope);
+        request.body = bytesOnce(enveloped.binary ? emptyBinaryEnvelope : emptyJsonEnvelope);
       }
     });
     await scope.register(fastifyConnectPlugin, {
@@ -148,6 +177,18 @@ const grpcOverHttp1 =
 const connectMediaTypes =
   "Content-Type must be application/json or application/proto (Connect), or application/grpc-web+proto or application/grpc-web+json (gRPC-Web)";
 
+const connectStreamMediaTypes =
+  "Content-Type must be application/connect+json or application/connect+proto (Connect, for this streaming RPC), or application/grpc-web+proto or application/grpc-web+json (gRPC-Web)";
+
+/** The requests accepted as calls of streaming RPCs: their errors are answered as streams. */
+const streamingCalls = new WeakSet<FastifyRequest>();
+
+/** A Connect end-stream message (an envelope flagged 0x02) carrying an error and its metadata. */
+function endStreamOf(error: ConnectError): Uint8Array {
+  const json = JSON.stringify(endStreamToJson(new Headers(), error, undefined));
+  return encodeEnvelope(endStreamFlag, new TextEncoder().encode(json));
+}
+
 /** The client's address, which connect-es does not give handlers. */
 const clientAddressKey = createContextKey("", { description: "the client's IP address" });
 
@@ -164,30 +205,53 @@ const encodedRequestKey = createContextKey<EncodedRequest | undefined>(undefined
   description: "the request body, read and still encoded",
 });
 
-/** The service as connect-es calls it: each method enters the pipeline. */
+/**
+ * The service as connect-es calls it: each method enters the pipeline. A
+ * streaming method hands connect-es the stream the pipeline opened:
+ * connect-es writes its messages, then the end-stream message (gRPC-Web:
+ * the trailers) with OK or the error that ended it, and returns it when the
+ * client goes away.
+ */
 function connectImplementation(registration: ServiceRegistration, pipeline: Pipeline) {
-  const entry = (rpc: Rpc) => async (request: Message, context: HandlerContext) => {
-    const responseHeaders = new Map<string, string>();
-    const encoded = context.values.get(encodedRequestKey);
-    const response = await pipeline({
-      rpc,
-      protocol: context.protocolName === "grpc-web" ? "grpc-web" : "connect",
-      clientAddress: context.values.get(clientAddressKey),
-      responseHeaders,
-      header: (name) => context.requestHeader.get(name) ?? undefined,
-      // connect-es decoded only what the body hook did not read.
-      ...(encoded ? { decode: () => decodeEncoded(rpc, encoded) } : { request }),
-      context,
-    });
-    for (const [name, value] of responseHeaders) context.responseHeader.set(name, value);
+  const unary = (rpc: Rpc) => async (request: Message, context: HandlerContext) => {
+    const call = callOf(rpc, request, context);
+    const response = await pipeline(call);
+    for (const [name, value] of call.responseHeaders) context.responseHeader.set(name, value);
     return response;
   };
+  const serverStreaming = (rpc: Rpc) =>
+    async function* (request: Message, context: HandlerContext) {
+      const call = callOf(rpc, request, context);
+      await pipeline(call);
+      // Before the first message: connect-es sends the headers with it.
+      for (const [name, value] of call.responseHeaders) context.responseHeader.set(name, value);
+      if (!call.responseStream) throw new Error(`${rpc.name}: the pipeline opened no stream`);
+      yield* call.responseStream;
+    };
   return Object.fromEntries(
-    registration.rpcs.map((rpc) => [rpc.method.localName, entry(rpc)]),
+    registration.rpcs.map((rpc) => [
+      rpc.method.localName,
+      rpc.method.methodKind === "server_streaming" ? serverStreaming(rpc) : unary(rpc),
+    ]),
   ) as ServiceImpl<DescService>;
 }
 
-/** gRPC-Web's envelope: a flags byte and a 4-byte big-endian length, then the message. */
+/** A call as connect-es hands it over. */
+function callOf(rpc: Rpc, request: Message, context: HandlerContext): Call {
+  const encoded = context.values.get(encodedRequestKey);
+  return {
+    rpc,
+    protocol: context.protocolName === "grpc-web" ? "grpc-web" : "connect",
+    clientAddress: context.values.get(clientAddressKey),
+    responseHeaders: new Map(),
+    header: (name) => context.requestHeader.get(name) ?? undefined,
+    // connect-es decoded only what the body hook did not read.
+    ...(encoded ? { decode: () => decodeEncoded(rpc, encoded) } : { request }),
+    context,
+  };
+}
+
+/** The envelope of gRPC-Web and Connect streams: a flags byte and a 4-byte big-endian length, then the message. */
 const envelopeHeaderBytes = 5;
 const compressedFlag = 0b1;
 const grpcWebProto = "application/grpc-web+proto";
@@ -254,16 +318,21 @@ function decodeEncoded(rpc: Rpc, encoded: EncodedRequest): Message {
 }
 
 /**
- * The message of a unary gRPC-Web request, decompressed: exactly one data
- * envelope, whole. A trailer, a second message or a cut-off one is refused.
+ * The message of a gRPC-Web request or a Connect streaming one,
+ * decompressed: exactly one data envelope, whole. A trailer (an end-stream
+ * flag), a second message or a cut-off one is refused.
  */
 async function unframed(
   framed: Buffer,
   compression: Compression | null,
   maxBytes: number,
+  framing: { protocol: string; encoding: string },
 ): Promise<Uint8Array> {
   const refuse = (why: string) =>
-    new ConnectError(`the body is not one gRPC-Web message: ${why}`, Code.InvalidArgument);
+    new ConnectError(
+      `the body is not one ${framing.protocol} message: ${why}`,
+      Code.InvalidArgument,
+    );
   if (framed.length < envelopeHeaderBytes) throw refuse("it is shorter than an envelope header");
   const flags = framed[0] as number;
   const length = framed.readUInt32BE(1);
@@ -273,11 +342,11 @@ async function unframed(
   if ((flags & ~compressedFlag) !== 0) throw refuse(`the envelope has the flags ${flags}`);
   const message = framed.subarray(envelopeHeaderBytes);
   if ((flags & compressedFlag) === 0) return message;
-  if (compression === null) throw refuse("it is compressed without a grpc-encoding");
+  if (compression === null) throw refuse(`it is compressed without a ${framing.encoding}`);
   return decompressed(message, compression, maxBytes);
 }
 
-/** The empty message in protobuf's binary format, and in gRPC-Web envelopes. */
+/** The empty message in protobuf's binary format, and in envelopes. */
 const emptyMessage = new Uint8Array(0);
 const emptyBinaryEnvelope = framedMessage(emptyMessage);
 const emptyJsonEnvelope = framedMessage(new TextEncoder().encode("{}"));

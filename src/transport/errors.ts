@@ -54,6 +54,11 @@ export function restErrorText(message: string, code: Code): string {
   return JSON.stringify(restErrorBody(new ConnectError(message, code)));
 }
 
+/** The REST error body of an error as JSON text: a Server-Sent Events stream's `error` event. */
+export function restErrorJson(error: ConnectError): string {
+  return JSON.stringify(restErrorBody(error));
+}
+
 /** The code word of a call's outcome (`invalid_argument`), for logs and metrics. */
 export function codeOf(error: unknown): string {
   return error instanceof ConnectError ? codeToString(error.code) : "internal";
@@ -96,6 +101,15 @@ export function storeUnavailableError(reason: string): ConnectError {
     Code.Unavailable,
     { "retry-after": String(storeRetryAfterSeconds) },
   );
+}
+
+/**
+ * The service drains: a request that would run now, or a stream still
+ * open, is refused or ended with UNAVAILABLE, so a client sends it again
+ * to another instance.
+ */
+export function shuttingDownError(): ConnectError {
+  return new ConnectError("the service is shutting down: send the request again", Code.Unavailable);
 }
 
 /** An HTTP-level refusal (a route or a verb that does not exist), as the HTTP server reports its own. */

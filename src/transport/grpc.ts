@@ -47,10 +47,13 @@ export function createGrpcServer(deps: {
   });
   for (const { rpcs } of deps.registrations) {
     const definition: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
-    const handlers: Record<string, grpc.handleUnaryCall<unknown, unknown>> = {};
+    const handlers: Record<string, grpc.UntypedHandleCall> = {};
     for (const rpc of rpcs) {
       definition[rpc.method.name] = methodDefinition(rpc);
-      handlers[rpc.method.name] = unaryHandler(rpc, deps);
+      handlers[rpc.method.name] =
+        rpc.method.methodKind === "server_streaming"
+          ? serverStreamingHandler(rpc, deps)
+          : unaryHandler(rpc, deps);
     }
     server.addService(definition as grpc.ServiceDefinition, handlers);
   }
@@ -88,7 +91,7 @@ function methodDefinition(rpc: Rpc): grpc.MethodDefinition<unknown, unknown> {
   return {
     path: `/${rpc.name}`,
     requestStream: false,
-    responseStream: false,
+    responseStream: method.methodKind === "server_streaming",
     requestSerialize: (value) => value as Buffer,
     requestDeserialize: (bytes) => bytes,
     // A shared response (a cached view) is encoded once, not on every call.
@@ -118,11 +121,67 @@ function unaryHandler(
   };
 }
 
+/**
+ * A server-streaming call: the pipeline opens the stream (an error before
+ * the first message is the call's status, as on a unary call), then each
+ * message is written as the client takes them, and the call ends with OK,
+ * or with the status of the error that ended the stream: the
+ * implementation's, or UNAVAILABLE when the service drains. A client that
+ * cancels ends the stream.
+ */
+function serverStreamingHandler(
+  rpc: Rpc,
+  deps: { pipeline: Pipeline; log: ErrorLogger; clientAddressOf: ClientAddressOf },
+): grpc.handleServerStreamingCall<unknown, unknown> {
+  return (raw) => {
+    const call = new GrpcCall(rpc, raw, deps.clientAddressOf);
+    raw.on("cancelled", () => call.context.abort());
+    deps
+      .pipeline(call)
+      .then(() => writeStream(raw, call))
+      // The pipeline and the stream give ConnectErrors; this only guards the encoding.
+      .catch((error: unknown) =>
+        raw.emit("error", grpcError(toConnectError(error, rpc.name, deps.log))),
+      );
+  };
+}
+
+/** Writes an opened stream's messages, then OK; throws the error that ends it early. */
+async function writeStream(
+  raw: grpc.ServerWritableStream<unknown, unknown>,
+  call: GrpcCall,
+): Promise<void> {
+  const stream = call.responseStream;
+  if (!stream) throw new Error(`${call.rpc.name}: the pipeline opened no stream`);
+  if (call.responseHeaders.size > 0) raw.sendMetadata(metadataOf(call.responseHeaders));
+  for await (const message of stream) {
+    if (!raw.write(message)) await writable(raw);
+  }
+  raw.end();
+}
+
+/** Resolves once `raw` takes writes again, or can take none (the client went away). */
+function writable(raw: grpc.ServerWritableStream<unknown, unknown>): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      raw.off("drain", done);
+      raw.off("cancelled", done);
+      raw.off("close", done);
+      resolve();
+    };
+    raw.on("drain", done);
+    raw.on("cancelled", done);
+    raw.on("close", done);
+  });
+}
+
 /** A gRPC call as the pipeline sees it. */
 class GrpcCall extends TransportCall {
   constructor(
     rpc: Rpc,
-    private readonly raw: grpc.ServerUnaryCall<unknown, unknown>,
+    private readonly raw:
+      | grpc.ServerUnaryCall<unknown, unknown>
+      | grpc.ServerWritableStream<unknown, unknown>,
     private readonly clientAddressOf: ClientAddressOf,
   ) {
     super(rpc, "grpc", "POST", `/${rpc.name}`, () => {

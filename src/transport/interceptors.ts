@@ -20,7 +20,11 @@ export function interceptors(deps: {
   /** The request log and the call metrics (`observeCalls`). */
   observeCalls: Interceptor;
   rateLimits: RateLimits;
-  /** Idempotency keys (see `idempotency.ts`): last, as it needs the caller and the request. */
+  /**
+   * Idempotency keys (see `idempotency.ts`): last, as it needs the caller
+   * and the request. Unary calls only: a stream's first message is not its
+   * outcome, and a stream is a read.
+   */
   idempotency: Interceptor;
   /** Why the store refuses writes now, if it does (see `StoreHealth`). */
   writesRefused?: () => string | undefined;
@@ -47,17 +51,26 @@ export function interceptors(deps: {
     operations && deps.rateLimits.byKey,
     deps.writesRefused !== undefined && refuseWritesWhileStoreRefuses(deps.writesRefused),
     decodeRequest,
-    operations && deps.idempotency,
+    operations && unaryOnly(deps.idempotency),
   ];
   return steps.filter((step): step is Interceptor => step !== false);
 }
 
-/** Whatever goes wrong leaves as a ConnectError (see `toConnectError`). */
+/**
+ * Whatever goes wrong leaves as a ConnectError (see `toConnectError`): on a
+ * stream, after its first message too.
+ */
 function normaliseErrors(log: ErrorLogger): Interceptor {
   return async (call, next) => {
     try {
-      return await next(call);
+      const response = await next(call);
+      call.responseStream?.normaliseErrorsWith((error) =>
+        toConnectError(error, call.rpc.name, log),
+      );
+      return response;
     } catch (error) {
+      // A stream opened under a call that failed after all is never written: it stops now.
+      call.responseStream?.end();
       const connectError = toConnectError(error, call.rpc.name, log);
       for (const [name, value] of call.responseHeaders) connectError.metadata.set(name, value);
       throw connectError;
@@ -89,6 +102,11 @@ function authenticate(
     if (caller) call.context.values.set(callerKey, caller);
     return next(call);
   };
+}
+
+/** Runs `step` on unary calls; streams go straight on. */
+function unaryOnly(step: Interceptor): Interceptor {
+  return (call, next) => (call.rpc.method.methodKind === "unary" ? step(call, next) : next(call));
 }
 
 /**

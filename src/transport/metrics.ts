@@ -50,6 +50,13 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       registers: [registry],
     }),
     inFlight: 0,
+    streamsOpen: 0,
+    streamsEnded: new Counter({
+      name: "rpc_streams_ended_total",
+      help: "Server streams ended after their opening (counted in rpc_calls_total), by RPC, protocol and code: canceled when the client went away, unavailable when the service drained.",
+      labelNames: ["rpc", "protocol", "code"],
+      registers: [registry],
+    }),
     count(labels) {
       const counted = { labels, count: 0, reported: 0 };
       series.push(counted);
@@ -63,6 +70,14 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
     registers: [registry],
     collect() {
       this.set(calls.inFlight);
+    },
+  });
+  new Gauge({
+    name: "rpc_streams_open",
+    help: "Server streams opened and not yet ended (a drain ends them).",
+    registers: [registry],
+    collect() {
+      this.set(calls.streamsOpen);
     },
   });
   const rateLimited = new Counter({
@@ -164,6 +179,10 @@ export interface CallMetrics {
   readonly duration: Histogram<"rpc" | "protocol" | "code">;
   /** Calls in the pipeline now. */
   inFlight: number;
+  /** Server streams whose opening succeeded and that have not ended yet. */
+  streamsOpen: number;
+  /** How streams ended; a stream's call is counted once, by `total`, at its opening. */
+  readonly streamsEnded: Counter<"rpc" | "protocol" | "code">;
 }
 
 /** Counts and times every call, whatever its outcome. */
@@ -198,9 +217,15 @@ export function measureCalls(calls: CallMetrics): CallObserver {
     },
     leave(call, code, elapsedMs) {
       calls.inFlight--;
+      if (code === "ok" && call.responseStream) calls.streamsOpen++;
       const instruments = instrumentsOf(call.rpc, call.protocol, code);
       instruments.total.count++;
       instruments.duration.observe(elapsedMs / 1000);
+    },
+    // Streams are few and long: prom-client's own labelled counter is cheap enough.
+    streamEnded(call, code) {
+      calls.streamsOpen--;
+      calls.streamsEnded.inc({ rpc: call.rpc.name, protocol: call.protocol, code });
     },
   };
 }

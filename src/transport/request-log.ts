@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import type { Logger } from "pino";
 import { callerKey } from "../services/context.js";
-import type { CallObserver } from "./pipeline.js";
+import type { Call, CallObserver } from "./pipeline.js";
 
 // A request id a client sends is kept if it is short and plain, so it can
 // be logged and echoed safely; anything else is replaced by a fresh one.
@@ -11,7 +11,10 @@ const acceptableRequestId = /^[\w.:-]{1,128}$/;
  * One structured line per call on every protocol: the request id (the
  * client's `x-request-id`, or a new one, returned in the response), the
  * protocol, the RPC, the API key's id (never the key), the client's
- * address (see `ClientAddressOf`), the code and the duration.
+ * address (see `ClientAddressOf`), the code and the duration. A
+ * server-streaming call's line tells its opening (the duration is the time
+ * to its first message); a second line, `stream ended`, tells how and when
+ * its stream ended and how many messages it sent.
  */
 export function logCalls(logger: Logger): CallObserver {
   return {
@@ -22,19 +25,24 @@ export function logCalls(logger: Logger): CallObserver {
     },
     leave(call, code, elapsedMs) {
       if (!logger.isLevelEnabled("info")) return;
-      logger.info(
-        {
-          requestId: call.responseHeaders.get(requestIdHeader),
-          protocol: call.protocol,
-          rpc: call.rpc.name,
-          keyId: call.context.values.get(callerKey)?.keyId,
-          client: call.clientAddress,
-          code,
-          durationMs: Math.round(elapsedMs * 100) / 100,
-        },
-        "call",
-      );
+      logger.info(fieldsOf(call, code, elapsedMs), "call");
     },
+    streamEnded(call, code, elapsedMs, messages) {
+      if (!logger.isLevelEnabled("info")) return;
+      logger.info({ ...fieldsOf(call, code, elapsedMs), messages }, "stream ended");
+    },
+  };
+}
+
+function fieldsOf(call: Call, code: string, elapsedMs: number) {
+  return {
+    requestId: call.responseHeaders.get(requestIdHeader),
+    protocol: call.protocol,
+    rpc: call.rpc.name,
+    keyId: call.context.values.get(callerKey)?.keyId,
+    client: call.clientAddress,
+    code,
+    durationMs: Math.round(elapsedMs * 100) / 100,
   };
 }
 

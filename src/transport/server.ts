@@ -1,4 +1,5 @@
 import type { Server as HttpServer, IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { createServer as createTcpServer, type Socket, type Server as TcpServer } from "node:net";
 import { createServer as createTlsServer, type TLSSocket } from "node:tls";
 import * as grpc from "@grpc/grpc-js";
@@ -24,9 +25,10 @@ export interface SharedPortServer {
   /** Starts listening; resolves with the bound port (rejects with the listen error, e.g. EADDRINUSE). */
   listen(port: number, host: string): Promise<number>;
   /**
-   * Drains: stops accepting, lets calls in flight on both sides finish (HTTP/1.1
-   * responses then carry `Connection: close`, HTTP/2 clients get a GOAWAY),
-   * and after `graceMs` closes whatever is left.
+   * Drains: stops accepting, ends open server streams (UNAVAILABLE), lets
+   * calls in flight on both sides finish (HTTP/1.1 responses then carry
+   * `Connection: close`, HTTP/2 clients get a GOAWAY), and after `graceMs`
+   * closes whatever is left.
    */
   close(graceMs: number): Promise<void>;
 }
@@ -181,6 +183,10 @@ export function createSharedPortServer(deps: {
 
     async close(graceMs) {
       draining = true;
+      // Streams never finish by themselves (a watch) or take long (an
+      // export): they end now, with UNAVAILABLE, rather than hold the drain
+      // for its whole grace. Their connections then close as other calls'.
+      deps.http.endStreams();
       const listenerClosed = new Promise<void>((resolve) => tcp.close(() => resolve()));
       for (const socket of undecided) socket.destroy();
 
@@ -215,6 +221,24 @@ const refusedByDrain = new WeakSet<IncomingMessage>();
 /** Whether a request came, pipelined, on a connection the drain is closing: it must not run. */
 export function isRefusedByDrain(request: IncomingMessage): boolean {
   return refusedByDrain.has(request);
+}
+
+/**
+ * An HTTP/1.1 connection serving a stream is not idle while the stream is
+ * quiet (a watch with nothing new): its idle timeout (HTTP_IDLE_TIMEOUT)
+ * is off until the response is done, then back. HTTP/2 streams have no
+ * such timeout.
+ */
+export function holdOpenWhileStreaming(
+  request: IncomingMessage | Http2ServerRequest,
+  response: ServerResponse | Http2ServerResponse,
+): void {
+  if (request.httpVersionMajor !== 1) return;
+  const { socket } = request as IncomingMessage;
+  const idleMs = socket.timeout ?? 0;
+  socket.setTimeout(0);
+  // Ahead of Node's own listener, which sets the keep-alive timeout once a response is done.
+  (response as ServerResponse).prependOnceListener("finish", () => socket.setTimeout(idleMs));
 }
 
 /** Header, request, keep-alive and idle timeouts of the HTTP/1.1 side. */

@@ -20,6 +20,7 @@ import {
   rest,
   type TestServer,
 } from "./server.js";
+import { callStream } from "./streams.js";
 
 /** The protocols a rule is checked on. */
 export type Protocol = "rest" | "grpc" | "connect";
@@ -84,6 +85,14 @@ export async function call(
   request: Record<string, unknown>,
   key?: string,
 ): Promise<Outcome> {
+  if (method.methodKind === "server_streaming") {
+    // A stream's outcome: its messages (an export's whole body; a watch's
+    // first update, then it is cancelled), or the error that opened it.
+    const first = method.output.typeName === "google.api.HttpBody" ? undefined : 1;
+    const outcome = await callStream(server, protocol, method, request, key, first);
+    if (outcome.error && outcome.messages.length === 0) return { ok: false, ...outcome.error };
+    return { ok: true, body: outcome };
+  }
   const { base, httpVersion } = wireOf(protocol);
   if (base === "rest") return callRest(server, routeOf(method), request, key, httpVersion);
   return callMessage(

@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { request as httpsRequest } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { Readable } from "node:stream";
 import {
   create,
   type DescMessage,
@@ -281,14 +282,8 @@ function httpsFetch(
     const request = httpsRequest(
       `${server.baseUrl}${path}`,
       { method, headers, ca: server.ca },
-      (response) => {
-        const chunks: Buffer[] = [];
-        response.on("data", (chunk: Buffer) => chunks.push(chunk));
-        response.on("error", reject);
-        response.on("end", () =>
-          resolve(responseOf(method, response.statusCode ?? 0, response.headers, chunks)),
-        );
-      },
+      (response) =>
+        resolve(responseOf(method, response.statusCode ?? 0, response.headers, response)),
     );
     request.on("error", reject);
     request.end(body === undefined ? undefined : Buffer.from(body));
@@ -308,26 +303,24 @@ export async function http2Fetch(
 ): Promise<Response> {
   const stream = await http2SessionOf(server).request(method, path, headers, {});
   return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let responseHeaders: Record<string, unknown> = {};
-    stream.on("response", (received: Record<string, unknown>) => {
-      responseHeaders = received;
-    });
-    stream.on("data", (chunk: Buffer) => chunks.push(chunk));
-    stream.on("error", reject);
-    stream.on("end", () =>
-      resolve(responseOf(method, Number(responseHeaders[":status"]), responseHeaders, chunks)),
+    stream.on("response", (received: Record<string, unknown>) =>
+      resolve(responseOf(method, Number(received[":status"]), received, stream)),
     );
+    stream.on("error", reject);
     stream.end(body === undefined ? undefined : Buffer.from(body));
   });
 }
 
-/** What node:https or node:http2 received, as fetch's Response (HTTP/2's pseudo-headers left out). */
+/**
+ * What node:https or node:http2 received, as fetch's Response (HTTP/2's
+ * pseudo-headers left out), its body streamed as it arrives (a stream's
+ * events can be read before it ends; cancelling the body resets the request).
+ */
 function responseOf(
   method: string,
   status: number,
   headers: Record<string, unknown>,
-  chunks: readonly Buffer[],
+  body: Readable,
 ): Response {
   const answered = new Headers();
   for (const [name, value] of Object.entries(headers)) {
@@ -335,7 +328,11 @@ function responseOf(
     for (const item of Array.isArray(value) ? value : [value]) answered.append(name, String(item));
   }
   const nullBody = status === 204 || status === 304 || method === "HEAD";
-  return new Response(nullBody ? null : Buffer.concat(chunks), { status, headers: answered });
+  if (nullBody) body.resume();
+  return new Response(nullBody ? null : (Readable.toWeb(body) as ReadableStream), {
+    status,
+    headers: answered,
+  });
 }
 
 /** A Connect client, JSON or binary, over HTTP/1.1 or cleartext HTTP/2. */

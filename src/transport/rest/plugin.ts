@@ -3,10 +3,12 @@ import type { FastifyInstance, FastifyRequest } from "fastify";
 import { checkJsonDepth } from "../../contract/json-depth.js";
 import { restSuccessStatus } from "../../contract/options.js";
 import { limits } from "../../domain/limits.js";
-import { httpError } from "../errors.js";
+import { type ErrorLogger, httpError } from "../errors.js";
 import { type Pipeline, type Rpc, type ServiceRegistration, TransportCall } from "../pipeline.js";
 import { rpcsOf } from "../routes.js";
+import { holdOpenWhileStreaming } from "../server.js";
 import { type HttpRoute, httpRouteOf } from "./http-rules.js";
+import { sendStream } from "./streams.js";
 import { type RestRequestReader, requestReader, restBodyFromResponse } from "./transcode.js";
 
 const jsonContentType = "application/json; charset=utf-8";
@@ -21,11 +23,13 @@ export interface RegisteredRestRoute {
  * Registers one Fastify route per `google.api.http` annotation. A route only
  * transcodes: its request reader turns path, query and body into the RPC
  * request (inside the pipeline, after authentication), and the response is
- * written as the specification's JSON. Errors go to the app's error handler.
+ * written as the specification's JSON, or for a server-streaming RPC as a
+ * stream (see `sendStream`). Errors go to the app's error handler; on a
+ * stream, those before its first message.
  */
 export async function registerRest(
   app: FastifyInstance,
-  deps: { registrations: readonly ServiceRegistration[]; pipeline: Pipeline },
+  deps: { registrations: readonly ServiceRegistration[]; pipeline: Pipeline; log: ErrorLogger },
 ): Promise<RegisteredRestRoute[]> {
   const registered: RegisteredRestRoute[] = [];
   await app.register(async (scope) => {
@@ -59,6 +63,7 @@ export async function registerRest(
       if (!route) continue;
       const status = restSuccessStatus(rpc.method);
       const readRequest = requestReader(rpc.method.input, route);
+      const streaming = rpc.method.methodKind === "server_streaming";
       registered.push({ verb: route.verb, route });
       scope.route({
         method: route.verb as "GET",
@@ -70,6 +75,13 @@ export async function registerRest(
             throw httpError(404, `no route for ${request.method} ${request.url.split("?")[0]}`);
           }
           const call = new RestCall(rpc, request, readRequest);
+          if (streaming) {
+            // The client may leave while the stream opens, or at any time after.
+            reply.raw.once("close", () => call.context.abort());
+            holdOpenWhileStreaming(request.raw, reply.raw);
+            await deps.pipeline(call);
+            return sendStream(reply, call, route, deps.log);
+          }
           const output = await deps.pipeline(call);
           // Encoded here, with the type Fastify would set, so Fastify sends
           // the text or bytes as they are instead of inspecting and serializing.

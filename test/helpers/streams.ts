@@ -1,0 +1,244 @@
+import { create, type DescMethod, fromBinary, type Message, toBinary } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
+import { createGrpcWebTransport } from "@connectrpc/connect-node";
+import * as grpc from "@grpc/grpc-js";
+import type { HttpBody } from "../../gen/google/api/httpbody_pb.js";
+import { fromPlain, toPlain } from "../../src/contract/plain-codec.js";
+import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
+import { type WireProtocol, wireOf } from "./callers.js";
+import {
+  connectClient,
+  type HttpVersion,
+  http2SessionOf,
+  httpFetch,
+  type Json,
+  type TestServer,
+} from "./server.js";
+
+/**
+ * What a server-streaming call returned, the same way on every protocol:
+ * the REST JSON of each message it received (for an RPC returning
+ * `google.api.HttpBody`, one `{ contentType, text }` of all its chunks
+ * together), then, when the stream ended with an error, its code as REST
+ * spells it and its message. An error before the first message has no
+ * messages.
+ */
+export interface StreamOutcome {
+  readonly messages: Json[];
+  readonly error?: { code: string; message: string };
+}
+
+/**
+ * Calls a server-streaming RPC over a protocol with a request written as
+ * REST JSON, and reads its stream to the end: the parity harness's
+ * `call`, for streams. REST reads Server-Sent Events, or the body of an
+ * HttpBody stream.
+ */
+export async function callStream(
+  server: TestServer,
+  protocol: WireProtocol,
+  method: DescMethod,
+  request: Record<string, unknown>,
+  key?: string,
+  /** Stop (cancel the call) after this many messages: a stream that never ends by itself. */
+  first = Number.POSITIVE_INFINITY,
+): Promise<StreamOutcome> {
+  const { base, httpVersion } = wireOf(protocol);
+  if (base === "rest") return restStream(server, httpVersion, method, request, key, first);
+  const message = fromPlain(method.input, request) as Message;
+  const received: Message[] = [];
+  let error: ConnectError | undefined;
+  try {
+    if (base === "grpc") {
+      const call = grpcStream(server, method, message, key, (response) => {
+        received.push(response);
+        if (received.length === first) call.cancel();
+      });
+      await call.catch((caught: unknown) => {
+        // Cancelled by us once we had what we came for.
+        if (received.length < first) throw caught;
+      });
+    } else {
+      const transport =
+        base === "grpc-web" ? grpcWebTransport(server, key, httpVersion) : undefined;
+      const client = (transport
+        ? createClient(method.parent, transport)
+        : connectClient(server, method.parent, {
+            key,
+            binary: base === "connect-binary",
+            httpVersion,
+          })) as unknown as Record<string, (input: unknown) => AsyncIterable<Message>>;
+      const call = client[method.localName] as (input: unknown) => AsyncIterable<Message>;
+      for await (const response of call(message)) {
+        received.push(response);
+        if (received.length === first) break;
+      }
+    }
+  } catch (caught) {
+    error = ConnectError.from(caught);
+  }
+  return {
+    messages:
+      method.output.typeName === "google.api.HttpBody"
+        ? bodyOf(received as HttpBody[])
+        : received.map((response) => toPlain(method.output, response)),
+    ...(error ? { error: { code: codeWord(error.code), message: error.rawMessage } } : {}),
+  };
+}
+
+/** An HttpBody stream's chunks as one body, as REST sends it; none for no chunk. */
+function bodyOf(chunks: readonly HttpBody[]): Json[] {
+  if (chunks.length === 0) return [];
+  const text = Buffer.concat(chunks.map((chunk) => chunk.data)).toString();
+  return [{ contentType: chunks[0]?.contentType, text }];
+}
+
+/** A server-streaming call with a plain @grpc/grpc-js client; `onMessage` gets each message. */
+export function grpcStream(
+  server: TestServer,
+  method: DescMethod,
+  request: Message,
+  key: string | undefined,
+  onMessage: (message: Message) => void,
+  options: { metadata?: (metadata: grpc.Metadata) => void } = {},
+): Promise<grpc.Metadata> & { cancel(): void } {
+  const client = server.ca
+    ? new grpc.Client(`localhost:${server.port}`, grpc.credentials.createSsl(server.ca))
+    : new grpc.Client(`127.0.0.1:${server.port}`, grpc.credentials.createInsecure());
+  const metadata = new grpc.Metadata();
+  if (key !== undefined) metadata.set("authorization", key);
+  const stream = client.makeServerStreamRequest(
+    `/${method.parent.typeName}/${method.name}`,
+    (value: Message) => Buffer.from(toBinary(method.input, value)),
+    (bytes: Buffer) => fromBinary(method.output, bytes),
+    create(method.input, request),
+    metadata,
+  );
+  if (options.metadata) stream.on("metadata", options.metadata);
+  stream.on("data", onMessage);
+  // The status says the same, with the trailers.
+  stream.on("error", () => {});
+  const ended = new Promise<grpc.Metadata>((resolve, reject) => {
+    stream.on("status", (status: grpc.StatusObject) => {
+      client.close();
+      if (status.code === grpc.status.OK) resolve(status.metadata);
+      else reject(new ConnectError(status.details, status.code as number as Code, status.metadata));
+    });
+  });
+  return Object.assign(ended, { cancel: () => stream.cancel() });
+}
+
+/** A gRPC-Web transport over HTTP/1.1 or HTTP/2 that sends `key`, when given. */
+export function grpcWebTransport(
+  server: TestServer,
+  key: string | undefined,
+  httpVersion: HttpVersion,
+): Transport {
+  return createGrpcWebTransport({
+    baseUrl: server.baseUrl,
+    ...(httpVersion === "2"
+      ? { httpVersion: "2", sessionManager: http2SessionOf(server) }
+      : { httpVersion: "1.1", ...(server.ca ? { nodeOptions: { ca: server.ca } } : {}) }),
+    interceptors:
+      key === undefined
+        ? []
+        : [
+            (next) => (request) => {
+              request.header.set("authorization", key);
+              return next(request);
+            },
+          ],
+  });
+}
+
+/** The REST path and query of a GET route's request: path variables, then the rest as query parameters. */
+export function restPathOf(method: DescMethod, request: Record<string, unknown>): string {
+  const route = httpRouteOf(method);
+  if (!route) throw new Error(`${method.name} has no REST route`);
+  const query = new URLSearchParams();
+  const inPath = new Set<string>();
+  const path = route.template.replace(/\{([^}=]+)\}/g, (_match, name: string) => {
+    const field = route.pathFields.find((f) => f.name === name);
+    const jsonName = field?.jsonName ?? name;
+    inPath.add(jsonName);
+    return encodeURIComponent(String(request[jsonName]));
+  });
+  for (const [name, value] of Object.entries(request)) {
+    if (!inPath.has(name)) query.append(name, String(value));
+  }
+  return query.size > 0 ? `${path}?${query}` : path;
+}
+
+/**
+ * A REST stream read to its end: Server-Sent Events (each `data:` event a
+ * message, an `error` event the error), or an HttpBody stream's bytes. An
+ * error before the first message is a JSON error response.
+ */
+async function restStream(
+  server: TestServer,
+  httpVersion: HttpVersion,
+  method: DescMethod,
+  request: Record<string, unknown>,
+  key: string | undefined,
+  first: number,
+): Promise<StreamOutcome> {
+  const headers: Record<string, string> = key === undefined ? {} : { authorization: key };
+  const response = await httpFetch(
+    server,
+    httpVersion,
+    "GET",
+    restPathOf(method, request),
+    headers,
+  );
+  const text =
+    Number.isFinite(first) && response.status === 200
+      ? await firstEvents(response, first)
+      : await response.text();
+  if (response.status !== 200) {
+    const body = JSON.parse(text) as Json;
+    return { messages: [], error: { code: body.code, message: body.message } };
+  }
+  if (method.output.typeName === "google.api.HttpBody") {
+    const contentType = response.headers.get("content-type");
+    return { messages: text === "" ? [] : [{ contentType, text }] };
+  }
+  return eventsOf(text);
+}
+
+/** The text of a Server-Sent Events body up to its `count`th event; then the body is cancelled. */
+async function firstEvents(response: Response, count: number): Promise<string> {
+  const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+  const decoder = new TextDecoder();
+  let text = "";
+  while ((text.match(/^data: /gm)?.length ?? 0) < count) {
+    const { done, value } = await reader.read();
+    if (done) return text;
+    text += decoder.decode(value, { stream: true });
+  }
+  await reader.cancel();
+  return text;
+}
+
+/** Parses Server-Sent Events: `data:` events are messages, an `error` event the error; comments are skipped. */
+export function eventsOf(text: string): StreamOutcome {
+  const messages: Json[] = [];
+  let error: StreamOutcome["error"];
+  for (const block of text.split("\n\n")) {
+    const lines = block.split("\n").filter((line) => line !== "" && !line.startsWith(":"));
+    if (lines.length === 0) continue;
+    const event = lines.find((line) => line.startsWith("event: "))?.slice("event: ".length);
+    const data = lines.find((line) => line.startsWith("data: "))?.slice("data: ".length) ?? "";
+    if (event === "error") {
+      const body = JSON.parse(data) as Json;
+      error = { code: body.code, message: body.message };
+    } else {
+      messages.push(JSON.parse(data));
+    }
+  }
+  return error ? { messages, error } : { messages };
+}
+
+/** `Code.FailedPrecondition` as REST spells it: `failed_precondition`. */
+function codeWord(code: Code): string {
+  return Code[code].replace(/[A-Z]/g, (letter, at) => `${at ? "_" : ""}${letter.toLowerCase()}`);
+}
