@@ -1,4 +1,4 @@
-import { DateTime, type DurationLikeObject } from "luxon";
+import { DateTime, type DurationLikeObject, IANAZone } from "luxon";
 
 /**
  * The calendar of the program's numbers. Counters are kept per UTC quarter
@@ -22,11 +22,56 @@ export function bucketsOf(atMs: number): { size: BucketSize; bucket: number }[] 
   return bucketSeconds.map((size) => ({ size, bucket: Math.floor(seconds / size) }));
 }
 
+/**
+ * A campaign's counters are also kept per calendar day of its time zone
+ * (size {@link zoneDay}, bucket the local date as days since 1970-01-01),
+ * so a year of its days reads 365 counters whatever its offset; another
+ * zone's days add up UTC counters (about 25 a day in Kolkata).
+ */
+export const zoneDay = 1;
+
 /** A run of counters of one size: buckets `from` to `to`, `to` excluded. */
 export interface BucketRun {
-  readonly size: BucketSize;
+  readonly size: BucketSize | typeof zoneDay;
   readonly from: number;
   readonly to: number;
+}
+
+const zones = new Map<string, IANAZone>();
+
+/** The local calendar day of an instant in `timeZone`, as days since 1970-01-01. */
+export function zoneDayOf(atMs: number, timeZone: string): number {
+  let zone = zones.get(timeZone);
+  if (!zone) {
+    zone = IANAZone.create(timeZone) as IANAZone;
+    zones.set(timeZone, zone);
+  }
+  return Math.floor((atMs + zone.offset(atMs) * 60_000) / 86_400_000);
+}
+
+/**
+ * {@link bucketRunsOf}, with the whole local days of `timeZone` inside the
+ * span read as zone-day counters (kept for a campaign's own zone only).
+ */
+export function spanRunsOf(
+  fromMs: number,
+  toMs: number,
+  timeZone: string | undefined,
+): BucketRun[] {
+  if (!timeZone) return bucketRunsOf(fromMs, toMs);
+  let first = DateTime.fromMillis(fromMs, { zone: timeZone }).startOf("day");
+  if (first.toMillis() < fromMs) first = first.plus({ days: 1 }).startOf("day");
+  const last = DateTime.fromMillis(toMs, { zone: timeZone }).startOf("day");
+  if (last.toMillis() <= first.toMillis()) return bucketRunsOf(fromMs, toMs);
+  return [
+    ...bucketRunsOf(fromMs, first.toMillis()),
+    {
+      size: zoneDay,
+      from: zoneDayOf(first.toMillis(), timeZone),
+      to: zoneDayOf(last.toMillis(), timeZone),
+    },
+    ...bucketRunsOf(last.toMillis(), toMs),
+  ];
 }
 
 /**

@@ -57,6 +57,11 @@ export interface StatsMoves {
    * longer (-1): the leaderboard's rows of every window it counts in (see
    * {@link leaderboardWindowsOf}) and its list of acceptances.
    */
+  /**
+   * A campaign's time zone changed: its zone-day counters are built again
+   * for the new zone (see `zoneDay`).
+   */
+  rezone(scope: string, timeZone: string): void;
   lead(
     scope: string,
     campaignId: string,
@@ -91,6 +96,15 @@ export interface ReferralFacts {
 const ms = (value: Date | string | number): number =>
   value instanceof Date ? value.getTime() : new Date(value).getTime();
 
+/**
+ * Whether a record carries what its numbers need: one without (a partial
+ * document a test or an import writes) moves nothing rather than failing
+ * its write.
+ */
+function countable(record: { applicationId?: string; createdAt?: Date | string }): boolean {
+  return Boolean(record.applicationId) && Number.isFinite(ms(record.createdAt ?? Number.NaN));
+}
+
 /** When a referral last changed status: its newest history entry. */
 function lastChangeAt(referral: ReferralFacts): number {
   const last = referral.statusHistory?.at(-1);
@@ -109,6 +123,7 @@ export function moveReferralStats(
   after: ReferralFacts,
   moves: StatsMoves,
 ): void {
+  if (!countable(after)) return;
   const scopes = [
     statsScope(after.applicationId, after.environment, after.campaignId),
     statsScope(after.applicationId, after.environment, null),
@@ -155,6 +170,32 @@ function unaccepted(referral: ReferralFacts, scopes: string[], moves: StatsMoves
   moves.lead(campaign, referral.campaignId, referral._id, referral.referrerId, -1, at);
 }
 
+/** The fields of a campaign the numbers read. */
+export interface CampaignFacts {
+  _id: string;
+  applicationId: string;
+  environment: string;
+  timeZone?: string;
+}
+
+/** A campaign whose time zone changed rebuilds its zone-day counters. */
+export function moveCampaignStats(
+  before: CampaignFacts | null,
+  after: CampaignFacts,
+  moves: StatsMoves,
+): void {
+  if (!before || !after.applicationId) return;
+  const zone = after.timeZone || "UTC";
+  if ((before.timeZone || "UTC") === zone) return;
+  moves.rezone(statsScope(after.applicationId, after.environment, after._id), zone);
+}
+
+/** The campaign of a scope; null for the environment's. */
+export function campaignOfScope(scope: string): string | null {
+  const campaign = scope.slice(scope.lastIndexOf("|") + 1);
+  return campaign === "*" ? null : campaign;
+}
+
 /** The fields of a customer the numbers read. */
 export interface CustomerFacts {
   applicationId: string;
@@ -168,7 +209,7 @@ export function moveCustomerStats(
   after: CustomerFacts,
   moves: StatsMoves,
 ): void {
-  if (before) return;
+  if (before || !countable(after)) return;
   moves.count(
     statsScope(after.applicationId, after.environment, null),
     ms(after.createdAt),
@@ -191,7 +232,7 @@ export function moveCheckpointStats(
   after: CheckpointFacts,
   moves: StatsMoves,
 ): void {
-  if (before) return;
+  if (before || !countable(after)) return;
   moves.count(
     statsScope(after.applicationId, after.environment, null),
     ms(after.createdAt),
@@ -224,7 +265,7 @@ export function moveGrantStats(
   after: GrantFacts,
   moves: StatsMoves,
 ): void {
-  if (after.kind === "clawback") return;
+  if (after.kind === "clawback" || !countable(after)) return;
   if (before && before.status === after.status) return;
   const at = before
     ? ms(after.statusHistory?.at(-1)?.changedAt ?? after.updatedAt)

@@ -5,11 +5,10 @@ import { enumWords } from "../contract/options.js";
 import { type CurrencyName, fromMinorUnits } from "../domain/money.js";
 import type { RewardGrantStatusName } from "../domain/reward-ledger.js";
 import {
-  type BucketRun,
-  bucketRunsOf,
   conversionBinRange,
   conversionHistogramEdges,
   type StatsSpan,
+  spanRunsOf,
   statsInstantText,
 } from "../domain/stats-time.js";
 import type { StatsTarget } from "../store/insights.js";
@@ -17,36 +16,23 @@ import type { TenantStore } from "../store/tenant-store.js";
 
 type ProgramStatsInit = MessageInitShape<typeof ProgramStatsSchema>;
 
-/** The numbers of spans: every counter sum and the referrers active, per span. */
-export async function statsOfSpans(
-  store: TenantStore,
-  target: StatsTarget,
-  spans: readonly StatsSpan[],
-): Promise<ProgramStatsInit[]> {
-  const points: BucketRun[][] = spans.map((span) =>
-    bucketRunsOf(span.from.toMillis(), span.to.toMillis()),
-  );
-  const bounds = spans.map((span) => [span.from.toMillis(), span.to.toMillis()] as const);
-  const [sums, active] = await Promise.all([
-    store.insights.sums(target, points),
-    store.insights.activeReferrers(target, bounds),
-  ]);
-  return sums.map((sum, index) => programStatsOf(sum, active[index] ?? 0));
-}
-
 /** The numbers of a period and its points; the period's sums are its points' sums. */
 export async function statsOfPeriod(
   store: TenantStore,
   target: StatsTarget,
   period: StatsSpan,
   points: readonly StatsSpan[],
+  /** The campaign's own time zone, when the period is on its calendar: its zone-day counters serve. */
+  campaignTimeZone?: string,
 ): Promise<{ totals: ProgramStatsInit; series: ProgramStatsInit[] }> {
-  const runs = points.map((point) => bucketRunsOf(point.from.toMillis(), point.to.toMillis()));
+  const runs = points.map((point) =>
+    spanRunsOf(point.from.toMillis(), point.to.toMillis(), campaignTimeZone),
+  );
   const spans = [...points, period].map(
     (span) => [span.from.toMillis(), span.to.toMillis()] as const,
   );
   const [sums, active] = await Promise.all([
-    store.insights.sums(target, runs),
+    store.insights.sums(target, runs, campaignTimeZone),
     store.insights.activeReferrers(target, spans),
   ]);
   const total = new Map<string, number>();

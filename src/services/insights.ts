@@ -50,7 +50,10 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const campaign = await campaignOf(store, request.id, request.environment);
       const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
       const target = { environment: campaign.environment, campaignId: campaign._id };
-      return { report: await reportOf(store, target, { ...request, timeZone }, deps.clock()) };
+      const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
+      return {
+        report: await reportOf(store, target, { ...request, timeZone }, deps.clock(), ownZone),
+      };
     },
 
     async getApplicationStats(request, context) {
@@ -160,7 +163,8 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
           changed = false;
           // Read again each time: without `to`, the period follows the clock.
           const period = periodOf({ ...request, interval: "day", timeZone, now: deps.clock() });
-          const { totals } = await statsOfPeriod(store, target, period, [period]);
+          const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
+          const { totals } = await statsOfPeriod(store, target, period, [period], ownZone);
           yield { ...spanText(period), totals };
           await sleep(watchCoalesceMs, undefined, { signal: context.signal }).catch(
             () => undefined,
@@ -279,6 +283,7 @@ async function reportOf(
     compare: StatsComparison;
   },
   now: Date,
+  campaignTimeZone?: string,
 ) {
   const interval =
     enumWord<StatsIntervalName>(StatsIntervalSchema, request.interval, "interval") ?? "day";
@@ -291,8 +296,10 @@ async function reportOf(
   const period = periodOf({ ...request, interval, now });
   const compare = request.compare === StatsComparison.PREVIOUS_PERIOD;
   const [current, previous] = await Promise.all([
-    statsOfPeriod(store, target, period, period.points),
-    compare ? statsOfPeriod(store, target, period.previous, [period.previous]) : undefined,
+    statsOfPeriod(store, target, period, period.points, campaignTimeZone),
+    compare
+      ? statsOfPeriod(store, target, period.previous, [period.previous], campaignTimeZone)
+      : undefined,
   ]);
   return {
     ...(target.campaignId === null ? {} : { campaignId: target.campaignId }),

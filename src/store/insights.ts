@@ -1,7 +1,8 @@
+import { DateTime } from "luxon";
 import type { Filter } from "mongodb";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import { statsScope } from "../domain/stats.js";
-import type { BucketRun } from "../domain/stats-time.js";
+import { type BucketRun, bucketRunsOf, zoneDay } from "../domain/stats-time.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import type { CustomerDoc, ReferralDoc } from "./documents.js";
@@ -32,12 +33,15 @@ export function tenantInsights(stats: StatsStore, tenant: Tenant) {
     async sums(
       target: StatsTarget,
       points: readonly (readonly BucketRun[])[],
+      timeZone?: string,
     ): Promise<Map<string, number>[]> {
-      const own = stats.sums(scopeOf(target), points);
+      const own = stats.sums(scopeOf(target), points, timeZone === undefined ? {} : { timeZone });
       if (target.campaignId === null) return own;
+      // The application's counters have no zone days: its days are UTC's.
+      const utcPoints = points.map((runs) => runs.flatMap((run) => utcRunsOf(run, timeZone)));
       const [campaign, application] = await Promise.all([
         own,
-        stats.sums(applicationScope(target), points, "customers and checkpoints"),
+        stats.sums(applicationScope(target), utcPoints, { only: "customers and checkpoints" }),
       ]);
       return campaign.map((sums, point) => {
         for (const [name, n] of application[point] ?? []) sums.set(name, n);
@@ -71,6 +75,17 @@ export function tenantInsights(stats: StatsStore, tenant: Tenant) {
       });
     },
   };
+}
+
+/** A run as UTC counters: a zone-day run's days, each from its local midnight. */
+function utcRunsOf(run: BucketRun, timeZone: string | undefined): BucketRun[] {
+  if (run.size !== zoneDay || timeZone === undefined) return [run];
+  const startOf = (day: number) =>
+    DateTime.fromMillis(day * 86_400_000, { zone: "UTC" })
+      .setZone(timeZone, { keepLocalTime: true })
+      .startOf("day")
+      .toMillis();
+  return bucketRunsOf(startOf(run.from), startOf(run.to));
 }
 
 /** The customers of the application among `ids`, erased ones included, with the fields the insights show. */

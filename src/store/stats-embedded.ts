@@ -1,5 +1,12 @@
-import { leaderboardWindowsOf, type StatsMoves } from "../domain/stats.js";
-import { bucketSeconds, leaderboardWindowRange } from "../domain/stats-time.js";
+import { campaignOfScope, leaderboardWindowsOf, type StatsMoves } from "../domain/stats.js";
+import {
+  type BucketRun,
+  bucketSeconds,
+  leaderboardWindowRange,
+  quarterHourMs,
+  zoneDay,
+  zoneDayOf,
+} from "../domain/stats-time.js";
 import type { SqliteDatabase } from "./sqlite.js";
 import {
   emptySnapshot,
@@ -7,6 +14,7 @@ import {
   type StatsSnapshot,
   type StatsStore,
   scopeKey,
+  zoneScope,
 } from "./stats.js";
 
 const schema = [
@@ -27,6 +35,11 @@ const sql = {
   count:
     "INSERT INTO stat_counts (scope, size, bucket, metric, n) VALUES (?1, ?2, ?3, ?8, ?9), (?1, ?4, ?5, ?8, ?9), (?1, ?6, ?7, ?8, ?9) " +
     "ON CONFLICT (scope, size, bucket, metric) DO UPDATE SET n = n + excluded.n",
+  zoneCount:
+    "INSERT INTO stat_counts (scope, size, bucket, metric, n) VALUES (?, ?, ?, ?, ?) " +
+    "ON CONFLICT (scope, size, bucket, metric) DO UPDATE SET n = n + excluded.n",
+  quarterHours: "SELECT bucket, metric, n FROM stat_counts WHERE scope = ? AND size = ?",
+  dropZone: "DELETE FROM stat_counts WHERE scope = ? AND size = ?",
   before:
     "SELECT t FROM stat_referrals WHERE scope = ? AND referrer = ? AND (t, id) < (?, ?) ORDER BY t DESC, id DESC LIMIT 1",
   after:
@@ -49,6 +62,9 @@ const sql = {
   timeZone: `SELECT doc->>'$.timeZone' AS zone FROM "campaigns" WHERE id = ?`,
 } as const;
 
+/** The most settled counts kept (a few hundred bytes each). */
+const maxSettledCounts = 20_000;
+
 /** Every ms instant: the widest window a query can take. */
 const always: readonly [number, number] = [-8.64e15, 8.64e15];
 
@@ -60,6 +76,12 @@ const always: readonly [number, number] = [-8.64e15, 8.64e15];
 export class EmbeddedStats implements StatsStore {
   private readonly listeners = new Set<(scopes: ReadonlySet<string>) => void>();
   private changed = new Set<string>();
+  /** Active referrers of settled spans (see {@link activeReferrers}), by `scope|from|until`. */
+  private readonly settled = new Map<string, number>();
+  /** Per scope key, the settled spans' ends, to drop those a change touches. */
+  private readonly settledEnds = new Map<number, { cacheKey: string; until: number }[]>();
+  /** The database's rollbacks when the settled counts were taken. */
+  private settledAt = 0;
   private scheduled = false;
 
   constructor(private readonly database: SqliteDatabase) {
@@ -69,21 +91,30 @@ export class EmbeddedStats implements StatsStore {
   /** The moves, applied in SQL; called inside the collection's write. */
   readonly moves: StatsMoves = {
     count: (scope, at, name, n) => {
-      const seconds = Math.floor(at / 1000);
-      const [quarter, hour, day] = bucketSeconds;
-      this.database
-        .statement(sql.count)
-        .run(
-          scopeKey(scope),
-          quarter,
-          Math.floor(seconds / quarter),
-          hour,
-          Math.floor(seconds / hour),
-          day,
-          Math.floor(seconds / day),
+      const campaignId = campaignOfScope(scope);
+      if (campaignId !== null) {
+        const timeZone = this.timeZoneOf(campaignId);
+        this.query(sql.zoneCount).run(
+          scopeKey(zoneScope(scope, timeZone)),
+          zoneDay,
+          zoneDayOf(at, timeZone),
           name,
           n,
         );
+      }
+      const seconds = Math.floor(at / 1000);
+      const [quarter, hour, day] = bucketSeconds;
+      this.query(sql.count).run(
+        scopeKey(scope),
+        quarter,
+        Math.floor(seconds / quarter),
+        hour,
+        Math.floor(seconds / hour),
+        day,
+        Math.floor(seconds / day),
+        name,
+        n,
+      );
       this.noteChange(scope);
     },
     attribute: (scope, referralId, referrerId, at) => {
@@ -94,10 +125,9 @@ export class EmbeddedStats implements StatsStore {
       const next = this.query(sql.after).get(key, referrerId, at, referralId) as
         | { id: string }
         | undefined;
-      this.database
-        .statement(sql.attribute)
-        .run(key, referralId, referrerId, at, previous?.t ?? null);
+      this.query(sql.attribute).run(key, referralId, referrerId, at, previous?.t ?? null);
       if (next) this.query(sql.relink).run(at, key, next.id);
+      this.unsettle(scope, at);
       this.noteChange(scope);
     },
     unattribute: (scope, referralId) => {
@@ -106,11 +136,39 @@ export class EmbeddedStats implements StatsStore {
         | { referrer: string; t: number; p: number | null }
         | undefined;
       if (!entry) return;
-      const next = this.database
-        .statement(sql.after)
-        .get(key, entry.referrer, entry.t, referralId) as { id: string } | undefined;
+      const next = this.query(sql.after).get(key, entry.referrer, entry.t, referralId) as
+        | { id: string }
+        | undefined;
       if (next) this.query(sql.relink).run(entry.p, key, next.id);
       this.query(sql.unattribute).run(key, referralId);
+      this.unsettle(scope, entry.t);
+      this.noteChange(scope);
+    },
+    rezone: (scope, timeZone) => {
+      // Every zone-day counter again, from the quarter hours: each quarter
+      // hour lies within one local day of any zone.
+      const rows = this.query(sql.quarterHours).all(scopeKey(scope), bucketSeconds[0]) as {
+        bucket: number;
+        metric: string;
+        n: number;
+      }[];
+      const days = new Map<string, number>();
+      for (const row of rows) {
+        const key = `${zoneDayOf(row.bucket * bucketSeconds[0] * 1000, timeZone)}|${row.metric}`;
+        days.set(key, (days.get(key) ?? 0) + row.n);
+      }
+      const target = scopeKey(zoneScope(scope, timeZone));
+      this.query(sql.dropZone).run(target, zoneDay);
+      for (const [key, n] of days) {
+        const split = key.indexOf("|");
+        this.query(sql.zoneCount).run(
+          target,
+          zoneDay,
+          Number(key.slice(0, split)),
+          key.slice(split + 1),
+          n,
+        );
+      }
       this.noteChange(scope);
     },
     lead: (scope, campaignId, referralId, referrerId, delta, acceptedAt) => {
@@ -145,9 +203,7 @@ export class EmbeddedStats implements StatsStore {
   }
 
   private timeZoneOf(campaignId: string): string {
-    const row = this.query(sql.timeZone).get(campaignId) as
-      | { zone: string | null }
-      | undefined;
+    const row = this.query(sql.timeZone).get(campaignId) as { zone: string | null } | undefined;
     return row?.zone || "UTC";
   }
 
@@ -172,23 +228,29 @@ export class EmbeddedStats implements StatsStore {
 
   async sums(
     scope: string,
-    points: readonly (readonly { size: number; from: number; to: number }[])[],
-    only?: "customers and checkpoints",
+    points: readonly (readonly BucketRun[])[],
+    options: { only?: "customers and checkpoints"; timeZone?: string } = {},
   ): Promise<Map<string, number>[]> {
+    const { only, timeZone } = options;
+    const zoneKey = timeZone === undefined ? null : scopeKey(zoneScope(scope, timeZone));
     const runs = points.flatMap((runsOfPoint, point) =>
-      runsOfPoint.map((run) => [point, run.size, run.from, run.to]),
+      runsOfPoint.map((run) => [
+        point,
+        run.size,
+        run.from,
+        run.to,
+        run.size === zoneDay ? zoneKey : scopeKey(scope),
+      ]),
     );
     const filter =
       only === undefined
         ? ""
         : " AND (s.metric = 'identified' OR (s.metric >= 'checkpoint:' AND s.metric < 'checkpoint;'))";
-    const rows = this.database
-      .statement(
-        "SELECT j.value->>0 AS point, s.metric AS metric, sum(s.n) AS n FROM json_each(?) AS j " +
-          "CROSS JOIN stat_counts AS s ON s.scope = ? AND s.size = j.value->>1 AND s.bucket >= j.value->>2 AND s.bucket < j.value->>3" +
-          `${filter} GROUP BY 1, 2`,
-      )
-      .all(JSON.stringify(runs), scopeKey(scope)) as { point: number; metric: string; n: number }[];
+    const rows = this.query(
+      "SELECT j.value->>0 AS point, s.metric AS metric, sum(s.n) AS n FROM json_each(?) AS j " +
+        "CROSS JOIN stat_counts AS s ON s.scope = j.value->>4 AND s.size = j.value->>1 AND s.bucket >= j.value->>2 AND s.bucket < j.value->>3" +
+        `${filter} GROUP BY 1, 2`,
+    ).all(JSON.stringify(runs)) as { point: number; metric: string; n: number }[];
     const sums = points.map(() => new Map<string, number>());
     for (const row of rows) {
       if (row.n !== 0) sums[row.point]?.set(row.metric, row.n);
@@ -196,17 +258,57 @@ export class EmbeddedStats implements StatsStore {
     return sums;
   }
 
+  /**
+   * Counted in two parts: the settled past, [from, now), once per process
+   * (a past that only a re-attribution or an import can change, which
+   * drops the counts it touches), and what came since, [now, to), an
+   * index range over the newest referrals only; a referrer of the second
+   * part whose referral before was in the first is already counted. So a
+   * year of days reads the year's referrals once, not on every call.
+   */
   async activeReferrers(
     scope: string,
     spans: readonly (readonly [number, number])[],
   ): Promise<number[]> {
-    const rows = this.database
-      .statement(
-        "SELECT (SELECT count(*) FROM stat_referrals AS r WHERE r.scope = ?1 AND r.t >= j.value->>0 AND r.t < j.value->>1 " +
-          "AND (r.p IS NULL OR r.p < j.value->>0)) AS n FROM json_each(?2) AS j ORDER BY j.key",
-      )
-      .all(scopeKey(scope), JSON.stringify(spans)) as { n: number }[];
-    return rows.map((row) => row.n);
+    const key = scopeKey(scope);
+    const count = this.query(
+      "SELECT count(*) AS n FROM stat_referrals WHERE scope = ? AND t >= ? AND t < ? AND (p IS NULL OR p < ?)",
+    );
+    const between = (from: number, to: number, before: number) =>
+      to <= from ? 0 : (count.get(key, from, to, before) as { n: number }).n;
+    if (this.settledAt !== this.database.rollbacks) {
+      // A rolled-back write may have been counted: forget everything.
+      this.settled.clear();
+      this.settledAt = this.database.rollbacks;
+    }
+    const now = Math.floor(Date.now() / quarterHourMs) * quarterHourMs;
+    return spans.map(([from, to]) => {
+      const settledUntil = Math.min(to, now);
+      if (settledUntil <= from) return between(from, to, from);
+      const cacheKey = `${key}|${from}|${settledUntil}`;
+      let past = this.settled.get(cacheKey);
+      if (past === undefined) {
+        past = between(from, settledUntil, from);
+        if (this.settled.size >= maxSettledCounts) this.settled.clear();
+        this.settled.set(cacheKey, past);
+        const ends = this.settledEnds.get(key) ?? [];
+        ends.push({ cacheKey, until: settledUntil });
+        this.settledEnds.set(key, ends);
+      }
+      return past + between(settledUntil, to, from);
+    });
+  }
+
+  /** Drops the settled counts of a scope that a change of its order at `at` touches. */
+  private unsettle(scope: string, at: number): void {
+    const ends = this.settledEnds.get(scopeKey(scope));
+    if (!ends) return;
+    const kept = ends.filter((end) => {
+      if (end.until <= at) return true;
+      this.settled.delete(end.cacheKey);
+      return false;
+    });
+    this.settledEnds.set(scopeKey(scope), kept);
   }
 
   async referralsMade(scope: string, referrerIds: readonly string[]): Promise<number[]> {
@@ -223,12 +325,10 @@ export class EmbeddedStats implements StatsStore {
     limit: number,
     offset: number,
   ): Promise<LeaderRow[]> {
-    const rows = this.database
-      .statement(
-        "SELECT referrer, accepted, reached_at FROM stat_leaders WHERE scope = ? AND period = ? AND accepted > 0 " +
-          "ORDER BY accepted DESC, reached_at, referrer LIMIT ? OFFSET ?",
-      )
-      .all(scopeKey(scope), window, limit, offset) as {
+    const rows = this.query(
+      "SELECT referrer, accepted, reached_at FROM stat_leaders WHERE scope = ? AND period = ? AND accepted > 0 " +
+        "ORDER BY accepted DESC, reached_at, referrer LIMIT ? OFFSET ?",
+    ).all(scopeKey(scope), window, limit, offset) as {
       referrer: string;
       accepted: number;
       reached_at: number;
@@ -243,12 +343,10 @@ export class EmbeddedStats implements StatsStore {
     limit: number,
     offset: number,
   ): Promise<LeaderRow[]> {
-    const rows = this.database
-      .statement(
-        "SELECT referrer, count(*) AS accepted, max(at) AS reached_at FROM stat_acceptances " +
-          "WHERE scope = ? AND at >= ? AND at < ? GROUP BY referrer ORDER BY accepted DESC, reached_at, referrer LIMIT ? OFFSET ?",
-      )
-      .all(scopeKey(scope), from, to, limit, offset) as {
+    const rows = this.query(
+      "SELECT referrer, count(*) AS accepted, max(at) AS reached_at FROM stat_acceptances " +
+        "WHERE scope = ? AND at >= ? AND at < ? GROUP BY referrer ORDER BY accepted DESC, reached_at, referrer LIMIT ? OFFSET ?",
+    ).all(scopeKey(scope), from, to, limit, offset) as {
       referrer: string;
       accepted: number;
       reached_at: number;
@@ -260,8 +358,7 @@ export class EmbeddedStats implements StatsStore {
     const snapshot = emptySnapshot();
     for (const scope of scopes) {
       const key = scopeKey(scope);
-      const all = (text: string) =>
-        this.query(text).all(key) as Record<string, never>[];
+      const all = (text: string) => this.query(text).all(key) as Record<string, never>[];
       for (const row of all(
         "SELECT size, bucket, metric, n FROM stat_counts WHERE scope = ? AND n != 0",
       )) {
@@ -287,6 +384,7 @@ export class EmbeddedStats implements StatsStore {
 
   replace(scopes: readonly string[], wanted: StatsSnapshot): Promise<void> {
     return this.database.write(() => {
+      this.settled.clear();
       for (const scope of scopes) {
         const key = scopeKey(scope);
         for (const table of ["stat_counts", "stat_referrals", "stat_leaders", "stat_acceptances"]) {
@@ -300,28 +398,28 @@ export class EmbeddedStats implements StatsStore {
       for (const [composite, n] of wanted.counts) {
         const { key, rest } = keyOf(composite);
         const [size, bucket, ...metric] = rest;
-        this.database
-          .statement(
-            "INSERT INTO stat_counts (scope, size, bucket, metric, n) VALUES (?, ?, ?, ?, ?)",
-          )
-          .run(key, Number(size), Number(bucket), metric.join("|"), n);
+        this.query(
+          "INSERT INTO stat_counts (scope, size, bucket, metric, n) VALUES (?, ?, ?, ?, ?)",
+        ).run(key, Number(size), Number(bucket), metric.join("|"), n);
       }
       for (const [composite, value] of wanted.referrals) {
         const { key, rest } = keyOf(composite);
         const [referrer, t, p] = value.split("|");
-        this.database
-          .statement(sql.attribute)
-          .run(key, rest.join("|"), referrer ?? "", Number(t), p === "null" ? null : Number(p));
+        this.query(sql.attribute).run(
+          key,
+          rest.join("|"),
+          referrer ?? "",
+          Number(t),
+          p === "null" ? null : Number(p),
+        );
       }
       for (const [composite, value] of wanted.leaders) {
         const { key, rest } = keyOf(composite);
         const [period, referrer] = rest;
         const [accepted, reachedAt] = value.split("|");
-        this.database
-          .statement(
-            "INSERT INTO stat_leaders (scope, period, referrer, accepted, reached_at) VALUES (?, ?, ?, ?, ?)",
-          )
-          .run(key, period ?? "", referrer ?? "", Number(accepted), Number(reachedAt));
+        this.query(
+          "INSERT INTO stat_leaders (scope, period, referrer, accepted, reached_at) VALUES (?, ?, ?, ?, ?)",
+        ).run(key, period ?? "", referrer ?? "", Number(accepted), Number(reachedAt));
       }
       for (const [composite, value] of wanted.acceptances) {
         const { key, rest } = keyOf(composite);

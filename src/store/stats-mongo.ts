@@ -9,8 +9,15 @@ import type {
   UpdateFilter,
   UpdateOptions,
 } from "mongodb";
-import { leaderboardWindowsOf, type StatsMoves } from "../domain/stats.js";
-import { bucketsOf, leaderboardWindowRange } from "../domain/stats-time.js";
+import { campaignOfScope, leaderboardWindowsOf, type StatsMoves } from "../domain/stats.js";
+import {
+  type BucketRun,
+  bucketSeconds,
+  bucketsOf,
+  leaderboardWindowRange,
+  zoneDay,
+  zoneDayOf,
+} from "../domain/stats-time.js";
 import type { StoreCollection } from "./collection.js";
 import {
   emptySnapshot,
@@ -18,6 +25,7 @@ import {
   type StatsSnapshot,
   type StatsStore,
   scopeKey,
+  zoneScope,
 } from "./stats.js";
 
 /** A change's moves, written down in the domain's order, then applied with the session. */
@@ -25,6 +33,7 @@ type Move =
   | { kind: "count"; scope: string; at: number; name: string; n: number }
   | { kind: "attribute"; scope: string; referralId: string; referrerId: string; at: number }
   | { kind: "unattribute"; scope: string; referralId: string }
+  | { kind: "rezone"; scope: string; timeZone: string }
   | {
       kind: "lead";
       scope: string;
@@ -45,6 +54,7 @@ function recorder(): { moves: StatsMoves; recorded: Move[] } {
       attribute: (scope, referralId, referrerId, at) =>
         recorded.push({ kind: "attribute", scope, referralId, referrerId, at }),
       unattribute: (scope, referralId) => recorded.push({ kind: "unattribute", scope, referralId }),
+      rezone: (scope, timeZone) => recorded.push({ kind: "rezone", scope, timeZone }),
       lead: (scope, campaignId, referralId, referrerId, delta, at) =>
         recorded.push({ kind: "lead", scope, campaignId, referralId, referrerId, delta, at }),
     },
@@ -203,15 +213,53 @@ export class MongoStats implements StatsStore {
     for (const move of moves) {
       const scope = scopeKey(move.scope);
       switch (move.kind) {
-        case "count":
-          for (const { size, bucket } of bucketsOf(move.at)) {
-            await this.counts.updateOne(
-              { scope, size, bucket, metric: move.name },
-              { $inc: { n: move.n } },
-              { upsert: true, session },
-            );
+        case "count": {
+          const rows: { scope: number; size: number; bucket: number }[] = bucketsOf(move.at).map(
+            ({ size, bucket }) => ({ scope, size, bucket }),
+          );
+          const campaignId = campaignOfScope(move.scope);
+          if (campaignId !== null) {
+            const timeZone = await this.timeZoneOf(campaignId, session);
+            rows.push({
+              scope: scopeKey(zoneScope(move.scope, timeZone)),
+              size: zoneDay,
+              bucket: zoneDayOf(move.at, timeZone),
+            });
           }
+          await this.counts.bulkWrite(
+            rows.map((row) => ({
+              updateOne: {
+                filter: { ...row, metric: move.name },
+                update: { $inc: { n: move.n } },
+                upsert: true,
+              },
+            })),
+            { session, ordered: true },
+          );
           break;
+        }
+        case "rezone": {
+          const days = new Map<string, number>();
+          const quarter = bucketSeconds[0];
+          for await (const row of this.counts.find({ scope, size: quarter }, { session })) {
+            const key = `${zoneDayOf(row.bucket * quarter * 1000, move.timeZone)}|${row.metric}`;
+            days.set(key, (days.get(key) ?? 0) + row.n);
+          }
+          const target = scopeKey(zoneScope(move.scope, move.timeZone));
+          await this.counts.deleteMany({ scope: target, size: zoneDay }, { session });
+          const docs = [...days].map(([key, n]) => {
+            const split = key.indexOf("|");
+            return {
+              scope: target,
+              size: zoneDay,
+              bucket: Number(key.slice(0, split)),
+              metric: key.slice(split + 1),
+              n,
+            };
+          });
+          if (docs.length > 0) await this.counts.insertMany(docs, { session });
+          break;
+        }
         case "attribute": {
           const [previous] = await this.referrals
             .find(
@@ -274,15 +322,22 @@ export class MongoStats implements StatsStore {
     if (next) await this.referrals.updateOne({ _id: next._id }, { $set: { p } }, { session });
   }
 
+  private async timeZoneOf(
+    campaignId: string,
+    session: ClientSession | undefined,
+  ): Promise<string> {
+    const campaign = await this.db
+      .collection("campaigns")
+      .findOne({ _id: campaignId as never }, { session, projection: { timeZone: 1 } });
+    return (campaign?.timeZone as string | undefined) || "UTC";
+  }
+
   private async lead(
     scope: number,
     move: Extract<Move, { kind: "lead" }>,
     session: ClientSession | undefined,
   ): Promise<void> {
-    const campaign = await this.db
-      .collection("campaigns")
-      .findOne({ _id: move.campaignId as never }, { session, projection: { timeZone: 1 } });
-    const timeZone = (campaign?.timeZone as string | undefined) || "UTC";
+    const timeZone = await this.timeZoneOf(move.campaignId, session);
     if (move.delta === 1) {
       await this.acceptances.insertOne(
         { scope, id: move.referralId, referrer: move.referrerId, at: move.at },
@@ -324,9 +379,10 @@ export class MongoStats implements StatsStore {
 
   async sums(
     scope: string,
-    points: readonly (readonly { size: number; from: number; to: number }[])[],
-    only?: "customers and checkpoints",
+    points: readonly (readonly BucketRun[])[],
+    options: { only?: "customers and checkpoints"; timeZone?: string } = {},
   ): Promise<Map<string, number>[]> {
+    const { only, timeZone } = options;
     const sums = points.map(() => new Map<string, number>());
     // Per size, the runs in order: each counter read once, then put in its point.
     const bySize = new Map<number, { from: number; to: number; point: number }[]>();
@@ -343,8 +399,15 @@ export class MongoStats implements StatsStore {
       runs.sort((a, b) => a.from - b.from);
       const first = runs[0]?.from ?? 0;
       const last = runs.at(-1)?.to ?? 0;
+      const rowScope =
+        size === zoneDay && timeZone !== undefined ? zoneScope(scope, timeZone) : scope;
       const rows = await this.counts
-        .find({ scope: scopeKey(scope), size, bucket: { $gte: first, $lt: last }, ...metricFilter })
+        .find({
+          scope: scopeKey(rowScope),
+          size,
+          bucket: { $gte: first, $lt: last },
+          ...metricFilter,
+        })
         .toArray();
       for (const row of rows) {
         const run = runs.find(

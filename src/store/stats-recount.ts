@@ -1,9 +1,14 @@
 import type { Document, Filter } from "mongodb";
-import { leaderboardWindowsOf, type StatsMoves, statsScope } from "../domain/stats.js";
-import { bucketsOf } from "../domain/stats-time.js";
+import {
+  campaignOfScope,
+  leaderboardWindowsOf,
+  type StatsMoves,
+  statsScope,
+} from "../domain/stats.js";
+import { bucketsOf, zoneDay, zoneDayOf } from "../domain/stats-time.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
-import { emptySnapshot, type StatsSnapshot, statsWatchers } from "./stats.js";
+import { emptySnapshot, type StatsSnapshot, statsWatchers, zoneScope } from "./stats.js";
 
 const environments: readonly EnvironmentName[] = ["production", "test"];
 const pageSize = 1000;
@@ -28,10 +33,14 @@ export async function recountStats(db: Collections, applicationId: string): Prom
     campaigns.map((campaign) => [campaign._id, (campaign.timeZone as string) || "UTC"]),
   );
   const scopes = new Set<string>();
+  const addCampaignScope = (environment: string, campaignId: string) => {
+    const scope = statsScope(applicationId, environment, campaignId);
+    scopes.add(scope);
+    scopes.add(zoneScope(scope, timeZones.get(campaignId) ?? "UTC"));
+  };
   for (const environment of environments) {
     scopes.add(statsScope(applicationId, environment, null));
-    for (const campaign of campaigns)
-      scopes.add(statsScope(applicationId, environment, campaign._id));
+    for (const campaign of campaigns) addCampaignScope(environment, campaign._id);
   }
   const recorder = snapshotRecorder((campaignId) => timeZones.get(campaignId) ?? "UTC");
   let recordsRead = 0;
@@ -62,15 +71,14 @@ export async function recountStats(db: Collections, applicationId: string): Prom
   await pageThrough(db.referrals, { applicationId, deletedAt: null }, async (page) => {
     recordsRead += page.length;
     for (const referral of page) {
-      scopes.add(statsScope(applicationId, referral.environment, referral.campaignId));
+      addCampaignScope(referral.environment, referral.campaignId);
       replay("referrals", historyOf(referral));
     }
   });
   await pageThrough(db.rewardGrants, { applicationId }, async (page) => {
     recordsRead += page.length;
     for (const grant of page) {
-      if (grant.campaignId)
-        scopes.add(statsScope(applicationId, grant.environment, grant.campaignId));
+      if (grant.campaignId) addCampaignScope(grant.environment, grant.campaignId);
       replay("rewardGrants", historyOf(grant));
     }
   });
@@ -136,11 +144,16 @@ function snapshotRecorder(timeZoneOf: (campaignId: string) => string) {
   >();
   const moves: StatsMoves = {
     count(scope, at, name, n) {
-      for (const { size, bucket } of bucketsOf(at)) {
-        const key = `${scope}|${size}|${bucket}|${name}`;
-        snapshot.counts.set(key, (snapshot.counts.get(key) ?? 0) + n);
+      const add = (key: string) => snapshot.counts.set(key, (snapshot.counts.get(key) ?? 0) + n);
+      for (const { size, bucket } of bucketsOf(at)) add(`${scope}|${size}|${bucket}|${name}`);
+      const campaignId = campaignOfScope(scope);
+      if (campaignId !== null) {
+        const timeZone = timeZoneOf(campaignId);
+        add(`${zoneScope(scope, timeZone)}|${zoneDay}|${zoneDayOf(at, timeZone)}|${name}`);
       }
     },
+    // The recount keeps zone days in each campaign's zone of now already.
+    rezone() {},
     attribute(scope, id, referrer, t) {
       chain.set(`${scope}|${id}`, { scope, id, referrer, t });
     },

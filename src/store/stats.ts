@@ -1,9 +1,11 @@
 import { createHash } from "node:crypto";
 import type { Document } from "mongodb";
 import {
+  type CampaignFacts,
   type CheckpointFacts,
   type CustomerFacts,
   type GrantFacts,
+  moveCampaignStats,
   moveCheckpointStats,
   moveCustomerStats,
   moveGrantStats,
@@ -25,11 +27,12 @@ export interface StatsStore {
    * For each point (a list of bucket runs), the sum of every counter of
    * the scope over its runs, by metric. `only` keeps the metrics the
    * application scope adds to a campaign's: customers and checkpoints.
+   * Zone-day runs read the campaign's counters of `timeZone`, its own.
    */
   sums(
     scope: string,
     points: readonly (readonly BucketRun[])[],
-    only?: "customers and checkpoints",
+    options?: { only?: "customers and checkpoints"; timeZone?: string },
   ): Promise<Map<string, number>[]>;
   /** For each span [from, to) in ms, the referrers with a referral created in it. */
   activeReferrers(scope: string, spans: readonly (readonly [number, number])[]): Promise<number[]>;
@@ -102,7 +105,7 @@ export function scopeKey(scope: string): number {
  * `MongoStats.watched`).
  */
 export const statsWatchers: Record<
-  "customers" | "referrals" | "checkpoints" | "rewardGrants",
+  "customers" | "referrals" | "checkpoints" | "rewardGrants" | "campaigns",
   (before: Document | null, after: Document, moves: StatsMoves) => void
 > = {
   customers: (before, after, moves) =>
@@ -113,4 +116,11 @@ export const statsWatchers: Record<
     moveCheckpointStats(before as CheckpointFacts | null, after as CheckpointFacts, moves),
   rewardGrants: (before, after, moves) =>
     moveGrantStats(before as GrantFacts | null, after as GrantFacts, moves),
+  campaigns: (before, after, moves) =>
+    moveCampaignStats(before as CampaignFacts | null, after as CampaignFacts, moves),
 };
+
+/** The scope a campaign's zone-day counters are kept under (see `zoneDay`). */
+export function zoneScope(scope: string, timeZone: string): string {
+  return `${scope}@${timeZone}`;
+}

@@ -472,3 +472,106 @@ test.serial("bad requests name the field and change nothing", async (t) => {
   });
   t.is(publicKey.status, 403);
 });
+
+test.serial(
+  "the live totals: at once, then after a conversion, over Server-Sent Events",
+  async (t) => {
+    const live = await campaign();
+    at("2026-09-01T10:00:00Z");
+    const response = await fetch(
+      `${server.baseUrl}/campaigns/${live.id}/stats/stream?from=2026-09-01&to=2026-10-01`,
+      { headers: { authorization: keys.secret } },
+    );
+    t.is(response.status, 200);
+    t.regex(response.headers.get("content-type") ?? "", /^text\/event-stream/);
+    const reader = (response.body as ReadableStream<Uint8Array>).getReader();
+    const decoder = new TextDecoder();
+    let buffered = "";
+    const nextEvent = async (): Promise<Json> => {
+      for (;;) {
+        const end = buffered.indexOf("\n\n");
+        if (end >= 0) {
+          const block = buffered.slice(0, end);
+          buffered = buffered.slice(end + 2);
+          const data = block.split("\n").find((line) => line.startsWith("data: "));
+          if (data) return JSON.parse(data.slice("data: ".length));
+          continue;
+        }
+        const { value, done } = await reader.read();
+        if (done) throw new Error("the stream ended");
+        buffered += decoder.decode(value, { stream: true });
+      }
+    };
+    const first = await nextEvent();
+    t.is(first.from, "2026-09-01T00:00:00Z");
+    t.is(first.totals.referralsReached.accepted, 0);
+    const referrer = await identify();
+    const referee = await identify();
+    await refer(live, referrer, referee);
+    await purchase(referee);
+    // Updates are coalesced: the one that shows the acceptance comes within a few.
+    let update = await nextEvent();
+    while (update.totals.referralsReached.accepted === 0) update = await nextEvent();
+    t.is(update.totals.referralsReached.accepted, 1);
+    t.is(update.totals.referralsCreated, 1);
+    await reader.cancel();
+  },
+);
+
+test.serial(
+  "the export: CSV with a header, quoted fields, filters, and erased customers left out",
+  async (t) => {
+    const exported = await campaign();
+    at("2026-09-10T10:00:00Z");
+    const referrer = await identify('=cmd|"quoted, with a comma"');
+    const kept = await identify();
+    const erased = await identify();
+    await refer(exported, referrer, kept);
+    await refer(exported, referrer, erased);
+    at("2026-09-10T11:00:00Z");
+    await purchase(kept);
+    expectOk(await secret("DELETE", `/customers/${erased.id}`));
+
+    const response = await fetch(
+      `${server.baseUrl}/referrals/export?campaignId=${exported.id}&environment=production`,
+      { headers: { authorization: keys.secret } },
+    );
+    t.is(response.status, 200);
+    t.is(response.headers.get("content-type"), "text/csv; charset=utf-8");
+    t.regex(
+      response.headers.get("content-disposition") ?? "",
+      /attachment; filename="referrals-production\.csv"/,
+    );
+    const text = await response.text();
+    const lines = text.split("\r\n");
+    t.is(lines.at(-1), "", "every record ends with CRLF");
+    t.is(
+      lines[0],
+      "id,campaignId,environment,status,createdAt,updatedAt,referrerId,referrerExternalUserId,refereeId,refereeExternalUserId,pendingAt,flaggedAt,acceptedAt,rejectedAt,reversedAt,suspectedFrauds",
+    );
+    t.is(lines.length, 3, "the header and one referral: the erased referee's is left out");
+    const fields = lines[1]?.split(",") ?? [];
+    t.is(fields[2], "production");
+    t.is(fields[3], "accepted");
+    t.is(fields[4], "2026-09-10T10:00:00.000Z");
+    // The formula-like external id: an apostrophe first, quoted, quotes doubled.
+    t.true(lines[1]?.includes(`"'=cmd|""quoted, with a comma"""`));
+    t.true(lines[1]?.endsWith(",2026-09-10T10:00:00.000Z,,2026-09-10T11:00:00.000Z,,,"));
+
+    const accepted = await fetch(
+      `${server.baseUrl}/referrals/export?campaignId=${exported.id}&status=pending`,
+      { headers: { authorization: keys.secret } },
+    );
+    t.is((await accepted.text()).split("\r\n").length, 2, "only the header: none is pending");
+    const later = await fetch(
+      `${server.baseUrl}/referrals/export?campaignId=${exported.id}&from=2026-09-11`,
+      { headers: { authorization: keys.secret } },
+    );
+    t.is((await later.text()).split("\r\n").length, 2);
+  },
+);
+
+test.serial("after everything above, the counters equal a recount of the records", async (t) => {
+  const result = await verify();
+  t.is(result.differenceCount, 0, JSON.stringify(result.differences));
+});

@@ -6,6 +6,7 @@ import { join } from "node:path";
 import test from "ava";
 import { findCustomerByExternalId } from "../../src/store/customers.js";
 import { StoreOpenError } from "../../src/store/sqlite.js";
+import { differencesOf, recountStats } from "../../src/store/stats-recount.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
 import { OpenApiMismatch, validatedFetch } from "../helpers/openapi.js";
 import { keys } from "../helpers/server.js";
@@ -109,6 +110,78 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
         if (!found) missing.push(externalUserId);
       }
       t.deepEqual(missing, [], `${acknowledged.length} acknowledged identifies`);
+    } finally {
+      await store.close();
+    }
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test("the program's counters equal a recount of the records after kill -9 under load", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-kill-stats-"));
+  try {
+    const { child, port } = await startService(dataDir);
+    const post = async (path: string, key: string, body: unknown) => {
+      const response = await fetch(`http://127.0.0.1:${port}${path}`, {
+        method: "POST",
+        headers: { authorization: key, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      });
+      return { status: response.status, body: (await response.json()) as Record<string, string> };
+    };
+    let conversions = 0;
+    let stopped = false;
+    // Each writer: a referrer, then referees referred and converted, until the process dies.
+    const writer = async (writerIndex: number) => {
+      try {
+        const referrer = await post("/customers/identify", keys.public, {
+          externalUserId: `referrer_${writerIndex}`,
+          name: "R",
+        });
+        for (let i = 0; !stopped; i++) {
+          const externalUserId = `referee_${writerIndex}_${i}`;
+          const referee = await post("/customers/identify", keys.public, {
+            externalUserId,
+            name: "E",
+          });
+          await post("/referrals", keys.public, {
+            referralCode: referrer.body.referralCode,
+            refereeId: referee.body.id,
+          });
+          const converted = await post("/checkpoints/ingest", keys.secret, {
+            name: "purchase",
+            externalUserId,
+            environment: "production",
+          });
+          if (converted.status === 201) conversions++;
+        }
+      } catch {
+        // The process is gone.
+      }
+    };
+    const writers = Array.from({ length: 6 }, (_, index) => writer(index));
+    await eventually("60 conversions", () => conversions >= 60, {
+      timeoutMs: 30_000,
+      intervalMs: 5,
+    }).catch((error: unknown) => {
+      child.kill("SIGKILL");
+      throw error;
+    });
+    const exited = once(child, "exit");
+    child.kill("SIGKILL");
+    stopped = true;
+    await Promise.all(writers);
+    await exited;
+
+    const { store, tenant } = await tenantOfDemo(dataDir);
+    try {
+      const { scopes, wanted, recordsRead } = await recountStats(
+        store.system,
+        tenant.applicationId,
+      );
+      t.true(recordsRead > 200, `${recordsRead} records`);
+      t.deepEqual(differencesOf(await store.stats.snapshot(scopes), wanted), []);
     } finally {
       await store.close();
     }

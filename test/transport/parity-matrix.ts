@@ -286,6 +286,45 @@ export async function parityMatrix(options: { tls: boolean }): Promise<void> {
       volatile: [...created, "campaignId", "deletedAt"],
       errors: { invalid_argument: { id: " " }, not_found: { id: "cmp_missing" } },
     },
+    GetCampaignStats: {
+      ok: () => ({ id: fixture.liveCampaignId, interval: "week", compare: "previous_period" }),
+      errors: {
+        invalid_argument: () => ({ id: fixture.liveCampaignId, timeZone: "Mars/Olympus" }),
+        not_found: { id: "cmp_missing" },
+      },
+    },
+    GetApplicationStats: {
+      ok: { interval: "month", timeZone: "Asia/Kathmandu" },
+      errors: { invalid_argument: { from: "2026-01-01T10:05:00Z" } },
+    },
+    ListTopReferrers: {
+      ok: () => ({ id: fixture.liveCampaignId, limit: 5 }),
+      errors: {
+        invalid_argument: () => ({ id: fixture.liveCampaignId, limit: 101 }),
+        not_found: { id: "cmp_missing" },
+      },
+    },
+    GetPublicLeaderboard: {
+      ok: () => ({ id: fixture.liveCampaignId }),
+      errors: {
+        invalid_argument: () => ({ id: fixture.liveCampaignId, limit: 0 }),
+        not_found: () => ({ id: fixture.campaignId }),
+      },
+    },
+    WatchCampaignStats: {
+      ok: () => ({ id: fixture.liveCampaignId }),
+      errors: {
+        invalid_argument: () => ({ id: fixture.liveCampaignId, timeZone: "Mars/Olympus" }),
+        not_found: { id: "cmp_missing" },
+      },
+    },
+    ExportReferrals: {
+      ok: { environment: "production" },
+      errors: {
+        invalid_argument: { from: "yesterday" },
+        not_found: { campaignId: "cmp_missing" },
+      },
+    },
   };
 
   /** The credential each kind of RPC takes, and one of the wrong kind with the code it gets. */
@@ -386,6 +425,15 @@ export async function parityMatrix(options: { tls: boolean }): Promise<void> {
       ok("CreateCampaign", { applicationId: application.id, campaign: parityCampaign }, keys.admin);
     fixture.campaignId = (await campaign()).id;
     fixture.liveCampaignId = (await ok("GetLiveCampaign", {}, keys.public)).id;
+    await ok(
+      "UpdateCampaign",
+      {
+        id: fixture.liveCampaignId,
+        campaign: { leaderboard: { public: true } },
+        updateMask: ["leaderboard"],
+      },
+      keys.admin,
+    );
 
     for (const protocol of wireProtocols) {
       await identify(`parity-pending-${protocol}`);
@@ -538,7 +586,10 @@ export async function parityMatrix(options: { tls: boolean }): Promise<void> {
   }
 
   for (const method of methods) {
-    if (!cases[method.name]) continue;
+    // A stream's request goes through the pipeline's one decoding step, as a
+    // unary call's does (streaming.test.ts sends it malformed); the typed
+    // clients these checks use call unary RPCs only.
+    if (!cases[method.name] || method.methodKind === "server_streaming") continue;
     const key = credentials[methodAccess(method)].own;
     const json = (extra: Request) => ({
       rest: (request: Request) => callJson(server, "rest", method, request, extra, key),
