@@ -37,6 +37,9 @@ ENV NODE_ENV=production \
 WORKDIR /app
 COPY --from=dependencies /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
+# The dashboard's page, script and styles, which tsc does not copy: beside
+# the compiled module, where src/transport/dashboard.ts looks first.
+COPY --from=build /app/src/transport/dashboard ./dist/src/transport/dashboard
 # Its "type": "module" makes Node load dist/ as ES modules, and its scripts
 # run the admin CLI from dist/ (`docker exec <container> npm run admin -- list-apps`:
 # with no src/ here, `preadmin` skips the build).

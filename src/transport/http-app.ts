@@ -1,6 +1,6 @@
 import { type ServerResponse, STATUS_CODES } from "node:http";
 import type { Duplex } from "node:stream";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code } from "@connectrpc/connect";
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
@@ -16,6 +16,7 @@ import type { Store } from "../store/store.js";
 import type { ClientAddressOf } from "./client-address.js";
 import { registerConnect } from "./connect.js";
 import { registerCors } from "./cors.js";
+import { registerDashboard } from "./dashboard.js";
 import { registerDocs } from "./docs.js";
 import {
   type ErrorLogger,
@@ -23,10 +24,11 @@ import {
   httpStatusOf,
   restErrorBody,
   restErrorText,
+  shuttingDownError,
   toConnectError,
 } from "./errors.js";
 import { registerOpenApi } from "./openapi.js";
-import type { Pipeline, ServiceRegistration } from "./pipeline.js";
+import { endStreams, type Pipeline, type ServiceRegistration } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
 import { type RegisteredRestRoute, registerRest } from "./rest/plugin.js";
 import { isRefusedByDrain } from "./server.js";
@@ -62,6 +64,13 @@ declare module "fastify" {
     /** The client's address for limits and logs (see `ClientAddressOf`). */
     readonly clientAddress: string;
   }
+  interface FastifyInstance {
+    /**
+     * The drain's first step: ends every stream the pipeline serves, on
+     * every protocol (gRPC's too), and opens no more (see `endStreams`).
+     */
+    endStreams(): void;
+  }
 }
 
 /**
@@ -95,12 +104,11 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
       });
     },
   });
+  app.decorate("endStreams", () => endStreams(options.pipeline));
   // A callback hook, not an async one: it runs on every request.
   app.addHook("onRequest", (request, _reply, done) => {
     if (!isRefusedByDrain(request.raw)) return done();
-    done(
-      new ConnectError("the service is shutting down: send the request again", Code.Unavailable),
-    );
+    done(shuttingDownError());
   });
   // Only the REST and Connect scopes read bodies, with parsers of their own;
   // without one here, a JSON body sent to no route is a 404, not a parse error.
@@ -128,6 +136,7 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   });
   registerOpenApi(app);
   await registerDocs(app);
+  registerDashboard(app);
 
   app.get("/metrics", async (request, reply) => {
     if (!options.metricsToken) {

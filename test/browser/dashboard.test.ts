@@ -1,0 +1,183 @@
+import test from "ava";
+import type { Page } from "playwright-core";
+import { dashboardContentSecurityPolicy } from "../../src/transport/dashboard.js";
+import { useBrowser, withPage } from "../helpers/browser.js";
+import { type Json, keys, rest, useServer } from "../helpers/server.js";
+
+const server = useServer();
+const browser = useBrowser();
+
+/** How long the page may take to show a change the API made. */
+const liveTimeoutMs = 8000;
+
+async function productionCampaign(): Promise<Json> {
+  const { body } = await rest(server, "GET", "/campaigns?environment=production", {
+    key: keys.secret,
+  });
+  return body.find((campaign: Json) => campaign.isDefault) ?? body[0];
+}
+
+let customers = 0;
+
+/** A referral created and converted through the REST API, as an integration would. */
+async function convertReferral(campaign: Json): Promise<void> {
+  customers += 1;
+  const identify = (externalUserId: string, name: string) =>
+    rest(server, "POST", "/customers/identify", {
+      key: keys.public,
+      body: { externalUserId, name },
+    }).then(({ status, body }) => {
+      if (status >= 300) throw new Error(`identify: ${status} ${JSON.stringify(body)}`);
+      return body;
+    });
+  const referrer = await identify(`referrer-${customers}`, `Referrer ${customers}`);
+  const referee = await identify(`referee-${customers}`, `Referee ${customers}`);
+  const referral = await rest(server, "POST", "/referrals", {
+    key: keys.public,
+    body: { campaignId: campaign.id, referralCode: referrer.referralCode, refereeId: referee.id },
+  });
+  if (referral.status >= 300) throw new Error(`referral: ${JSON.stringify(referral.body)}`);
+  const checkpoint = await rest(server, "POST", "/checkpoints/ingest", {
+    key: keys.secret,
+    body: {
+      name: campaign.proposedRewardTrigger,
+      externalUserId: referee.externalUserId,
+      environment: "production",
+    },
+  });
+  if (checkpoint.status >= 300) throw new Error(`checkpoint: ${JSON.stringify(checkpoint.body)}`);
+}
+
+/** Waits until an element's text is `expected`; the failure names the last text seen. */
+async function waitForText(page: Page, selector: string, expected: string): Promise<void> {
+  const exactly = new RegExp(`^${expected.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}$`);
+  try {
+    await page.locator(selector).filter({ hasText: exactly }).waitFor({ timeout: liveTimeoutMs });
+  } catch {
+    const seen = await page
+      .locator(selector)
+      .textContent({ timeout: 100 })
+      .catch(() => null);
+    throw new Error(`${selector} shows ${JSON.stringify(seen)}, not ${JSON.stringify(expected)}`);
+  }
+}
+
+async function openWithKey(page: Page, key: string) {
+  const response = await page.goto(`${server.baseUrl}/dashboard`);
+  await page.fill("#key", key);
+  await page.click("#controls button[type=submit]");
+  return response;
+}
+
+test.serial("the page and its assets come from this service with a strict CSP", async (t) => {
+  const expected = [
+    ["/dashboard", "text/html"],
+    ["/dashboard/dashboard.js", "text/javascript"],
+    ["/dashboard/dashboard.css", "text/css"],
+    ["/dashboard/uplot.js", "text/javascript"],
+    ["/dashboard/uplot.css", "text/css"],
+  ];
+  for (const [path, type] of expected) {
+    const response = await fetch(`${server.baseUrl}${path}`);
+    t.is(response.status, 200, path);
+    t.true(response.headers.get("content-type")?.startsWith(type), path);
+    t.is(response.headers.get("content-security-policy"), dashboardContentSecurityPolicy, path);
+    t.is(response.headers.get("cache-control"), "no-cache", path);
+    const etag = response.headers.get("etag") ?? "";
+    const again = await fetch(`${server.baseUrl}${path}`, { headers: { "if-none-match": etag } });
+    t.is(again.status, 304, path);
+  }
+  t.regex(dashboardContentSecurityPolicy, /script-src 'self'(;|$)/);
+  t.regex(dashboardContentSecurityPolicy, /connect-src 'self'(;|$)/);
+});
+
+test.serial("a wrong key and a public key are refused plainly on the page", async (t) => {
+  await withPage(t, browser, async (page) => {
+    await openWithKey(page, "sk_not_a_key_of_this_service");
+    await page.locator("#error", { hasText: "401" }).waitFor({ timeout: liveTimeoutMs });
+    await page.fill("#key", keys.public);
+    await page.click("#controls button[type=submit]");
+    await page.locator("#error", { hasText: "public key" }).waitFor({ timeout: liveTimeoutMs });
+    t.true(await page.locator("#report").isHidden());
+  });
+});
+
+test.serial(
+  "the funnel shows the API's numbers and follows a conversion live, without a reload",
+  async (t) => {
+    const campaign = await productionCampaign();
+    // Numbers other than zero before the page opens, so a match means something.
+    await convertReferral(campaign);
+    const origin = new URL(server.baseUrl).origin;
+    await withPage(t, browser, async (page) => {
+      const requested: string[] = [];
+      page.on("request", (request) => requested.push(request.url()));
+      // A CSP violation is a console error: none may occur.
+      const problems: string[] = [];
+      page.on("console", (message) => {
+        if (message.type() === "error") problems.push(message.text());
+      });
+      page.on("pageerror", (error) => problems.push(error.message));
+      let navigations = 0;
+      page.on("framenavigated", (frame) => {
+        if (frame === page.mainFrame()) navigations += 1;
+      });
+
+      const response = await openWithKey(page, keys.secret);
+      t.is(response?.headers()["content-security-policy"], dashboardContentSecurityPolicy);
+      await page.locator(`#campaign option[value="${campaign.id}"]`).waitFor({ state: "attached" });
+      await page.selectOption("#campaign", campaign.id);
+
+      // The page's default period is the API's default: 30 days ending today.
+      const { body } = await rest(
+        server,
+        "GET",
+        `/campaigns/${campaign.id}/stats?environment=production&interval=day`,
+        { key: keys.secret },
+      );
+      const totals = body.report.totals;
+      const rewarded = totals.rewards.reduce(
+        (sum: number, reward: Json) => sum + reward.approved.count + reward.fulfilled.count,
+        0,
+      );
+      t.true(totals.referralsReached.accepted >= 1);
+      await waitForText(page, "#funnel-identified", String(totals.customersIdentified));
+      await waitForText(page, "#funnel-referred", String(totals.referralsCreated));
+      await waitForText(page, "#funnel-converted", String(totals.referralsReached.accepted));
+      await waitForText(page, "#funnel-rewarded", String(rewarded));
+      const { numerator, denominator } = totals.conversionRate;
+      t.true(
+        (await page.locator("#funnel-converted-ratio").textContent())?.includes(
+          `(${numerator} / ${denominator})`,
+        ),
+      );
+      await page.locator("#series-chart canvas").waitFor();
+      await page.locator("#leaderboard tr").first().waitFor();
+
+      // Live: the stream moves the funnel; the page is not loaded again.
+      await page.locator("#live[data-mode=on]").waitFor({ timeout: liveTimeoutMs });
+      const before = navigations;
+      await convertReferral(campaign);
+      await waitForText(page, "#funnel-converted", String(totals.referralsReached.accepted + 1));
+      await waitForText(page, "#funnel-referred", String(totals.referralsCreated + 1));
+      t.is(navigations, before);
+
+      // The key stays in the tab: not in localStorage, a cookie or any URL.
+      const stored = await page.evaluate(() => ({
+        local: JSON.stringify({ ...localStorage }),
+        session: JSON.stringify({ ...sessionStorage }),
+      }));
+      t.false(stored.local.includes(keys.secret));
+      t.true(stored.session.includes(keys.secret));
+      const cookies = await page.context().cookies();
+      t.false(JSON.stringify(cookies).includes(keys.secret));
+      t.false(page.url().includes(keys.secret));
+      for (const url of requested) {
+        t.false(url.includes(keys.secret), url);
+        if (!url.startsWith("data:")) t.is(new URL(url).origin, origin, url);
+      }
+      t.true(requested.some((url) => url.includes("/stats/stream")));
+      t.deepEqual(problems, []);
+    });
+  },
+);
