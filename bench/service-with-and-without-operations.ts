@@ -1,6 +1,6 @@
 /**
  * The service as `npm start` builds it on `PORT`, the same service without
- * its operations steps (see `service-without-operations.ts`) on
+ * its operations steps (see `service-variant.ts`) on
  * `PORT_WITHOUT_OPERATIONS`, and that one again with a step that only burns
  * `CALIBRATION_MICROS` of CPU before each call goes on, on
  * `PORT_CALIBRATION`: in one process, each on its own store (`DATA_DIR`,

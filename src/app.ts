@@ -77,12 +77,17 @@ export async function buildApp(
      */
     registrations?: (standard: ServiceRegistration[]) => ServiceRegistration[];
     /**
-     * Bench-only (`bench/service-without-operations.ts`): false leaves out
+     * Bench-only (`bench/service-variant.ts without-operations`): false leaves out
      * the operations steps around each call (request log, metrics, rate
      * limits, idempotency keys) and the store's timings, to measure what
      * they cost. `npm start` always runs them.
      */
     operations?: boolean;
+    /**
+     * Bench-only (`bench/service-variant.ts without-stats`): false keeps no program
+     * counters, to measure what keeping them costs the writes.
+     */
+    keepStats?: boolean;
   } = {},
 ): Promise<App> {
   const clock = options.clock ?? (() => new Date());
@@ -92,6 +97,7 @@ export async function buildApp(
   const store = await openStore(config.store, {
     observe: operations ? metrics.observeStore : undefined,
     eventRetentionMs: config.eventRetentionMs,
+    keepStats: options.keepStats ?? true,
   });
   let webhooks: WebhookRuntime | undefined;
   let retention: RetentionSweep | undefined;

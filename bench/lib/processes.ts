@@ -40,10 +40,10 @@ export interface ServiceProcess {
 /**
  * Which service: `npm start`'s (`deployed`), or the same compiled service
  * built without its operations steps (request log, metrics, rate limits,
- * idempotency keys; `bench/service-without-operations.ts`), to measure what
- * those cost.
+ * idempotency keys) or without its program counters (`bench/service-variant.ts`),
+ * to measure what those cost.
  */
-export type ServiceVariant = "deployed" | "without-operations";
+export type ServiceVariant = "deployed" | "without-operations" | "without-stats";
 
 // Seeding 1M customers then starting on them takes minutes, not seconds.
 const readyTimeoutMs = 15 * 60_000;
@@ -82,7 +82,7 @@ export async function startService(
   const entry =
     variant === "deployed"
       ? ["dist/src/main.js"]
-      : ["--import", "tsx", "bench/service-without-operations.ts"];
+      : ["--import", "tsx", "bench/service-variant.ts", variant];
   const port = await freePort();
   const [service] = await spawnService(entry, [port], { ...env, DATA_DIR: dataDir });
   return service as ServiceProcess;
@@ -92,7 +92,10 @@ export async function startService(
 export const calibrationMicros = 4;
 
 /** The shared process's services: both variants, and the calibration service. */
-export type SharedServices = Record<ServiceVariant | "calibration", ServiceProcess>;
+export type SharedServices = Record<OperationsVariant | "calibration", ServiceProcess>;
+
+/** The variants the operations suite compares in one process. */
+export type OperationsVariant = Exclude<ServiceVariant, "without-stats">;
 
 /**
  * Both variants in one process (`bench/service-with-and-without-operations.ts`),

@@ -7,8 +7,8 @@ import { type LoadResult, medianResult, withServiceCpu } from "../lib/measure.js
 import { selected } from "../lib/options.js";
 import {
   calibrationMicros,
+  type OperationsVariant,
   type ServiceProcess,
-  type ServiceVariant,
   type SharedServices,
   startService,
   startSharedServices,
@@ -69,7 +69,7 @@ const writes: readonly { kind: WriteKind; protocols: readonly Protocol[] }[] = [
   { kind: "identify-new", protocols: ["rest", "grpc"] },
 ];
 
-const variants: readonly ServiceVariant[] = ["without-operations", "deployed"];
+const variants: readonly OperationsVariant[] = ["without-operations", "deployed"];
 
 /** What each kind of run loads, in the first repeat's order. */
 const measuredIn: Record<VariantProcesses, readonly Measured[]> = {

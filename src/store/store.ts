@@ -94,13 +94,22 @@ const collectionNames: readonly CollectionName[] = [
  */
 export async function openStore(
   config: StoreConfig,
-  options: { observe?: OperationObserver; eventRetentionMs?: number } = {},
+  options: {
+    observe?: OperationObserver;
+    eventRetentionMs?: number;
+    /**
+     * Bench-only: false keeps no program counters (InsightsService reads
+     * zeros), to measure what keeping them costs the writes.
+     */
+    keepStats?: boolean;
+  } = {},
 ): Promise<Store> {
   const retentionMs = options.eventRetentionMs ?? defaultEventRetentionMs;
+  const keepStats = options.keepStats ?? true;
   if ("mongodbUri" in config) {
-    return withIndexes(await openMongo(config, options.observe), retentionMs);
+    return withIndexes(await openMongo(config, options.observe, keepStats), retentionMs);
   }
-  const { store, database } = openEmbedded(config, options.observe);
+  const { store, database } = openEmbedded(config, options.observe, keepStats);
   await withIndexes(store, retentionMs);
   // The planner's statistics, now that every index exists.
   database.declareStatistics();
@@ -140,6 +149,7 @@ async function withIndexes(store: Store, retentionMs: number): Promise<Store> {
 async function openMongo(
   config: { mongodbUri: string; mongodbDb: string },
   observe: OperationObserver | undefined,
+  keepStats: boolean,
 ): Promise<Store> {
   const client = new MongoClient(config.mongodbUri, {
     serverSelectionTimeoutMS: mongoServerSelectionTimeoutMs,
@@ -151,7 +161,7 @@ async function openMongo(
   );
   const stats = new MongoStats(client, db, await supportsTransactions(db));
   await stats.createIndexes();
-  for (const [name, watcher] of Object.entries(statsWatchers)) {
+  for (const [name, watcher] of Object.entries(keepStats ? statsWatchers : {})) {
     const raw = db.collection<Document>(name);
     collections[name] = stats.watched(raw, raw, watcher);
   }
@@ -174,6 +184,7 @@ async function openMongo(
 function openEmbedded(
   config: { dataDir: string; synchronous?: SqliteSynchronous },
   observe: OperationObserver | undefined,
+  keepStats: boolean,
 ): {
   store: Store;
   database: SqliteDatabase;
@@ -193,7 +204,7 @@ function openEmbedded(
       for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
     }
     const stats = new EmbeddedStats(db);
-    for (const [name, watcher] of Object.entries(statsWatchers)) {
+    for (const [name, watcher] of Object.entries(keepStats ? statsWatchers : {})) {
       collections[name as CollectionName].watch((before, after) =>
         watcher(before, after, stats.moves),
       );
