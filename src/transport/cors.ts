@@ -12,7 +12,8 @@ const serviceRequestHeaders = ["authorization", idempotencyKeyHeader, "x-request
 
 /**
  * The response headers the pipeline writes (request-log.ts, rate-limit.ts,
- * idempotency.ts), which a page can read only when they are exposed.
+ * idempotency.ts) and an export's file name (ExportReferrals), which a page
+ * can read only when they are exposed.
  */
 const serviceResponseHeaders = [
   "x-request-id",
@@ -20,6 +21,7 @@ const serviceResponseHeaders = [
   "ratelimit-policy",
   "retry-after",
   idempotentReplayedHeader,
+  "content-disposition",
 ];
 
 /** Chromium caps a cached preflight at two hours; longer would only be cut. */

@@ -158,8 +158,13 @@ test("every header the service adds to a response is exposed to pages", async (t
       headers: { origin: pageOrigin, "content-type": "application/json" },
       body: "{}",
     });
+    // An export names its file (Content-Disposition).
+    const exported = await fetch(`${limited.baseUrl}/referrals/export`, {
+      headers: { origin: pageOrigin, authorization: keys.secret },
+    });
+    await exported.text();
     const seen = new Set<string>();
-    for (const response of [...responses, connectCall]) {
+    for (const response of [...responses, connectCall, exported]) {
       const exposed = listOf(response.headers, "access-control-expose-headers");
       for (const [name] of response.headers) {
         if (readableAnyway.has(name) || name.startsWith("access-control-")) continue;
@@ -167,7 +172,13 @@ test("every header the service adds to a response is exposed to pages", async (t
         t.true(exposed.includes(name), `${name} is sent but not exposed`);
       }
     }
-    for (const name of ["idempotent-replayed", "retry-after", "ratelimit", "x-request-id"]) {
+    for (const name of [
+      "idempotent-replayed",
+      "retry-after",
+      "ratelimit",
+      "x-request-id",
+      "content-disposition",
+    ]) {
       t.true(seen.has(name), `no response carried ${name}`);
     }
     const exposed = listOf(connectCall.headers, "access-control-expose-headers");
