@@ -33,7 +33,12 @@ import { getComments } from "@bufbuild/protoplugin";
 import { Code } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import { Access } from "../gen/referral/v1/options_pb.js";
-import { enumWords, methodAccess, restSuccessStatus } from "../src/contract/options.js";
+import {
+  enumWords,
+  methodAccess,
+  restContentType,
+  restSuccessStatus,
+} from "../src/contract/options.js";
 import { toPlain, valueKindOf } from "../src/contract/plain-codec.js";
 import {
   idempotencyKeyHeader,
@@ -327,8 +332,16 @@ function operationOf(
 
   const status = String(restSuccessStatus(method));
   const success: Json = { description: successDescription(method, route, comments) };
-  const responseSchema = schemas.responseBody(method, route);
-  if (responseSchema) success.content = { "application/json": { schema: responseSchema } };
+  if (method.methodKind === "server_streaming") {
+    success.content = streamContentOf(method);
+    // HttpBody's own comment is googleapis' essay on the type.
+    if (method.output.typeName === "google.api.HttpBody") {
+      success.description = "The body, streamed as it is made.";
+    }
+  } else {
+    const responseSchema = schemas.responseBody(method, route);
+    if (responseSchema) success.content = { "application/json": { schema: responseSchema } };
+  }
   if (write) {
     success.headers = {
       [idempotentReplayedName]: {
@@ -791,4 +804,24 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const output = process.argv[2] ?? join(root, openApiPath);
   mkdirSync(dirname(output), { recursive: true });
   writeFileSync(output, formatOpenApiDocument(await buildOpenApiDocument()));
+}
+
+/**
+ * A server-streaming RPC's REST body: a `google.api.HttpBody` stream's bytes
+ * in its declared media type, any other stream as Server-Sent Events whose
+ * `data:` lines are its messages' JSON.
+ */
+function streamContentOf(method: DescMethod): Json {
+  if (method.output.typeName === "google.api.HttpBody") {
+    const type = restContentType(method) ?? "application/octet-stream";
+    return { [type]: { schema: { type: "string" } } };
+  }
+  return {
+    "text/event-stream": {
+      schema: {
+        type: "string",
+        description: `Server-Sent Events: each \`data:\` line is a ${method.output.name} as JSON (#/components/schemas/${method.output.name}); a comment line every 15 s; an \`error\` event then the end when the stream fails after it started.`,
+      },
+    },
+  };
 }

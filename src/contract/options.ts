@@ -2,6 +2,7 @@ import { type DescEnum, type DescField, type DescMethod, getOption } from "@bufb
 import {
   Access,
   access,
+  rest_content_type,
   rest_name,
   rest_omit_when_unset,
   rest_success_status,
@@ -26,6 +27,11 @@ export function methodAccess(method: DescMethod): Access {
 /** The HTTP status of a successful REST call, from `(referral.v1.rest_success_status)`. */
 export function restSuccessStatus(method: DescMethod): number {
   return getOption(method, rest_success_status) || 200;
+}
+
+/** The media type of a streamed body on REST, from `(referral.v1.rest_content_type)`. */
+export function restContentType(method: DescMethod): string | undefined {
+  return getOption(method, rest_content_type) || undefined;
 }
 
 /**

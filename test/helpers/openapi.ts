@@ -159,6 +159,15 @@ export function checkRestResponse(exchange: RestExchange): void {
     responsePointer = response.$ref.slice(1);
     response = resolve(responsePointer) as ResponseObject;
   }
+  const streamed = Object.keys(response.content ?? {}).find((type) => type !== "application/json");
+  if (streamed) {
+    // A stream's body: Server-Sent Events or a file, in the media type the document names.
+    const mediaType = exchange.contentType?.split(";")[0]?.trim();
+    if (mediaType !== streamed) {
+      throw new OpenApiMismatch(`${where} as ${exchange.contentType}, not ${streamed}`);
+    }
+    return;
+  }
   if (!response.content?.["application/json"]) {
     if (exchange.body !== "") {
       throw new OpenApiMismatch(`${where} with a body where the document has none`);

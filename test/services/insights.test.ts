@@ -571,6 +571,40 @@ test.serial(
   },
 );
 
+test.serial("a campaign that changes its time zone counts its days in the new one", async (t) => {
+  const moving = await campaign({ timeZone: "UTC" });
+  const referrer = await identify();
+  for (const instant of ["2026-10-01T17:00:00Z", "2026-10-01T19:00:00Z", "2026-10-02T03:00:00Z"]) {
+    at(instant);
+    await refer(moving, referrer, await identify());
+  }
+  const path = `/campaigns/${moving.id}/stats?from=2026-10-01&to=2026-10-04&timeZone=Asia/Kolkata`;
+  const days = async () =>
+    (await secret("GET", path)).body.report.series.map((point: Json) => [
+      point.from,
+      point.stats.referralsCreated,
+    ]);
+  // Read from UTC counters while Kolkata is not the campaign's zone.
+  const before = await days();
+  t.deepEqual(before, [
+    ["2026-10-01T00:00:00+05:30", 1],
+    ["2026-10-02T00:00:00+05:30", 2],
+    ["2026-10-03T00:00:00+05:30", 0],
+  ]);
+  expectOk(
+    await rest(server, "PATCH", `/admin/campaigns/${moving.id}?updateMask=timeZone`, {
+      key: keys.admin,
+      body: { timeZone: "Asia/Kolkata" },
+    }),
+  );
+  // Now from its zone-day counters, built again for Kolkata.
+  t.deepEqual(await days(), before);
+  at("2026-10-03T10:00:00Z");
+  await refer(moving, referrer, await identify());
+  const after = await days();
+  t.deepEqual(after[2], ["2026-10-03T00:00:00+05:30", 1]);
+});
+
 test.serial("after everything above, the counters equal a recount of the records", async (t) => {
   const result = await verify();
   t.is(result.differenceCount, 0, JSON.stringify(result.differences));

@@ -330,6 +330,8 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
     leaderboard: { public: true },
   });
   await call("GET", `/campaigns/${campaign.id}/leaderboard/public`, keys.public);
+  await call("GET", `/referrals/export?environment=test&campaignId=${campaign.id}`, sk);
+  await call("GET", "/referrals/export?environment=test&status=accepted&from=2020-01-01", sk);
   await call(
     "POST",
     `/admin/applications/${server.app.demo?.applicationId}/stats/verify`,

@@ -11,7 +11,7 @@ import { file_google_protobuf_descriptor } from "@bufbuild/protobuf/wkt";
  * Describes the file referral/v1/options.proto.
  */
 export const file_referral_v1_options: GenFile = /*@__PURE__*/
-  fileDesc("ChlyZWZlcnJhbC92MS9vcHRpb25zLnByb3RvEgtyZWZlcnJhbC52MSpYCgZBY2Nlc3MSFgoSQUNDRVNTX1VOU1BFQ0lGSUVEEAASEQoNQUNDRVNTX1BVQkxJQxABEhEKDUFDQ0VTU19TRUNSRVQQAhIQCgxBQ0NFU1NfQURNSU4QAzpNCgZhY2Nlc3MSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi4jgMgASgOMhMucmVmZXJyYWwudjEuQWNjZXNzUgZhY2Nlc3M6UAoTcmVzdF9zdWNjZXNzX3N0YXR1cxIeLmdvb2dsZS5wcm90b2J1Zi5NZXRob2RPcHRpb25zGLmOAyABKAVSEXJlc3RTdWNjZXNzU3RhdHVzOkAKCXJlc3RfbmFtZRIhLmdvb2dsZS5wcm90b2J1Zi5FbnVtVmFsdWVPcHRpb25zGLiOAyABKAlSCHJlc3ROYW1lOlAKFHJlc3Rfb21pdF93aGVuX3Vuc2V0Eh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi4jgMgASgIUhFyZXN0T21pdFdoZW5VbnNldGIGcHJvdG8z", [file_google_protobuf_descriptor]);
+  fileDesc("ChlyZWZlcnJhbC92MS9vcHRpb25zLnByb3RvEgtyZWZlcnJhbC52MSpYCgZBY2Nlc3MSFgoSQUNDRVNTX1VOU1BFQ0lGSUVEEAASEQoNQUNDRVNTX1BVQkxJQxABEhEKDUFDQ0VTU19TRUNSRVQQAhIQCgxBQ0NFU1NfQURNSU4QAzpNCgZhY2Nlc3MSHi5nb29nbGUucHJvdG9idWYuTWV0aG9kT3B0aW9ucxi4jgMgASgOMhMucmVmZXJyYWwudjEuQWNjZXNzUgZhY2Nlc3M6UAoTcmVzdF9zdWNjZXNzX3N0YXR1cxIeLmdvb2dsZS5wcm90b2J1Zi5NZXRob2RPcHRpb25zGLmOAyABKAVSEXJlc3RTdWNjZXNzU3RhdHVzOkwKEXJlc3RfY29udGVudF90eXBlEh4uZ29vZ2xlLnByb3RvYnVmLk1ldGhvZE9wdGlvbnMYuo4DIAEoCVIPcmVzdENvbnRlbnRUeXBlOkAKCXJlc3RfbmFtZRIhLmdvb2dsZS5wcm90b2J1Zi5FbnVtVmFsdWVPcHRpb25zGLiOAyABKAlSCHJlc3ROYW1lOlAKFHJlc3Rfb21pdF93aGVuX3Vuc2V0Eh0uZ29vZ2xlLnByb3RvYnVmLkZpZWxkT3B0aW9ucxi4jgMgASgIUhFyZXN0T21pdFdoZW5VbnNldGIGcHJvdG8z", [file_google_protobuf_descriptor]);
 
 /**
  * Access names the kind of credential an RPC accepts. The transports read it
@@ -72,13 +72,22 @@ export const rest_success_status: GenExtension<MethodOptions, number> = /*@__PUR
   extDesc(file_referral_v1_options, 1);
 
 /**
+ * The media type of a google.api.HttpBody stream's body on the REST path
+ * (for example "text/csv"), as the OpenAPI document describes it.
+ *
+ * @generated from extension: string rest_content_type = 51002;
+ */
+export const rest_content_type: GenExtension<MethodOptions, string> = /*@__PURE__*/
+  extDesc(file_referral_v1_options, 2);
+
+/**
  * The word REST uses for the value where it is not simply the lowercase
  * suffix after the enum's prefix (for example "referrer:reward").
  *
  * @generated from extension: string rest_name = 51000;
  */
 export const rest_name: GenExtension<EnumValueOptions, string> = /*@__PURE__*/
-  extDesc(file_referral_v1_options, 2);
+  extDesc(file_referral_v1_options, 3);
 
 /**
  * REST leaves the field out when it is unset instead of writing null.
@@ -86,5 +95,5 @@ export const rest_name: GenExtension<EnumValueOptions, string> = /*@__PURE__*/
  * @generated from extension: bool rest_omit_when_unset = 51000;
  */
 export const rest_omit_when_unset: GenExtension<FieldOptions, boolean> = /*@__PURE__*/
-  extDesc(file_referral_v1_options, 3);
+  extDesc(file_referral_v1_options, 4);
 
