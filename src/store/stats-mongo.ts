@@ -137,8 +137,28 @@ export class MongoStats implements StatsStore {
       if (outcome.scopes.size > 0) for (const listener of this.listeners) listener(outcome.scopes);
       return outcome.result;
     };
-    const byId = (after: Document | null, session: ClientSession | undefined) =>
-      after ? raw.findOne({ _id: after._id } as Filter<T>, { session }) : null;
+    // The document before and after one update (or upsert), read in the session.
+    const updateFirst = async (
+      filter: Filter<T>,
+      update: UpdateFilter<T>,
+      options: { upsert?: boolean; sort?: FindOneAndUpdateOptions["sort"] },
+      session: ClientSession | undefined,
+    ) => {
+      const found = await raw.findOneAndUpdate(filter, update, {
+        ...(options.upsert ? { upsert: true } : {}),
+        ...(options.sort ? { sort: options.sort } : {}),
+        session,
+        returnDocument: "before",
+        includeResultMetadata: true,
+      });
+      const upserted = found.lastErrorObject?.upserted as unknown;
+      const before = (found.value as Document | null) ?? null;
+      const id = before?._id ?? upserted;
+      const after =
+        id === undefined ? null : await raw.findOne({ _id: id } as Filter<T>, { session });
+      const pairs: [Document | null, Document][] = after ? [[upserted ? null : before, after]] : [];
+      return { before, upserted, after, pairs };
+    };
     return {
       ...bindAll(collection),
       insertOne: (doc) =>
@@ -157,15 +177,7 @@ export class MongoStats implements StatsStore {
       },
       updateOne: (filter, update, options: UpdateOptions = {}) =>
         change(async (session) => {
-          const found = await raw.findOneAndUpdate(filter, update, {
-            ...(options.upsert ? { upsert: true } : {}),
-            session,
-            returnDocument: "before",
-            includeResultMetadata: true,
-          });
-          const upserted = found.lastErrorObject?.upserted as unknown;
-          const before = found.value as Document | null;
-          const after = await byId(before ?? (upserted ? { _id: upserted } : null), session);
+          const { before, upserted, pairs } = await updateFirst(filter, update, options, session);
           return {
             result: {
               acknowledged: true,
@@ -174,24 +186,18 @@ export class MongoStats implements StatsStore {
               upsertedCount: upserted ? 1 : 0,
               upsertedId: (upserted ?? null) as never,
             },
-            pairs: after ? [[upserted ? null : before, after]] : [],
+            pairs,
           };
         }),
       findOneAndUpdate: (filter, update, options: FindOneAndUpdateOptions) =>
         change(async (session) => {
-          const found = await raw.findOneAndUpdate(filter, update as UpdateFilter<T>, {
-            ...options,
+          const { after, pairs } = await updateFirst(
+            filter,
+            update as UpdateFilter<T>,
+            options,
             session,
-            returnDocument: "before",
-            includeResultMetadata: true,
-          });
-          const upserted = found.lastErrorObject?.upserted as unknown;
-          const before = found.value as Document | null;
-          const after = await byId(before ?? (upserted ? { _id: upserted } : null), session);
-          return {
-            result: after as never,
-            pairs: after ? [[upserted ? null : before, after]] : [],
-          };
+          );
+          return { result: after as never, pairs };
         }),
       updateMany: (filter, update) =>
         change(async (session) => {

@@ -234,8 +234,8 @@ function unwrapperOf(route: HttpRoute): (body: Json) => Json {
   return (body) => (route.responseBody ? body[route.responseBody.jsonName] : body);
 }
 
-/** A gRPC-Web transport over HTTP/1.1 or cleartext HTTP/2 that sends `key`, when given. */
-function grpcWebTransport(
+/** A gRPC-Web transport over HTTP/1.1 or HTTP/2 that sends `key`, when given. */
+export function grpcWebTransport(
   server: TestServer,
   key: string | undefined,
   httpVersion: HttpVersion,

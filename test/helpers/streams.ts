@@ -1,15 +1,13 @@
 import { create, type DescMethod, fromBinary, type Message, toBinary } from "@bufbuild/protobuf";
-import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
-import { createGrpcWebTransport } from "@connectrpc/connect-node";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
 import type { HttpBody } from "../../gen/google/api/httpbody_pb.js";
 import { fromPlain, toPlain } from "../../src/contract/plain-codec.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
-import { type WireProtocol, wireOf } from "./callers.js";
+import { grpcWebTransport, type WireProtocol, wireOf } from "./callers.js";
 import {
   connectClient,
   type HttpVersion,
-  http2SessionOf,
   httpFetch,
   type Json,
   type TestServer,
@@ -126,29 +124,6 @@ export function grpcStream(
     });
   });
   return Object.assign(ended, { cancel: () => stream.cancel() });
-}
-
-/** A gRPC-Web transport over HTTP/1.1 or HTTP/2 that sends `key`, when given. */
-export function grpcWebTransport(
-  server: TestServer,
-  key: string | undefined,
-  httpVersion: HttpVersion,
-): Transport {
-  return createGrpcWebTransport({
-    baseUrl: server.baseUrl,
-    ...(httpVersion === "2"
-      ? { httpVersion: "2", sessionManager: http2SessionOf(server) }
-      : { httpVersion: "1.1", ...(server.ca ? { nodeOptions: { ca: server.ca } } : {}) }),
-    interceptors:
-      key === undefined
-        ? []
-        : [
-            (next) => (request) => {
-              request.header.set("authorization", key);
-              return next(request);
-            },
-          ],
-  });
 }
 
 /** The REST path and query of a GET route's request: path variables, then the rest as query parameters. */

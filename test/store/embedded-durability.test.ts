@@ -57,6 +57,21 @@ function startService(dataDir: string): Promise<{ child: ChildProcess; port: num
   });
 }
 
+/**
+ * Kills the service with SIGKILL once `ready` holds (or when it never does,
+ * failing the test); resolves with the exit, which reaps it, so its lock on
+ * the directory is seen to be stale.
+ */
+async function killOnce(child: ChildProcess, what: string, ready: () => boolean) {
+  await eventually(what, ready, { timeoutMs: 30_000, intervalMs: 5 }).catch((error: unknown) => {
+    child.kill("SIGKILL");
+    throw error;
+  });
+  const exited = once(child, "exit");
+  child.kill("SIGKILL");
+  return exited;
+}
+
 test("every acknowledged write survives kill -9 in the middle of a write burst", async (t) => {
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-kill-"));
   try {
@@ -82,15 +97,11 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
     };
     const writers = Array.from({ length: 8 }, writer);
     // Kill once writes are flowing, with requests in flight.
-    await eventually("300 acknowledged writes", () => acknowledged.length >= 300 || !!mismatch, {
-      timeoutMs: 30_000,
-      intervalMs: 5,
-    }).catch((error: unknown) => {
-      child.kill("SIGKILL");
-      throw error;
-    });
-    const exited = once(child, "exit");
-    child.kill("SIGKILL");
+    const exited = await killOnce(
+      child,
+      "300 acknowledged writes",
+      () => acknowledged.length >= 300 || !!mismatch,
+    );
     await Promise.all(writers);
     if (mismatch) throw mismatch;
     // Reaped, so its lock on the directory is seen to be stale.
@@ -161,15 +172,7 @@ test("the program's counters equal a recount of the records after kill -9 under 
       }
     };
     const writers = Array.from({ length: 6 }, (_, index) => writer(index));
-    await eventually("60 conversions", () => conversions >= 60, {
-      timeoutMs: 30_000,
-      intervalMs: 5,
-    }).catch((error: unknown) => {
-      child.kill("SIGKILL");
-      throw error;
-    });
-    const exited = once(child, "exit");
-    child.kill("SIGKILL");
+    const exited = await killOnce(child, "60 conversions", () => conversions >= 60);
     stopped = true;
     await Promise.all(writers);
     await exited;

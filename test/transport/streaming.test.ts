@@ -18,7 +18,7 @@ import { buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
 import { register } from "../../src/transport/pipeline.js";
 import { writeEvents } from "../../src/transport/rest/streams.js";
-import { type WireProtocol, wireProtocols } from "../helpers/callers.js";
+import { grpcWebTransport, type WireProtocol, wireProtocols } from "../helpers/callers.js";
 import {
   closeGrpcClient,
   connectClient,
@@ -33,7 +33,6 @@ import {
   callStream,
   eventsOf,
   grpcStream,
-  grpcWebTransport,
   restPathOf,
   type StreamOutcome,
 } from "../helpers/streams.js";

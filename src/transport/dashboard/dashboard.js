@@ -690,10 +690,7 @@ async function loadCampaigns() {
   try {
     campaigns = await api(`/campaigns?${new URLSearchParams({ environment })}`, signal);
   } catch (error) {
-    if (signal.aborted) return;
-    showError(error);
-    setLive("Not connected");
-    hideReport();
+    failedToLoad(error, signal);
     return;
   }
   const previous = select.value;
@@ -722,6 +719,14 @@ async function loadCampaigns() {
   await loadReport();
 }
 
+/** A load that failed: said on the page, unless a newer selection cancelled it. */
+function failedToLoad(error, signal) {
+  if (signal.aborted) return;
+  showError(error);
+  setLive("Not connected");
+  hideReport();
+}
+
 async function loadReport() {
   const campaign = selectedCampaign();
   if (!campaign) return;
@@ -748,10 +753,7 @@ async function loadReport() {
       api(leaderboardPath, signal),
     ]);
   } catch (error) {
-    if (signal.aborted) return;
-    showError(error);
-    setLive("Not connected");
-    hideReport();
+    failedToLoad(error, signal);
     return;
   }
   const report = stats.report;
