@@ -55,6 +55,9 @@ export function startupBanner(input: BannerInput): string {
   } else {
     lines.push("Using existing data: the API keys were printed on the first start.");
   }
+  lines.push(
+    `How the program performs, live: ${scheme}://${address}/dashboard (paste a secret key)`,
+  );
   if (!input.adminEnabled) {
     lines.push("", "Admin API disabled; set ADMIN_TOKEN to enable it (and `npm run admin`).");
   }

@@ -61,6 +61,7 @@ test("the port in use: one line naming PORT, and no demo keys created until a st
   t.regex(next.stdout, /First start: provisioned/);
   t.regex(next.stdout, /secret key: sk_[\w-]{43}\n/);
   t.regex(next.stdout, /public key: pk_[\w-]{43}\n/);
+  t.regex(next.stdout, /live: http:\/\/127\.0\.0\.1:\d+\/dashboard \(paste a secret key\)/);
 });
 
 test("demo keys given by the environment are named, not printed", async (t) => {
