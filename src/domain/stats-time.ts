@@ -1,4 +1,4 @@
-import { DateTime, type DurationLikeObject, IANAZone } from "luxon";
+import { DateTime, IANAZone } from "luxon";
 
 /**
  * The calendar of the program's numbers. Counters are kept per UTC quarter
@@ -37,41 +37,111 @@ export interface BucketRun {
   readonly to: number;
 }
 
-const zones = new Map<string, IANAZone>();
+/** Per zone, its UTC offset in minutes by quarter hour (offsets change on quarter hours). */
+const offsets = new Map<string, { zone: IANAZone; byQuarter: Map<number, number> }>();
+
+/**
+ * A zone's UTC offset at an instant, in minutes. Luxon asks Intl for it
+ * each time (about 10 µs); a write's counters ask for every campaign move,
+ * so it is kept per quarter hour, the grain at which offsets change.
+ */
+function offsetAt(atMs: number, timeZone: string): number {
+  let entry = offsets.get(timeZone);
+  if (!entry) {
+    entry = { zone: IANAZone.create(timeZone) as IANAZone, byQuarter: new Map() };
+    offsets.set(timeZone, entry);
+  }
+  const quarter = Math.floor(atMs / quarterHourMs);
+  let offset = entry.byQuarter.get(quarter);
+  if (offset === undefined) {
+    if (entry.byQuarter.size >= 10_000) entry.byQuarter.clear();
+    offset = entry.zone.offset(quarter * quarterHourMs);
+    entry.byQuarter.set(quarter, offset);
+  }
+  return offset;
+}
 
 /** The local calendar day of an instant in `timeZone`, as days since 1970-01-01. */
 export function zoneDayOf(atMs: number, timeZone: string): number {
-  let zone = zones.get(timeZone);
-  if (!zone) {
-    zone = IANAZone.create(timeZone) as IANAZone;
-    zones.set(timeZone, zone);
-  }
-  return Math.floor((atMs + zone.offset(atMs) * 60_000) / 86_400_000);
+  return Math.floor((atMs + offsetAt(atMs, timeZone) * 60_000) / 86_400_000);
 }
+
+/** The shortest local day: a span shorter holds no whole day. */
+const shortestDayMs = 23 * 3_600_000;
+const dayMs = 86_400_000;
 
 /**
  * {@link bucketRunsOf}, with the whole local days of `timeZone` inside the
- * span read as zone-day counters (kept for a campaign's own zone only).
+ * span read as zone-day counters (kept for the zones a target keeps).
  */
-export function spanRunsOf(
-  fromMs: number,
-  toMs: number,
-  timeZone: string | undefined,
-): BucketRun[] {
-  if (!timeZone) return bucketRunsOf(fromMs, toMs);
-  let first = DateTime.fromMillis(fromMs, { zone: timeZone }).startOf("day");
-  if (first.toMillis() < fromMs) first = first.plus({ days: 1 }).startOf("day");
-  const last = DateTime.fromMillis(toMs, { zone: timeZone }).startOf("day");
-  if (last.toMillis() <= first.toMillis()) return bucketRunsOf(fromMs, toMs);
+export function spanRunsOf(span: StatsSpan, timeZone: string | undefined): BucketRun[] {
+  const { from, to } = span;
+  if (!timeZone || to - from < shortestDayMs) return bucketRunsOf(from, to);
+  // Local midnights, as local wall-clock milliseconds.
+  let firstDay = Math.floor(localOf(from, timeZone) / dayMs) * dayMs;
+  if (utcOf(firstDay, timeZone) < from) firstDay += dayMs;
+  const lastDay = Math.floor(localOf(to, timeZone) / dayMs) * dayMs;
+  if (lastDay <= firstDay) return bucketRunsOf(from, to);
+  const first = utcOf(firstDay, timeZone);
+  const last = utcOf(lastDay, timeZone);
   return [
-    ...bucketRunsOf(fromMs, first.toMillis()),
-    {
-      size: zoneDay,
-      from: zoneDayOf(first.toMillis(), timeZone),
-      to: zoneDayOf(last.toMillis(), timeZone),
-    },
-    ...bucketRunsOf(last.toMillis(), toMs),
+    ...bucketRunsOf(from, first),
+    { size: zoneDay, from: firstDay / dayMs, to: lastDay / dayMs },
+    ...bucketRunsOf(last, to),
   ];
+}
+
+/** An instant's local wall-clock time in `timeZone`, as milliseconds since 1970 of that wall clock. */
+function localOf(atMs: number, timeZone: string): number {
+  return atMs + offsetAt(atMs, timeZone) * 60_000;
+}
+
+/**
+ * The instant whose local wall-clock time in `timeZone` is `local`; for a
+ * wall-clock time a daylight-saving change skips, the one Luxon gives (the
+ * time moved forward by the gap).
+ */
+function utcOf(local: number, timeZone: string): number {
+  let at = local - offsetAt(local, timeZone) * 60_000;
+  at = local - offsetAt(at, timeZone) * 60_000;
+  if (localOf(at, timeZone) === local) return at;
+  return DateTime.fromMillis(local, { zone: "UTC" })
+    .setZone(timeZone, { keepLocalTime: true })
+    .toMillis();
+}
+
+/** The local start of the interval holding a local wall-clock time (a Monday for weeks). */
+function floorLocal(local: number, interval: StatsIntervalName): number {
+  switch (interval) {
+    case "hour":
+      return Math.floor(local / 3_600_000) * 3_600_000;
+    case "day":
+      return Math.floor(local / dayMs) * dayMs;
+    case "week": {
+      const day = Math.floor(local / dayMs) * dayMs;
+      return day - ((new Date(day).getUTCDay() + 6) % 7) * dayMs;
+    }
+    case "month": {
+      const date = new Date(local);
+      return Date.UTC(date.getUTCFullYear(), date.getUTCMonth(), 1);
+    }
+  }
+}
+
+/** A local interval start moved by `count` intervals, on the wall clock. */
+function stepLocal(local: number, interval: StatsIntervalName, count: number): number {
+  switch (interval) {
+    case "hour":
+      return local + count * 3_600_000;
+    case "day":
+      return local + count * dayMs;
+    case "week":
+      return local + count * 7 * dayMs;
+    case "month": {
+      const date = new Date(local);
+      return Date.UTC(date.getUTCFullYear(), date.getUTCMonth() + count, 1);
+    }
+  }
 }
 
 /**
@@ -103,14 +173,15 @@ export function bucketRunsOf(fromMs: number, toMs: number): BucketRun[] {
 /** How a period is cut into points. */
 export type StatsIntervalName = "hour" | "day" | "week" | "month";
 
-/** One point of a series: [from, to). */
+/** A span of time, [from, to), in milliseconds. */
 export interface StatsSpan {
-  readonly from: DateTime;
-  readonly to: DateTime;
+  readonly from: number;
+  readonly to: number;
 }
 
-/** A period, its points, and the period before it of the same length. */
+/** A period in a time zone, its points, and the period before it of the same length. */
 export interface StatsPeriod extends StatsSpan {
+  readonly timeZone: string;
   readonly points: readonly StatsSpan[];
   readonly previous: StatsSpan;
 }
@@ -129,7 +200,7 @@ export class StatsPeriodProblem extends Error {
 }
 
 const isoDate = /^\d{4}-\d{2}-\d{2}$/;
-const unitOf: Record<StatsIntervalName, keyof DurationLikeObject> = {
+const unitOf: Record<StatsIntervalName, string> = {
   hour: "hours",
   day: "days",
   week: "weeks",
@@ -162,7 +233,9 @@ export function parseStatsInstant(text: string, field: string, timeZone: string)
  * first point starts at `from`, the others at the interval's calendar
  * starts (a day is 23 or 25 hours across a daylight-saving change). Unset
  * `to` is the end of the interval that holds `now`; unset `from` is 30
- * intervals before it.
+ * intervals before it. The calendar is worked out on the wall clock with
+ * the zone's offsets (Intl's, kept per quarter hour): a year of days costs
+ * no date library call per day.
  */
 export function statsPeriodOf(request: {
   from?: string | undefined;
@@ -172,37 +245,34 @@ export function statsPeriodOf(request: {
   now: Date;
 }): StatsPeriod {
   const { interval, timeZone } = request;
-  const unit = unitOf[interval];
-  const step = { [unit]: 1 };
+  const current = floorLocal(localOf(request.now.getTime(), timeZone), interval);
   const to =
     request.to !== undefined
-      ? parseStatsInstant(request.to, "to", timeZone)
-      : DateTime.fromJSDate(request.now, { zone: timeZone })
-          .startOf(interval, { useLocaleWeeks: false })
-          .plus(step);
+      ? parseStatsInstant(request.to, "to", timeZone).toMillis()
+      : utcOf(stepLocal(current, interval, 1), timeZone);
   const from =
     request.from !== undefined
-      ? parseStatsInstant(request.from, "from", timeZone)
-      : to
-          .minus({ [unit]: 1 })
-          .startOf(interval, { useLocaleWeeks: false })
-          .minus({ [unit]: 29 });
-  if (to.toMillis() <= from.toMillis()) throw new StatsPeriodProblem("to", "must be after from");
+      ? parseStatsInstant(request.from, "from", timeZone).toMillis()
+      : utcOf(stepLocal(floorLocal(localOf(to - 1, timeZone), interval), interval, -29), timeZone);
+  if (to <= from) throw new StatsPeriodProblem("to", "must be after from");
   const points: StatsSpan[] = [];
   let start = from;
+  // The next calendar start, on the wall clock.
+  let boundary = stepLocal(floorLocal(localOf(from, timeZone), interval), interval, 1);
   while (start < to) {
-    let end = start.startOf(interval, { useLocaleWeeks: false }).plus(step);
-    if (end > to) end = to;
+    const end = Math.min(utcOf(boundary, timeZone), to);
+    boundary = stepLocal(boundary, interval, 1);
     points.push({ from: start, to: end });
     if (points.length > maxStatsPoints) {
       throw new StatsPeriodProblem(
         "interval",
-        `the period holds more than ${maxStatsPoints} ${unit}: choose a longer interval or a shorter period`,
+        `the period holds more than ${maxStatsPoints} ${unitOf[interval]}: choose a longer interval or a shorter period`,
       );
     }
     start = end;
   }
-  return { from, to, points, previous: previousOf(from, to, points.length, interval) };
+  const previous = previousOf({ from, to }, points.length, interval, timeZone);
+  return { from, to, timeZone, points, previous };
 }
 
 /**
@@ -211,21 +281,42 @@ export function statsPeriodOf(request: {
  * number of milliseconds otherwise.
  */
 function previousOf(
-  from: DateTime,
-  to: DateTime,
+  period: StatsSpan,
   count: number,
   interval: StatsIntervalName,
+  timeZone: string,
 ): StatsSpan {
-  const aligned = (at: DateTime) => at.startOf(interval, { useLocaleWeeks: false }).equals(at);
-  if (aligned(from) && aligned(to)) {
-    return { from: from.minus({ [unitOf[interval]]: count }), to: from };
+  const startOf = (at: number) => floorLocal(localOf(at, timeZone), interval);
+  const aligned = (at: number) => utcOf(startOf(at), timeZone) === at;
+  if (aligned(period.from) && aligned(period.to)) {
+    return {
+      from: utcOf(stepLocal(startOf(period.from), interval, -count), timeZone),
+      to: period.from,
+    };
   }
-  return { from: from.minus(to.diff(from)), to: from };
+  return { from: period.from - (period.to - period.from), to: period.from };
 }
 
-/** An instant as the API shows a period's bounds: ISO 8601 with the zone's offset. */
-export function statsInstantText(at: DateTime): string {
-  return at.toISO({ suppressMilliseconds: true }) ?? at.toUTC().toISO() ?? "";
+const pad = (value: number, length = 2) => String(value).padStart(length, "0");
+
+/**
+ * An instant as the API shows a period's bounds: ISO 8601 in the zone, with
+ * its offset (`Z` in the zone named UTC, as Luxon writes it).
+ */
+export function statsInstantText(atMs: number, timeZone: string): string {
+  const offset = offsetAt(atMs, timeZone);
+  const local = new Date(atMs + offset * 60_000);
+  const sign = offset < 0 ? "-" : "+";
+  const zone =
+    timeZone === "UTC"
+      ? "Z"
+      : `${sign}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
+  const milliseconds = local.getUTCMilliseconds();
+  return (
+    `${pad(local.getUTCFullYear(), 4)}-${pad(local.getUTCMonth() + 1)}-${pad(local.getUTCDate())}` +
+    `T${pad(local.getUTCHours())}:${pad(local.getUTCMinutes())}:${pad(local.getUTCSeconds())}` +
+    `${milliseconds ? `.${pad(milliseconds, 3)}` : ""}${zone}`
+  );
 }
 
 /**

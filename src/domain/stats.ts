@@ -1,6 +1,5 @@
 import type { ReferralStatusName } from "./referral-status.js";
 import type { RewardGrantStatusName } from "./reward-ledger.js";
-import { limitWindowOf } from "./reward-ledger.js";
 import { conversionBinOf } from "./stats-time.js";
 
 /**
@@ -39,45 +38,35 @@ export const metric = {
   committedMinor: (currency: string) => `committedMinor:${currency}`,
 } as const;
 
-/** The leaderboard's windows kept: every acceptance, and each calendar month of the campaign. */
-export const allTime = "all";
-
 /**
  * The moves a change makes, as the engine applies them inside the write.
  * `at` is in milliseconds.
  */
 export interface StatsMoves {
   count(scope: string, at: number, name: string, n: number): void;
-  /** A referral joins its referrer's referrals in the scope (for referrersActive). */
+  /** A referral joins its referrer's referrals in the scope (for referrersActive), at its creation. */
   attribute(scope: string, referralId: string, referrerId: string, at: number): void;
-  /** A referral leaves its referrer's referrals in the scope. */
-  unattribute(scope: string, referralId: string): void;
+  /** A referral (created at `at`) leaves its referrer's referrals in the scope. */
+  unattribute(scope: string, referralId: string, referrerId: string, at: number): void;
+  /**
+   * A campaign (`campaignScope`) was created (`previous` null) or its time
+   * zone changed: its zone-day counters are built again for `timeZone`,
+   * and its environment's keep `timeZone`'s days (and drop `previous`'s
+   * once no campaign has it).
+   */
+  zoneChanged(campaignScope: string, timeZone: string, previous: string | null): void;
   /**
    * A referral of `referrerId` accepted (`delta` 1, at `acceptedAt`) or no
-   * longer (-1): the leaderboard's rows of every window it counts in (see
-   * {@link leaderboardWindowsOf}) and its list of acceptances.
+   * longer (-1): the campaign's leaderboard row and its acceptances (which
+   * any other window ranks).
    */
-  /**
-   * A campaign's time zone changed: its zone-day counters are built again
-   * for the new zone (see `zoneDay`).
-   */
-  rezone(scope: string, timeZone: string): void;
   lead(
     scope: string,
-    campaignId: string,
     referralId: string,
     referrerId: string,
     delta: 1 | -1,
     acceptedAt: number,
   ): void;
-}
-
-/**
- * The leaderboard windows an acceptance counts in: every acceptance, and
- * its calendar month in the campaign's time zone.
- */
-export function leaderboardWindowsOf(acceptedAt: number, timeZone: string): string[] {
-  return [allTime, limitWindowOf(new Date(acceptedAt), "month", timeZone)];
 }
 
 /** The fields of a referral the numbers read. */
@@ -140,7 +129,7 @@ export function moveReferralStats(
   }
   if (before.referrerId !== after.referrerId) {
     for (const scope of scopes) {
-      moves.unattribute(scope, before._id);
+      moves.unattribute(scope, before._id, before.referrerId, createdAt);
       moves.attribute(scope, after._id, after.referrerId, createdAt);
     }
   }
@@ -160,14 +149,14 @@ function accepted(referral: ReferralFacts, scopes: string[], moves: StatsMoves):
     moves.count(scope, at, bin, 1);
   }
   const [campaign] = scopes as [string];
-  moves.lead(campaign, referral.campaignId, referral._id, referral.referrerId, 1, at);
+  moves.lead(campaign, referral._id, referral.referrerId, 1, at);
 }
 
 function unaccepted(referral: ReferralFacts, scopes: string[], moves: StatsMoves): void {
   const at = acceptedAt(referral);
   for (const scope of scopes) moves.count(scope, ms(referral.createdAt), metric.cohortAccepted, -1);
   const [campaign] = scopes as [string];
-  moves.lead(campaign, referral.campaignId, referral._id, referral.referrerId, -1, at);
+  moves.lead(campaign, referral._id, referral.referrerId, -1, at);
 }
 
 /** The fields of a campaign the numbers read. */
@@ -178,16 +167,20 @@ export interface CampaignFacts {
   timeZone?: string;
 }
 
-/** A campaign whose time zone changed rebuilds its zone-day counters. */
+/**
+ * A campaign created or given another time zone: its zone-day counters are
+ * built again, and its environment's keep that zone's days too.
+ */
 export function moveCampaignStats(
   before: CampaignFacts | null,
   after: CampaignFacts,
   moves: StatsMoves,
 ): void {
-  if (!before || !after.applicationId) return;
+  if (!after.applicationId) return;
   const zone = after.timeZone || "UTC";
-  if ((before.timeZone || "UTC") === zone) return;
-  moves.rezone(statsScope(after.applicationId, after.environment, after._id), zone);
+  const previous = before ? before.timeZone || "UTC" : null;
+  if (previous === zone) return;
+  moves.zoneChanged(statsScope(after.applicationId, after.environment, after._id), zone, previous);
 }
 
 /** The campaign of a scope; null for the environment's. */

@@ -22,17 +22,13 @@ export async function statsOfPeriod(
   target: StatsTarget,
   period: StatsSpan,
   points: readonly StatsSpan[],
-  /** The campaign's own time zone, when the period is on its calendar: its zone-day counters serve. */
-  campaignTimeZone?: string,
+  /** A time zone whose days the target keeps, when the period is on its calendar: one counter a day. */
+  keptTimeZone?: string,
 ): Promise<{ totals: ProgramStatsInit; series: ProgramStatsInit[] }> {
-  const runs = points.map((point) =>
-    spanRunsOf(point.from.toMillis(), point.to.toMillis(), campaignTimeZone),
-  );
-  const spans = [...points, period].map(
-    (span) => [span.from.toMillis(), span.to.toMillis()] as const,
-  );
+  const runs = points.map((point) => spanRunsOf(point, keptTimeZone));
+  const spans = [...points, period].map((span) => [span.from, span.to] as const);
   const [sums, active] = await Promise.all([
-    store.insights.sums(target, runs, campaignTimeZone),
+    store.insights.sums(target, runs, keptTimeZone),
     store.insights.activeReferrers(target, spans),
   ]);
   const total = new Map<string, number>();
@@ -41,16 +37,16 @@ export async function statsOfPeriod(
   }
   return {
     totals: programStatsOf(total, active[points.length] ?? 0),
-    series: sums.map((sum, index) => programStatsOf(sum, active[index] ?? 0)),
+    // A point's time to convert is its count and percentiles; the totals have the histogram.
+    series: sums.map((sum, index) => programStatsOf(sum, active[index] ?? 0, { histogram: false })),
   };
 }
 
 /** A span as the API shows it. */
-export function spanText(span: StatsSpan): { from: string; to: string } {
-  return { from: statsInstantText(span.from), to: statsInstantText(span.to) };
+export function spanText(span: StatsSpan, timeZone: string): { from: string; to: string } {
+  return { from: statsInstantText(span.from, timeZone), to: statsInstantText(span.to, timeZone) };
 }
 
-const referralStatuses = ["pending", "flagged", "accepted", "rejected", "reversed"] as const;
 const grantStatuses: readonly RewardGrantStatusName[] = [
   "pending",
   "approved",
@@ -60,6 +56,22 @@ const grantStatuses: readonly RewardGrantStatusName[] = [
   "expired",
   "capped",
 ];
+
+/** A metric's name in parts (`grants:approved:usd`), split once per name. */
+const metricNames = new Map<string, { kind: string; first?: string; second?: string }>();
+function metricParts(name: string): { kind: string; first?: string; second?: string } {
+  let parts = metricNames.get(name);
+  if (!parts) {
+    const [kind = "", first, second] = name.split(":");
+    parts = {
+      kind,
+      ...(first === undefined ? {} : { first }),
+      ...(second === undefined ? {} : { second }),
+    };
+    if (metricNames.size < 10_000) metricNames.set(name, parts);
+  }
+  return parts;
+}
 
 /** A quotient with both terms. */
 function ratio(numerator: number, denominator: number) {
@@ -74,6 +86,7 @@ function ratio(numerator: number, denominator: number) {
 export function programStatsOf(
   sums: ReadonlyMap<string, number>,
   referrersActive: number,
+  options: { histogram: boolean } = { histogram: true },
 ): ProgramStatsInit {
   const get = (name: string) => sums.get(name) ?? 0;
   const created = get("created");
@@ -84,7 +97,7 @@ export function programStatsOf(
   const grants = new Map<string, Map<RewardGrantStatusName, { count: number; minor: number }>>();
   const committed = new Map<string, number>();
   for (const [name, n] of sums) {
-    const [kind, first, second] = name.split(":");
+    const { kind, first, second } = metricParts(name);
     if (kind === "checkpoint") {
       checkpoints.push({ name: name.slice("checkpoint:".length), count: BigInt(n) });
     } else if (kind === "ttc") {
@@ -109,14 +122,18 @@ export function programStatsOf(
     customersIdentified: BigInt(identified),
     referrersActive: BigInt(referrersActive),
     referralsCreated: BigInt(created),
-    referralsReached: Object.fromEntries(
-      referralStatuses.map((status) => [status, BigInt(get(`reached:${status}`))]),
-    ),
+    referralsReached: {
+      pending: BigInt(get("reached:pending")),
+      flagged: BigInt(get("reached:flagged")),
+      accepted: BigInt(accepted),
+      rejected: BigInt(get("reached:rejected")),
+      reversed: BigInt(get("reached:reversed")),
+    },
     checkpoints,
     conversionRate: ratio(accepted, created),
     cohortConversionRate: ratio(get("cohort:accepted"), created),
     kFactor: ratio(accepted, identified),
-    timeToConvert: timeToConvertOf(bins),
+    timeToConvert: timeToConvertOf(bins, options.histogram),
     rewards: [...grants.entries()]
       .sort(([a], [b]) => a.localeCompare(b))
       .map(([word, byStatus]) => {
@@ -152,7 +169,10 @@ export function programStatsOf(
 }
 
 /** Percentiles and the histogram from the fine bins. */
-function timeToConvertOf(bins: [number, number][]): ProgramStatsInit["timeToConvert"] {
+function timeToConvertOf(
+  bins: [number, number][],
+  withHistogram: boolean,
+): ProgramStatsInit["timeToConvert"] {
   bins.sort((a, b) => a[0] - b[0]);
   const count = bins.reduce((sum, [, n]) => sum + n, 0);
   const percentile = (fraction: number): bigint | undefined => {
@@ -168,7 +188,7 @@ function timeToConvertOf(bins: [number, number][]): ProgramStatsInit["timeToConv
     }
     return undefined;
   };
-  const histogram = conversionHistogramEdges.map((from, index) => {
+  const histogram = (withHistogram ? conversionHistogramEdges : []).map((from, index) => {
     const to = conversionHistogramEdges[index + 1];
     let n = 0;
     for (const [bin, binCount] of bins) {

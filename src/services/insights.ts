@@ -10,9 +10,8 @@ import {
 import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { enumWords } from "../contract/options.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
-import { isTimeZone, limitWindowOf } from "../domain/reward-ledger.js";
+import { isTimeZone } from "../domain/reward-ledger.js";
 import {
-  leaderboardWindowRange,
   parseStatsInstant,
   type StatsIntervalName,
   StatsPeriodProblem,
@@ -61,7 +60,13 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const environment = environmentName(request.environment) ?? "production";
       const timeZone = requestedTimeZone(request.timeZone, "UTC");
       const target = { environment, campaignId: null };
-      return { report: await reportOf(store, target, { ...request, timeZone }, deps.clock()) };
+      // UTC's days, and those of the zones the environment's campaigns have, are kept.
+      const keptZone = (await store.insights.keptZones(environment)).includes(timeZone)
+        ? timeZone
+        : undefined;
+      return {
+        report: await reportOf(store, target, { ...request, timeZone }, deps.clock(), keptZone),
+      };
     },
 
     async listTopReferrers(request, context) {
@@ -83,16 +88,13 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
         if (start && end && end <= start) throw invalidArgument("to", "must be after from");
         span = { from: start?.toMillis() ?? -8.64e15, to: end?.toMillis() ?? 8.64e15 };
         shown = {
-          ...(start ? { from: statsInstantText(start) } : {}),
-          ...(end ? { to: statsInstantText(end) } : {}),
+          ...(start ? { from: statsInstantText(start.toMillis(), timeZone) } : {}),
+          ...(end ? { to: statsInstantText(end.toMillis(), timeZone) } : {}),
         };
       } else {
-        span = windowOf(windowWord ?? "all", campaign, deps.clock());
-        const range =
-          typeof span === "string"
-            ? leaderboardWindowRange(span, timeZoneOfCampaign(campaign))
-            : null;
-        if (range) shown = spanText(spanOfMs(range, timeZoneOfCampaign(campaign)));
+        const window = windowOf(windowWord ?? "all", campaign, deps.clock());
+        span = window;
+        if (window !== "all") shown = spanText(window, timeZoneOfCampaign(campaign));
       }
       const rows = await leadersOf(store, campaign, span, limit, () => true);
       const [balances, made] = await Promise.all([
@@ -130,7 +132,8 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       }
       const minimum = settings.minimumAccepted ?? 0;
       const windowWord = enumWord<string>(LeaderboardWindowSchema, request.window, "window");
-      const span = windowOf(windowWord ?? "all", campaign, deps.clock());
+      const window = windowOf(windowWord ?? "all", campaign, deps.clock());
+      const span: LeaderboardSpan = window;
       const rows = await leadersOf(
         store,
         campaign,
@@ -165,7 +168,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
           const period = periodOf({ ...request, interval: "day", timeZone, now: deps.clock() });
           const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
           const { totals } = await statsOfPeriod(store, target, period, [period], ownZone);
-          yield { ...spanText(period), totals };
+          yield { ...spanText(period, timeZone), totals };
           await sleep(watchCoalesceMs, undefined, { signal: context.signal }).catch(
             () => undefined,
           );
@@ -283,7 +286,7 @@ async function reportOf(
     compare: StatsComparison;
   },
   now: Date,
-  campaignTimeZone?: string,
+  keptTimeZone?: string,
 ) {
   const interval =
     enumWord<StatsIntervalName>(StatsIntervalSchema, request.interval, "interval") ?? "day";
@@ -296,9 +299,9 @@ async function reportOf(
   const period = periodOf({ ...request, interval, now });
   const compare = request.compare === StatsComparison.PREVIOUS_PERIOD;
   const [current, previous] = await Promise.all([
-    statsOfPeriod(store, target, period, period.points, campaignTimeZone),
+    statsOfPeriod(store, target, period, period.points, keptTimeZone),
     compare
-      ? statsOfPeriod(store, target, period.previous, [period.previous], campaignTimeZone)
+      ? statsOfPeriod(store, target, period.previous, [period.previous], keptTimeZone)
       : undefined,
   ]);
   return {
@@ -306,13 +309,15 @@ async function reportOf(
     environment: enumWords(EnvironmentSchema).byWord.get(target.environment),
     timeZone: request.timeZone,
     interval: enumWords(StatsIntervalSchema).byWord.get(interval),
-    ...spanText(period),
+    ...spanText(period, request.timeZone),
     totals: current.totals,
     series: period.points.map((point, index) => ({
-      ...spanText(point),
+      ...spanText(point, request.timeZone),
       stats: current.series[index],
     })),
-    ...(previous ? { previous: { ...spanText(period.previous), stats: previous.totals } } : {}),
+    ...(previous
+      ? { previous: { ...spanText(period.previous, request.timeZone), stats: previous.totals } }
+      : {}),
   };
 }
 
@@ -322,24 +327,14 @@ function leaderboardLimitOf(limit: number | undefined): number {
   return size;
 }
 
-/** A kept leaderboard window by its word, on the campaign's calendar. */
-function windowOf(word: string, campaign: CampaignDoc, now: Date): string {
-  const timeZone = timeZoneOfCampaign(campaign);
-  if (word === "month") return limitWindowOf(now, "month", timeZone);
-  if (word === "previous_month") {
-    const start = DateTime.fromJSDate(now, { zone: timeZone })
-      .startOf("month")
-      .minus({ months: 1 });
-    return limitWindowOf(start.toJSDate(), "month", timeZone);
-  }
-  return "all";
-}
-
-function spanOfMs([from, to]: [number, number], timeZone: string): StatsSpan {
-  return {
-    from: DateTime.fromMillis(from, { zone: timeZone }),
-    to: DateTime.fromMillis(to, { zone: timeZone }),
-  };
+/** A leaderboard window by its word: every acceptance, or a calendar month of the campaign. */
+function windowOf(word: string, campaign: CampaignDoc, now: Date): "all" | StatsSpan {
+  if (word !== "month" && word !== "previous_month") return "all";
+  const thisMonth = DateTime.fromJSDate(now, { zone: timeZoneOfCampaign(campaign) }).startOf(
+    "month",
+  );
+  const from = word === "month" ? thisMonth : thisMonth.minus({ months: 1 });
+  return { from: from.toMillis(), to: from.plus({ months: 1 }).toMillis() };
 }
 
 /**

@@ -1,8 +1,7 @@
-import { DateTime } from "luxon";
 import type { Filter } from "mongodb";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import { statsScope } from "../domain/stats.js";
-import { type BucketRun, bucketRunsOf, zoneDay } from "../domain/stats-time.js";
+import type { BucketRun } from "../domain/stats-time.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import type { CustomerDoc, ReferralDoc } from "./documents.js";
@@ -15,8 +14,8 @@ export interface StatsTarget {
   readonly campaignId: string | null;
 }
 
-/** A leaderboard's window: one kept (`all`, a month such as `2026-11`), or any span in ms. */
-export type LeaderboardSpan = string | { readonly from: number; readonly to: number };
+/** A leaderboard's window: every acceptance (`all`), or a span in ms. */
+export type LeaderboardSpan = "all" | { readonly from: number; readonly to: number };
 
 /**
  * One application's numbers, read from what the engine keeps: never a scan
@@ -30,24 +29,33 @@ export function tenantInsights(stats: StatsStore, tenant: Tenant) {
     statsScope(tenant.applicationId, target.environment, null);
   return {
     /** For each point (its bucket runs), every metric's sum. */
+    /**
+     * For each point (its bucket runs), every metric's sum; zone-day runs
+     * read the days of `timeZone`, which the target keeps (see `keptZones`).
+     */
     async sums(
       target: StatsTarget,
       points: readonly (readonly BucketRun[])[],
       timeZone?: string,
     ): Promise<Map<string, number>[]> {
-      const own = stats.sums(scopeOf(target), points, timeZone === undefined ? {} : { timeZone });
+      const options = timeZone === undefined ? {} : { timeZone };
+      const own = stats.sums(scopeOf(target), points, options);
       if (target.campaignId === null) return own;
-      // The application's counters have no zone days: its days are UTC's.
-      const utcPoints = points.map((runs) => runs.flatMap((run) => utcRunsOf(run, timeZone)));
       const [campaign, application] = await Promise.all([
         own,
-        stats.sums(applicationScope(target), utcPoints, { only: "customers and checkpoints" }),
+        stats.sums(applicationScope(target), points, {
+          ...options,
+          only: "customers and checkpoints",
+        }),
       ]);
       return campaign.map((sums, point) => {
         for (const [name, n] of application[point] ?? []) sums.set(name, n);
         return sums;
       });
     },
+    /** The time zones whose days the environment's counters keep (UTC's and its campaigns'). */
+    keptZones: (environment: EnvironmentName) =>
+      stats.keptZones(statsScope(tenant.applicationId, environment, null)),
     /** For each span [from, to) in ms, the referrers with a referral created in it. */
     activeReferrers: (target: StatsTarget, spans: readonly (readonly [number, number])[]) =>
       stats.activeReferrers(scopeOf(target), spans),
@@ -62,8 +70,8 @@ export function tenantInsights(stats: StatsStore, tenant: Tenant) {
       offset: number,
     ): Promise<LeaderRow[]> {
       const scope = scopeOf(target);
-      return typeof span === "string"
-        ? stats.leaders(scope, span, limit, offset)
+      return span === "all"
+        ? stats.leaders(scope, limit, offset)
         : stats.leadersBetween(scope, span.from, span.to, limit, offset);
     },
     /** Calls `listener` after each committed write that moves the target's numbers. */
@@ -75,17 +83,6 @@ export function tenantInsights(stats: StatsStore, tenant: Tenant) {
       });
     },
   };
-}
-
-/** A run as UTC counters: a zone-day run's days, each from its local midnight. */
-function utcRunsOf(run: BucketRun, timeZone: string | undefined): BucketRun[] {
-  if (run.size !== zoneDay || timeZone === undefined) return [run];
-  const startOf = (day: number) =>
-    DateTime.fromMillis(day * 86_400_000, { zone: "UTC" })
-      .setZone(timeZone, { keepLocalTime: true })
-      .startOf("day")
-      .toMillis();
-  return bucketRunsOf(startOf(run.from), startOf(run.to));
 }
 
 /** The customers of the application among `ids`, erased ones included, with the fields the insights show. */

@@ -195,15 +195,35 @@ export class SqliteDatabase {
     let result: R;
     try {
       this.statement("SAVEPOINT write").run();
+      this.inWrite = true;
       result = work();
+      this.inWrite = false;
       this.statement("RELEASE write").run();
     } catch (error) {
+      this.inWrite = false;
       this.undoWrite(error);
       return Promise.reject(error);
     }
+    this.writeObserver?.released();
     return new Promise((resolve, reject) => {
       group.push({ resolve: () => resolve(result), reject });
     });
+  }
+
+  /** True while a write's work runs (inside its savepoint). */
+  inWrite = false;
+  /** Told how each write and each group ends (see {@link observeWrites}). */
+  private writeObserver: WriteObserver | undefined;
+
+  /**
+   * Lets what a write adds to (the program's counters) gather its
+   * additions per group and write them once, just before the group's
+   * commit, inside its transaction: told when a write's savepoint is
+   * released or undone, when the group is about to commit, and when it is
+   * abandoned.
+   */
+  observeWrites(observer: WriteObserver): void {
+    this.writeObserver = observer;
   }
 
   /**
@@ -214,6 +234,7 @@ export class SqliteDatabase {
    * error (nothing acknowledged is lost).
    */
   private undoWrite(error: unknown): void {
+    this.writeObserver?.undone();
     try {
       this.statement("ROLLBACK TO write").run();
       this.statement("RELEASE write").run();
@@ -221,8 +242,14 @@ export class SqliteDatabase {
     } catch {
       // The transaction is gone or unusable: the group ends here.
     }
+    this.abandonGroup(error);
+  }
+
+  /** Rolls the open group back and refuses each of its writes with `error`. */
+  private abandonGroup(error: unknown): void {
     const waiting = this.group ?? [];
     this.group = undefined;
+    this.writeObserver?.abandoned();
     this.rollbackQuietly();
     for (const writer of waiting) writer.reject(error);
   }
@@ -242,10 +269,17 @@ export class SqliteDatabase {
   private commitGroup(): void {
     const waiting = this.group;
     if (!waiting) return;
+    try {
+      this.writeObserver?.committing();
+    } catch (error) {
+      this.abandonGroup(error);
+      return;
+    }
     this.group = undefined;
     try {
       this.db.exec("COMMIT");
     } catch (error) {
+      this.writeObserver?.abandoned();
       this.rollbackQuietly();
       for (const writer of waiting) writer.reject(error);
       return;
@@ -439,6 +473,18 @@ function startCheckpointer(
       void worker.terminate();
     },
   };
+}
+
+/** What {@link SqliteDatabase.observeWrites} tells. */
+export interface WriteObserver {
+  /** A write's savepoint was released: what it added joins its group. */
+  released(): void;
+  /** A write's savepoint was undone: what it added goes. */
+  undone(): void;
+  /** The group is about to commit: the last statements of its transaction. */
+  committing(): void;
+  /** The group was rolled back: what it added goes. */
+  abandoned(): void;
 }
 
 /** A repository query as the engine ran it. */

@@ -9,12 +9,11 @@ import type {
   UpdateFilter,
   UpdateOptions,
 } from "mongodb";
-import { campaignOfScope, leaderboardWindowsOf, type StatsMoves } from "../domain/stats.js";
+import { campaignOfScope, type StatsMoves, statsScope } from "../domain/stats.js";
 import {
   type BucketRun,
   bucketSeconds,
   bucketsOf,
-  leaderboardWindowRange,
   zoneDay,
   zoneDayOf,
 } from "../domain/stats-time.js";
@@ -32,12 +31,11 @@ import {
 type Move =
   | { kind: "count"; scope: string; at: number; name: string; n: number }
   | { kind: "attribute"; scope: string; referralId: string; referrerId: string; at: number }
-  | { kind: "unattribute"; scope: string; referralId: string }
-  | { kind: "rezone"; scope: string; timeZone: string }
+  | { kind: "unattribute"; scope: string; referralId: string; referrerId: string; at: number }
+  | { kind: "zoneChanged"; scope: string; timeZone: string; previous: string | null }
   | {
       kind: "lead";
       scope: string;
-      campaignId: string;
       referralId: string;
       referrerId: string;
       delta: 1 | -1;
@@ -53,10 +51,12 @@ function recorder(): { moves: StatsMoves; recorded: Move[] } {
       count: (scope, at, name, n) => recorded.push({ kind: "count", scope, at, name, n }),
       attribute: (scope, referralId, referrerId, at) =>
         recorded.push({ kind: "attribute", scope, referralId, referrerId, at }),
-      unattribute: (scope, referralId) => recorded.push({ kind: "unattribute", scope, referralId }),
-      rezone: (scope, timeZone) => recorded.push({ kind: "rezone", scope, timeZone }),
-      lead: (scope, campaignId, referralId, referrerId, delta, at) =>
-        recorded.push({ kind: "lead", scope, campaignId, referralId, referrerId, delta, at }),
+      unattribute: (scope, referralId, referrerId, at) =>
+        recorded.push({ kind: "unattribute", scope, referralId, referrerId, at }),
+      zoneChanged: (scope, timeZone, previous) =>
+        recorded.push({ kind: "zoneChanged", scope, timeZone, previous }),
+      lead: (scope, referralId, referrerId, delta, at) =>
+        recorded.push({ kind: "lead", scope, referralId, referrerId, delta, at }),
     },
   };
 }
@@ -85,24 +85,19 @@ export class MongoStats implements StatsStore {
     private readonly transactions: boolean,
   ) {
     this.counts = db.collection("statCounts");
-    this.referrals = db.collection("statReferrals");
-    this.leadersCollection = db.collection("statLeaders");
-    this.acceptances = db.collection("statAcceptances");
+    this.referrals = db.collection("statOrder");
+    this.leadersCollection = db.collection("statLeaderboard");
+    this.acceptances = db.collection("statAccepted");
   }
 
   async createIndexes(): Promise<void> {
     await this.counts.createIndex({ scope: 1, size: 1, bucket: 1, metric: 1 }, { unique: true });
-    await this.referrals.createIndex({ scope: 1, id: 1 }, { unique: true });
-    await this.referrals.createIndex({ scope: 1, referrer: 1, t: 1, id: 1 });
+    await this.referrals.createIndex({ scope: 1, referrer: 1, t: 1, id: 1 }, { unique: true });
     await this.referrals.createIndex({ scope: 1, t: 1, p: 1 });
-    await this.leadersCollection.createIndex(
-      { scope: 1, period: 1, referrer: 1 },
-      { unique: true },
-    );
-    await this.leadersCollection.createIndex({ scope: 1, period: 1, accepted: -1, reachedAt: 1 });
-    await this.acceptances.createIndex({ scope: 1, id: 1 }, { unique: true });
-    await this.acceptances.createIndex({ scope: 1, at: 1, referrer: 1 });
-    await this.acceptances.createIndex({ scope: 1, referrer: 1, at: 1 });
+    await this.leadersCollection.createIndex({ scope: 1, referrer: 1 }, { unique: true });
+    await this.leadersCollection.createIndex({ scope: 1, accepted: -1, reachedAt: 1, referrer: 1 });
+    await this.acceptances.createIndex({ scope: 1, referrer: 1, at: 1, id: 1 }, { unique: true });
+    await this.acceptances.createIndex({ scope: 1, at: 1 });
   }
 
   /** A collection whose writes move the numbers with `watcher` (see the class). */
@@ -223,9 +218,8 @@ export class MongoStats implements StatsStore {
           const rows: { scope: number; size: number; bucket: number }[] = bucketsOf(move.at).map(
             ({ size, bucket }) => ({ scope, size, bucket }),
           );
-          const campaignId = campaignOfScope(move.scope);
-          if (campaignId !== null) {
-            const timeZone = await this.timeZoneOf(campaignId, session);
+          for (const timeZone of await this.zonesOf(move.scope, session)) {
+            if (timeZone === "UTC") continue; // UTC's days are the day counters
             rows.push({
               scope: scopeKey(zoneScope(move.scope, timeZone)),
               size: zoneDay,
@@ -244,26 +238,21 @@ export class MongoStats implements StatsStore {
           );
           break;
         }
-        case "rezone": {
-          const days = new Map<string, number>();
-          const quarter = bucketSeconds[0];
-          for await (const row of this.counts.find({ scope, size: quarter }, { session })) {
-            const key = `${zoneDayOf(row.bucket * quarter * 1000, move.timeZone)}|${row.metric}`;
-            days.set(key, (days.get(key) ?? 0) + row.n);
+        case "zoneChanged": {
+          const [application = "", environment = "", campaignId = ""] = move.scope.split("|");
+          const environmentScope = statsScope(application, environment, null);
+          const others = await this.campaignZones(application, environment, campaignId, session);
+          const kept = new Set(["UTC", ...others]);
+          if (move.previous !== null) {
+            await this.dropZoneDays(move.scope, move.previous, session);
+            if (!kept.has(move.previous)) {
+              await this.dropZoneDays(environmentScope, move.previous, session);
+            }
+            await this.buildZoneDays(move.scope, move.timeZone, session);
           }
-          const target = scopeKey(zoneScope(move.scope, move.timeZone));
-          await this.counts.deleteMany({ scope: target, size: zoneDay }, { session });
-          const docs = [...days].map(([key, n]) => {
-            const split = key.indexOf("|");
-            return {
-              scope: target,
-              size: zoneDay,
-              bucket: Number(key.slice(0, split)),
-              metric: key.slice(split + 1),
-              n,
-            };
-          });
-          if (docs.length > 0) await this.counts.insertMany(docs, { session });
+          if (!kept.has(move.timeZone)) {
+            await this.buildZoneDays(environmentScope, move.timeZone, session);
+          }
           break;
         }
         case "attribute": {
@@ -298,10 +287,18 @@ export class MongoStats implements StatsStore {
           break;
         }
         case "unattribute": {
-          const entry = await this.referrals.findOne({ scope, id: move.referralId }, { session });
+          const row = { scope, referrer: move.referrerId, t: move.at, id: move.referralId };
+          const entry = await this.referrals.findOne(row, { session });
           if (!entry) break;
-          await this.relinkAfter(scope, entry.referrer, entry.t, move.referralId, entry.p, session);
-          await this.referrals.deleteOne({ scope, id: move.referralId }, { session });
+          await this.relinkAfter(
+            scope,
+            move.referrerId,
+            move.at,
+            move.referralId,
+            entry.p,
+            session,
+          );
+          await this.referrals.deleteOne(row, { session });
           break;
         }
         case "lead":
@@ -328,6 +325,70 @@ export class MongoStats implements StatsStore {
     if (next) await this.referrals.updateOne({ _id: next._id }, { $set: { p } }, { session });
   }
 
+  /** The zones whose days a scope keeps: its campaign's, or its campaigns' and UTC. */
+  private async zonesOf(scope: string, session: ClientSession | undefined): Promise<string[]> {
+    const campaignId = campaignOfScope(scope);
+    if (campaignId !== null) return [await this.timeZoneOf(campaignId, session)];
+    const [application = "", environment = ""] = scope.split("|");
+    return ["UTC", ...(await this.campaignZones(application, environment, "", session))];
+  }
+
+  /** The time zones of an environment's campaigns but one. */
+  private async campaignZones(
+    applicationId: string,
+    environment: string,
+    except: string,
+    session: ClientSession | undefined,
+  ): Promise<string[]> {
+    const campaigns = await this.db
+      .collection("campaigns")
+      .find(
+        { applicationId, environment, _id: { $ne: except as never } },
+        { session, projection: { timeZone: 1 } },
+      )
+      .toArray();
+    return [...new Set(campaigns.map((campaign) => (campaign.timeZone as string) || "UTC"))];
+  }
+
+  /** A scope's zone-day counters of `timeZone` built again from its quarter hours. */
+  private async buildZoneDays(
+    scope: string,
+    timeZone: string,
+    session: ClientSession | undefined,
+  ): Promise<void> {
+    if (timeZone === "UTC") return;
+    const days = new Map<string, number>();
+    const quarter = bucketSeconds[0];
+    const rows = this.counts.find({ scope: scopeKey(scope), size: quarter }, { session });
+    for await (const row of rows) {
+      const key = `${zoneDayOf(row.bucket * quarter * 1000, timeZone)}|${row.metric}`;
+      days.set(key, (days.get(key) ?? 0) + row.n);
+    }
+    await this.dropZoneDays(scope, timeZone, session);
+    const target = scopeKey(zoneScope(scope, timeZone));
+    const docs = [...days].map(([key, n]) => {
+      const split = key.indexOf("|");
+      const bucket = Number(key.slice(0, split));
+      return { scope: target, size: zoneDay, bucket, metric: key.slice(split + 1), n };
+    });
+    if (docs.length > 0) await this.counts.insertMany(docs, { session });
+  }
+
+  /** A scope's zone-day counters of `timeZone` gone. */
+  private async dropZoneDays(
+    scope: string,
+    timeZone: string,
+    session: ClientSession | undefined,
+  ): Promise<void> {
+    if (timeZone === "UTC") return;
+    const target = scopeKey(zoneScope(scope, timeZone));
+    await this.counts.deleteMany({ scope: target, size: zoneDay }, { session });
+  }
+
+  keptZones(environmentScope: string): Promise<readonly string[]> {
+    return this.zonesOf(environmentScope, undefined);
+  }
+
   private async timeZoneOf(
     campaignId: string,
     session: ClientSession | undefined,
@@ -343,39 +404,28 @@ export class MongoStats implements StatsStore {
     move: Extract<Move, { kind: "lead" }>,
     session: ClientSession | undefined,
   ): Promise<void> {
-    const timeZone = await this.timeZoneOf(move.campaignId, session);
+    const acceptance = { scope, referrer: move.referrerId, at: move.at, id: move.referralId };
+    const row = { scope, referrer: move.referrerId };
     if (move.delta === 1) {
-      await this.acceptances.insertOne(
-        { scope, id: move.referralId, referrer: move.referrerId, at: move.at },
-        { session },
-      );
-    } else {
-      await this.acceptances.deleteOne({ scope, id: move.referralId }, { session });
-    }
-    for (const period of leaderboardWindowsOf(move.at, timeZone)) {
-      const row = { scope, period, referrer: move.referrerId };
-      if (move.delta === 1) {
-        await this.leadersCollection.updateOne(
-          row,
-          { $inc: { accepted: 1 }, $max: { reachedAt: move.at } },
-          { upsert: true, session },
-        );
-        continue;
-      }
-      const [from, to] = leaderboardWindowRange(period, timeZone) ?? [-8.64e15, 8.64e15];
-      const [latest] = await this.acceptances
-        .find(
-          { scope, referrer: move.referrerId, at: { $gte: from, $lt: to } },
-          { session, sort: { at: -1 }, limit: 1 },
-        )
-        .toArray();
+      await this.acceptances.insertOne(acceptance, { session });
       await this.leadersCollection.updateOne(
         row,
-        { $inc: { accepted: -1 }, ...(latest ? { $set: { reachedAt: latest.at } } : {}) },
-        { session },
+        { $inc: { accepted: 1 }, $max: { reachedAt: move.at } },
+        { upsert: true, session },
       );
-      await this.leadersCollection.deleteOne({ ...row, accepted: { $lte: 0 } }, { session });
+      return;
     }
+    await this.acceptances.deleteOne(acceptance, { session });
+    // The tie-break time goes back to the latest acceptance still counted.
+    const [latest] = await this.acceptances
+      .find(row, { session, sort: { at: -1 }, limit: 1 })
+      .toArray();
+    await this.leadersCollection.updateOne(
+      row,
+      { $inc: { accepted: -1 }, ...(latest ? { $set: { reachedAt: latest.at } } : {}) },
+      { session },
+    );
+    await this.leadersCollection.deleteOne({ ...row, accepted: { $lte: 0 } }, { session });
   }
 
   onChange(listener: (scopes: ReadonlySet<string>) => void): () => void {
@@ -405,12 +455,14 @@ export class MongoStats implements StatsStore {
       runs.sort((a, b) => a.from - b.from);
       const first = runs[0]?.from ?? 0;
       const last = runs.at(-1)?.to ?? 0;
+      // UTC's days are the UTC day counters.
+      const utcDays = size === zoneDay && timeZone === "UTC";
       const rowScope =
-        size === zoneDay && timeZone !== undefined ? zoneScope(scope, timeZone) : scope;
+        size === zoneDay && timeZone !== undefined && !utcDays ? zoneScope(scope, timeZone) : scope;
       const rows = await this.counts
         .find({
           scope: scopeKey(rowScope),
-          size,
+          size: utcDays ? bucketSeconds[2] : size,
           bucket: { $gte: first, $lt: last },
           ...metricFilter,
         })
@@ -447,14 +499,9 @@ export class MongoStats implements StatsStore {
     );
   }
 
-  async leaders(
-    scope: string,
-    window: string,
-    limit: number,
-    offset: number,
-  ): Promise<LeaderRow[]> {
+  async leaders(scope: string, limit: number, offset: number): Promise<LeaderRow[]> {
     const rows = await this.leadersCollection
-      .find({ scope: scopeKey(scope), period: window, accepted: { $gt: 0 } })
+      .find({ scope: scopeKey(scope), accepted: { $gt: 0 } })
       .sort({ accepted: -1, reachedAt: 1, referrer: 1 })
       .skip(offset)
       .limit(limit)
@@ -502,10 +549,7 @@ export class MongoStats implements StatsStore {
       for (const row of await this.leadersCollection
         .find({ scope, accepted: { $ne: 0 } })
         .toArray()) {
-        snapshot.leaders.set(
-          `${scopeName}|${row.period}|${row.referrer}`,
-          `${row.accepted}|${row.reachedAt}`,
-        );
+        snapshot.leaders.set(`${scopeName}|${row.referrer}`, `${row.accepted}|${row.reachedAt}`);
       }
       for (const row of await this.acceptances.find({ scope }).toArray()) {
         snapshot.acceptances.set(`${scopeName}|${row.id}`, `${row.referrer}|${row.at}`);
@@ -561,8 +605,7 @@ export class MongoStats implements StatsStore {
           const [accepted, reachedAt] = value.split("|");
           return {
             scope,
-            period: rest[0],
-            referrer: rest[1],
+            referrer: rest.join("|"),
             accepted: Number(accepted),
             reachedAt: Number(reachedAt),
           };

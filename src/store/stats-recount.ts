@@ -1,10 +1,5 @@
 import type { Document, Filter } from "mongodb";
-import {
-  campaignOfScope,
-  leaderboardWindowsOf,
-  type StatsMoves,
-  statsScope,
-} from "../domain/stats.js";
+import { campaignOfScope, type StatsMoves, statsScope } from "../domain/stats.js";
 import { bucketsOf, zoneDay, zoneDayOf } from "../domain/stats-time.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
@@ -39,10 +34,23 @@ export async function recountStats(db: Collections, applicationId: string): Prom
     scopes.add(zoneScope(scope, timeZones.get(campaignId) ?? "UTC"));
   };
   for (const environment of environments) {
-    scopes.add(statsScope(applicationId, environment, null));
-    for (const campaign of campaigns) addCampaignScope(environment, campaign._id);
+    const scope = statsScope(applicationId, environment, null);
+    scopes.add(scope);
+    for (const campaign of campaigns) {
+      addCampaignScope(environment, campaign._id);
+      if (campaign.environment === environment) {
+        scopes.add(zoneScope(scope, timeZones.get(campaign._id) ?? "UTC"));
+      }
+    }
   }
-  const recorder = snapshotRecorder((campaignId) => timeZones.get(campaignId) ?? "UTC");
+  const zoneOfCampaign = (campaignId: string) => timeZones.get(campaignId) ?? "UTC";
+  const recorder = snapshotRecorder((scope) => {
+    const campaignId = campaignOfScope(scope);
+    if (campaignId !== null) return [zoneOfCampaign(campaignId)];
+    const environment = scope.split("|")[1];
+    const inEnvironment = campaigns.filter((campaign) => campaign.environment === environment);
+    return [...new Set(inEnvironment.map((campaign) => zoneOfCampaign(campaign._id)))];
+  });
   let recordsRead = 0;
   const replay = (name: keyof typeof statsWatchers, history: [Document | null, Document][]) => {
     for (const [before, after] of history) statsWatchers[name](before, after, recorder.moves);
@@ -135,33 +143,32 @@ async function pageThrough<T extends Document & { _id: string; createdAt: Date }
 }
 
 /** Moves into memory, in the shape {@link StatsSnapshot} compares. */
-function snapshotRecorder(timeZoneOf: (campaignId: string) => string) {
+function snapshotRecorder(
+  /** The zones whose days a scope keeps: its campaign's, or its campaigns' and UTC. */
+  zonesOf: (scope: string) => readonly string[],
+) {
   const snapshot = emptySnapshot();
   const chain = new Map<string, { scope: string; id: string; referrer: string; t: number }>();
-  const accepted = new Map<
-    string,
-    { scope: string; id: string; referrer: string; at: number; campaignId: string }
-  >();
+  const accepted = new Map<string, { referrer: string; at: number }>();
   const moves: StatsMoves = {
     count(scope, at, name, n) {
       const add = (key: string) => snapshot.counts.set(key, (snapshot.counts.get(key) ?? 0) + n);
       for (const { size, bucket } of bucketsOf(at)) add(`${scope}|${size}|${bucket}|${name}`);
-      const campaignId = campaignOfScope(scope);
-      if (campaignId !== null) {
-        const timeZone = timeZoneOf(campaignId);
+      for (const timeZone of zonesOf(scope)) {
+        if (timeZone === "UTC") continue; // UTC's days are the day counters
         add(`${zoneScope(scope, timeZone)}|${zoneDay}|${zoneDayOf(at, timeZone)}|${name}`);
       }
     },
-    // The recount keeps zone days in each campaign's zone of now already.
-    rezone() {},
+    // The recount keeps the days of the zones of now already.
+    zoneChanged() {},
     attribute(scope, id, referrer, t) {
       chain.set(`${scope}|${id}`, { scope, id, referrer, t });
     },
     unattribute(scope, id) {
       chain.delete(`${scope}|${id}`);
     },
-    lead(scope, campaignId, id, referrer, delta, at) {
-      if (delta === 1) accepted.set(`${scope}|${id}`, { scope, id, referrer, at, campaignId });
+    lead(scope, id, referrer, delta, at) {
+      if (delta === 1) accepted.set(`${scope}|${id}`, { referrer, at });
       else accepted.delete(`${scope}|${id}`);
     },
   };
@@ -188,17 +195,16 @@ function snapshotRecorder(timeZoneOf: (campaignId: string) => string) {
       const leaders = new Map<string, { accepted: number; reachedAt: number }>();
       for (const [key, entry] of accepted) {
         snapshot.acceptances.set(key, `${entry.referrer}|${entry.at}`);
-        for (const window of leaderboardWindowsOf(entry.at, timeZoneOf(entry.campaignId))) {
-          const row = `${entry.scope}|${window}|${entry.referrer}`;
-          const current = leaders.get(row) ?? { accepted: 0, reachedAt: entry.at };
-          leaders.set(row, {
-            accepted: current.accepted + 1,
-            reachedAt: Math.max(current.reachedAt, entry.at),
-          });
-        }
+        const row = `${key.slice(0, key.lastIndexOf("|"))}|${entry.referrer}`;
+        const current = leaders.get(row) ?? { accepted: 0, reachedAt: entry.at };
+        leaders.set(row, {
+          accepted: current.accepted + 1,
+          reachedAt: Math.max(current.reachedAt, entry.at),
+        });
       }
-      for (const [row, value] of leaders)
+      for (const [row, value] of leaders) {
         snapshot.leaders.set(row, `${value.accepted}|${value.reachedAt}`);
+      }
       return snapshot;
     },
   };

@@ -34,12 +34,17 @@ export interface StatsStore {
     points: readonly (readonly BucketRun[])[],
     options?: { only?: "customers and checkpoints"; timeZone?: string },
   ): Promise<Map<string, number>[]>;
+  /**
+   * The time zones whose days an environment's counters keep (UTC's and
+   * its campaigns'): a report in one of them reads one counter a day.
+   */
+  keptZones(environmentScope: string): Promise<readonly string[]>;
   /** For each span [from, to) in ms, the referrers with a referral created in it. */
   activeReferrers(scope: string, spans: readonly (readonly [number, number])[]): Promise<number[]>;
   /** For each referrer, the referrals it made in the scope, any status. */
   referralsMade(scope: string, referrerIds: readonly string[]): Promise<number[]>;
-  /** A leaderboard window's rows, best first: most accepted, then who reached the count first. */
-  leaders(scope: string, window: string, limit: number, offset: number): Promise<LeaderRow[]>;
+  /** The leaderboard of all time, best first: most accepted, then who reached the count first. */
+  leaders(scope: string, limit: number, offset: number): Promise<LeaderRow[]>;
   /** The same over acceptances in [from, to) (ms). */
   leadersBetween(
     scope: string,
@@ -68,7 +73,7 @@ export interface LeaderRow {
  * What is kept, as comparable maps (verify-stats): counters by
  * `scope|size|bucket|metric` (zeros left out), chain entries by
  * `scope|referral` as `referrer|t|p`, leaderboard rows by
- * `scope|window|referrer` as `accepted|reachedAt`, acceptances by
+ * `scope|referrer` as `accepted|reachedAt`, acceptances by
  * `scope|referral` as `referrer|at`.
  */
 export interface StatsSnapshot {

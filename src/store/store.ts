@@ -203,7 +203,7 @@ function openEmbedded(
     for (const [name, counters] of Object.entries(counterDeclarations)) {
       for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
     }
-    const stats = new EmbeddedStats(db);
+    const stats = new EmbeddedStats(db, () => collections.campaigns.version + db.rollbacks);
     for (const [name, watcher] of Object.entries(keepStats ? statsWatchers : {})) {
       collections[name as CollectionName].watch((before, after) =>
         watcher(before, after, stats.moves),

@@ -177,7 +177,7 @@ test.serial(
     database.exec(
       "UPDATE stat_counts SET n = n + 5 WHERE (scope, size, bucket, metric) = (SELECT scope, size, bucket, metric FROM stat_counts WHERE metric = 'created' AND size = 86400 LIMIT 1)",
     );
-    database.exec("UPDATE stat_leaders SET accepted = accepted + 1");
+    database.exec("UPDATE stat_leaderboard SET accepted = accepted + 1");
     database.close();
 
     const found = await verify();

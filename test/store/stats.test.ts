@@ -90,7 +90,6 @@ for (const engine of engineNames) {
     t.is(active, 4);
     const leaders = await store.stats.leaders(
       statsScope(tenant.applicationId, "production", "cmp_1"),
-      "all",
       10,
       0,
     );
@@ -171,7 +170,7 @@ for (const engine of engineNames) {
       t.is(sums.get("reached:reversed"), 1);
       t.is(sums.get("cohort:accepted") ?? 0, 0, "and is not accepted now");
       const scope = statsScope(tenant.applicationId, "production", "cmp_1");
-      t.deepEqual(await store.stats.leaders(scope, "all", 10, 0), []);
+      t.deepEqual(await store.stats.leaders(scope, 10, 0), []);
       t.deepEqual(await store.stats.leadersBetween(scope, day.from, day.to, 10, 0), []);
       await expectRecountAgrees(t, store);
     },

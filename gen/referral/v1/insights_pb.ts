@@ -239,7 +239,9 @@ export type ProgramStatsReport = Message<"referral.v1.ProgramStatsReport"> & {
   totals?: ProgramStats | undefined;
 
   /**
-   * One point per interval, oldest first, empty intervals included.
+   * One point per interval, oldest first, empty intervals included. A
+   * point's time_to_convert has its count and percentiles; the histogram is
+   * in the totals.
    *
    * @generated from field: repeated referral.v1.StatsPoint series = 8;
    */
