@@ -14,6 +14,7 @@ import { type BenchOptions, parseOptions, usage } from "./lib/options.js";
 import { repoRoot } from "./lib/processes.js";
 import { machineInfo } from "./lib/report.js";
 import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/results.js";
+import { runInsights } from "./suites/insights.js";
 import { runOperations } from "./suites/operations.js";
 import { runReads } from "./suites/reads.js";
 import { runScale } from "./suites/scale.js";
@@ -51,7 +52,8 @@ for (const suite of options.suites) {
   else if (suite === "writes") results.writes = await runWrites(context);
   else if (suite === "webhooks") results.webhooks = await runWebhooks(context);
   else if (suite === "operations") results.operations = await runOperations(context);
-  else results.scale = await runScale(context);
+  else if (suite === "scale") results.scale = await runScale(context);
+  else results.insights = await runInsights(context);
   results.engine = context.engine;
   // After every suite, so a later failure does not lose what was measured.
   written.push(writeSuiteResults(options.out, { ...results, machine }, suite));

@@ -89,6 +89,25 @@ time: the first and last pages, the customer who referred a tenth of the referra
 scattered over the store, a customer's grants and balance, and identify of a new customer;
 with the restart time, the server's memory after the calls and the store's size on disk.`,
   },
+  insights: {
+    title: "Insights",
+    measures: `The program counters ([insights.md](insights.md)). A campaign of as many referrals as the
+largest \`--sizes\` (1M by default; a third accepted) by a tenth as many referrers, created
+evenly over the last 365 days and kept on the campaign's calendar (Europe/Paris), written
+straight into a new store with their counters. After each start of the service on it: a year
+of daily stats (366 points) on the campaign's calendar, the same with
+\`compare=previous_period\`, the same in Asia/Kolkata (\`timeZone=\`, added up from UTC
+counters) and the top 10 of the leaderboard, each timed one request at a time, and the first
+call of each after the start on its own (the first one also counts the year's active
+referrers, once per process). Then the CSV export of all the campaign's referrals over REST,
+read as fast as the client can, with the service's resident memory before it and at its
+peak, over the first tenth of the rows and over all of them (resident memory includes what V8
+has not collected yet: its heap grows under the export's allocations before a full
+collection). Last, identify (new), create referral and trigger checkpoint at their peak over
+REST and gRPC, on the deployed service and on the same build keeping no counters
+(\`bench/service-variant.ts without-stats\`), alternating within every repeat, each run on a
+freshly seeded store: *kept* is req/s with the counters over req/s without.`,
+  },
 };
 
 /** The text of docs/performance.md for these results. */

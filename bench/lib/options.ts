@@ -1,9 +1,16 @@
 import { parseArgs } from "node:util";
 
 /** The suites `npm run bench` can run. */
-export type Suite = "reads" | "writes" | "webhooks" | "operations" | "scale";
+export type Suite = "reads" | "writes" | "webhooks" | "operations" | "scale" | "insights";
 
-export const allSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations", "scale"];
+export const allSuites: readonly Suite[] = [
+  "reads",
+  "writes",
+  "webhooks",
+  "operations",
+  "scale",
+  "insights",
+];
 const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations"];
 
 /** The bench's settings, from the command line. */
@@ -21,7 +28,7 @@ export interface BenchOptions {
   readonly h2Connections: number;
   /** Customers of the store the read and write scenarios run on. */
   readonly baseCustomers: number;
-  /** Store sizes of the scale suite. */
+  /** Store sizes of the scale suite; the largest is the insights suite's referrals. */
   readonly sizes: readonly number[];
   /** Only the scenarios whose names contain one of these (all when empty). */
   readonly only: readonly string[];
@@ -35,7 +42,7 @@ export interface BenchOptions {
 /** What `npm run bench -- --help` prints. */
 export const usage = `npm run bench -- [suite ...] [options]
 
-suites: reads, writes, webhooks, operations (the default: all four), scale
+suites: reads, writes, webhooks, operations (the default: all four), scale, insights
 
   --quick              short runs to try it out: 1 repeat of 3 s, 1 s warm-up
   --repeats N          runs per figure, median reported (default 3)
@@ -44,7 +51,8 @@ suites: reads, writes, webhooks, operations (the default: all four), scale
   --concurrency N      requests in flight in closed-loop runs (default 32)
   --h2-connections N   HTTP/2 connections for gRPC (default 4)
   --base N             customers seeded for reads and writes (default 1000)
-  --sizes LIST         scale suite sizes, e.g. 10k,100k,1M (default 10k,100k,1M)
+  --sizes LIST         scale suite sizes, e.g. 10k,100k,1M (default 10k,100k,1M);
+                       the largest is the referrals of the insights suite's campaign
   --only LIST          only scenarios whose names contain one of these, e.g. GetCustomer,identify-new
   --out DIR            where the JSON results go, one file per suite, each run
                        overwriting its suite's file (default bench/results, whose

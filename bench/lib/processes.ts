@@ -1,5 +1,5 @@
 import { type ChildProcess, fork, spawn, spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join, resolve } from "node:path";
 
@@ -268,6 +268,34 @@ export function rssOf(pid: number): number {
     return match ? Number(match[1]) * 1024 : 0;
   } catch {
     return 0;
+  }
+}
+
+/**
+ * The peak resident set size of a process (`VmHWM`, Linux) since it started
+ * or since {@link resetPeakRss}; 0 where that does not exist.
+ */
+export function peakRssOf(pid: number): number {
+  try {
+    const match = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return match ? Number(match[1]) * 1024 : 0;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * Starts a process's peak resident set size again from its current one
+ * (writes 5 to `/proc/<pid>/clear_refs`, Linux 4.0 and later), so
+ * {@link peakRssOf} then reads the peak of what follows; false where that
+ * is not allowed or does not exist.
+ */
+export function resetPeakRss(pid: number): boolean {
+  try {
+    writeFileSync(`/proc/${pid}/clear_refs`, "5");
+    return true;
+  } catch {
+    return false;
   }
 }
 

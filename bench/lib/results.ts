@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { type InsightsResults, insightsReferrals, insightsTables } from "../suites/insights.js";
 import { type OperationsRow, operationsTable } from "../suites/operations.js";
 import { type ReadRow, readsTable } from "../suites/reads.js";
 import { type ScaleRow, scaleTable } from "../suites/scale.js";
@@ -30,6 +31,7 @@ export interface BenchResults {
   webhooks?: WebhookResults;
   operations?: OperationsRow[];
   scale?: ScaleRow[];
+  insights?: InsightsResults;
 }
 
 /** The heading of each suite's tables. */
@@ -39,6 +41,7 @@ export const suiteHeadings: Record<Suite, string> = {
   webhooks: "Writes with a webhook subscribed to every event (REST)",
   operations: "The operations steps: the service with and without them",
   scale: "Scale: one request at a time on stores of growing size (REST)",
+  insights: "Insights: the program counters' reads, export and cost to writes",
 };
 
 const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } = {
@@ -47,6 +50,7 @@ const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } =
   webhooks: (results) => results.webhooks && webhookTables(results.webhooks),
   operations: (results) => results.operations && operationsTable(results.operations),
   scale: (results) => results.scale && scaleTable(results.scale),
+  insights: (results) => results.insights && insightsTables(results.insights),
 };
 
 /** A suite's tables in Markdown, as the bench prints them; undefined when it did not run. */
@@ -89,8 +93,8 @@ export function suiteResultsPath(dir: string, suite: Suite): string {
 
 /** The part of a run's results that is about one suite, as its own results file holds it. */
 export function suiteResults(results: BenchResults, suite: Suite): BenchResults {
-  const { reads, writes, webhooks, operations, scale, ...common } = results;
-  const own = { reads, writes, webhooks, operations, scale }[suite];
+  const { reads, writes, webhooks, operations, scale, insights, ...common } = results;
+  const own = { reads, writes, webhooks, operations, scale, insights }[suite];
   return {
     ...common,
     options: { ...results.options, suites: [suite] },
@@ -119,7 +123,8 @@ export function readSuiteResults(dir: string = resultsDir): Map<Suite, BenchResu
 /**
  * The command that runs `suite` again as this run did: `npm run bench --`,
  * the suite, and every option that differed from its default (`--sizes`
- * for the scale suite only; the output directory aside).
+ * for the scale suite, and for the insights suite when its largest size
+ * differed; the output directory aside).
  */
 export function reproduceCommand(results: BenchResults, suite: Suite): string {
   const options = results.options;
@@ -139,6 +144,9 @@ export function reproduceCommand(results: BenchResults, suite: Suite): string {
   }
   if (suite === "scale" && options.sizes.join() !== defaults.sizes.join()) {
     args.push("--sizes", options.sizes.map(sizeArgument).join(","));
+  }
+  if (suite === "insights" && insightsReferrals(options) !== insightsReferrals(defaults)) {
+    args.push("--sizes", sizeArgument(insightsReferrals(options)));
   }
   if (options.only.length > 0) args.push("--only", options.only.join(","));
   return `npm run bench -- ${args.join(" ")}`;
