@@ -202,11 +202,21 @@ export function moveCustomerStats(
   after: CustomerFacts,
   moves: StatsMoves,
 ): void {
+  countCreation(before, after, metric.identified, moves);
+}
+
+/** A record created: one more of `name` in its environment, at its creation. */
+function countCreation(
+  before: CustomerFacts | null,
+  after: CustomerFacts,
+  name: string,
+  moves: StatsMoves,
+): void {
   if (before || !countable(after)) return;
   moves.count(
     statsScope(after.applicationId, after.environment, null),
     ms(after.createdAt),
-    metric.identified,
+    name,
     1,
   );
 }
@@ -225,13 +235,7 @@ export function moveCheckpointStats(
   after: CheckpointFacts,
   moves: StatsMoves,
 ): void {
-  if (before || !countable(after)) return;
-  moves.count(
-    statsScope(after.applicationId, after.environment, null),
-    ms(after.createdAt),
-    metric.checkpoint(after.name),
-    1,
-  );
+  countCreation(before, after, metric.checkpoint(after.name), moves);
 }
 
 /** The fields of a reward grant the numbers read. */
