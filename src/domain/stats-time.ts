@@ -1,4 +1,5 @@
 import { DateTime, IANAZone } from "luxon";
+import { isoString } from "../contract/iso-time.js";
 
 /**
  * The calendar of the program's numbers. Counters are kept per UTC quarter
@@ -297,26 +298,22 @@ function previousOf(
   return { from: period.from - (period.to - period.from), to: period.from };
 }
 
-const pad = (value: number, length = 2) => String(value).padStart(length, "0");
+const pad = (value: number) => String(value).padStart(2, "0");
 
 /**
  * An instant as the API shows a period's bounds: ISO 8601 in the zone, with
- * its offset (`Z` in the zone named UTC, as Luxon writes it).
+ * its offset (`Z` in the zone named UTC, as Luxon writes it), milliseconds
+ * only when there are some.
  */
 export function statsInstantText(atMs: number, timeZone: string): string {
   const offset = offsetAt(atMs, timeZone);
-  const local = new Date(atMs + offset * 60_000);
+  // The local wall clock, written as if it were UTC, then the zone's offset.
+  const local = isoString(atMs + offset * 60_000);
+  const wallClock = local.endsWith(".000Z") ? local.slice(0, -5) : local.slice(0, -1);
+  if (timeZone === "UTC") return `${wallClock}Z`;
   const sign = offset < 0 ? "-" : "+";
-  const zone =
-    timeZone === "UTC"
-      ? "Z"
-      : `${sign}${pad(Math.floor(Math.abs(offset) / 60))}:${pad(Math.abs(offset) % 60)}`;
-  const milliseconds = local.getUTCMilliseconds();
-  return (
-    `${pad(local.getUTCFullYear(), 4)}-${pad(local.getUTCMonth() + 1)}-${pad(local.getUTCDate())}` +
-    `T${pad(local.getUTCHours())}:${pad(local.getUTCMinutes())}:${pad(local.getUTCSeconds())}` +
-    `${milliseconds ? `.${pad(milliseconds, 3)}` : ""}${zone}`
-  );
+  const minutes = Math.abs(offset);
+  return `${wallClock}${sign}${pad(Math.floor(minutes / 60))}:${pad(minutes % 60)}`;
 }
 
 /**

@@ -1,5 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HttpBodySchema } from "../../gen/google/api/httpbody_pb.js";
+import { isoString } from "../contract/iso-time.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { ReferralDoc } from "../store/documents.js";
 import type { ExportFilter } from "../store/insights.js";
@@ -94,7 +95,7 @@ function reachedAt(referral: ReferralDoc, status: ReferralStatusName): Date | nu
 }
 
 function iso(value: Date | null): string {
-  return value ? new Date(value).toISOString() : "";
+  return value ? isoString(new Date(value).getTime()) : "";
 }
 
 /** One CSV record: each field quoted when it must be, quotes doubled. */

@@ -155,6 +155,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const campaign = await campaignOf(store, request.id, request.environment);
       const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
       const target = { environment: campaign.environment, campaignId: campaign._id };
+      const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
       let changed = false;
       let wake: (() => void) | undefined;
       const stop = store.insights.onChange(target, () => {
@@ -166,7 +167,6 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
           changed = false;
           // Read again each time: without `to`, the period follows the clock.
           const period = periodOf({ ...request, interval: "day", timeZone, now: deps.clock() });
-          const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
           const { totals } = await statsOfPeriod(store, target, period, [period], ownZone);
           yield { ...spanText(period, timeZone), totals };
           await sleep(watchCoalesceMs, undefined, { signal: context.signal }).catch(

@@ -4,7 +4,7 @@ import { statsScope } from "../domain/stats.js";
 import type { BucketRun } from "../domain/stats-time.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
-import type { CustomerDoc, ReferralDoc } from "./documents.js";
+import type { ReferralDoc } from "./documents.js";
 import type { LeaderRow, StatsStore } from "./stats.js";
 import { ownedBy } from "./tenant.js";
 
@@ -83,19 +83,6 @@ export function tenantInsights(stats: StatsStore, tenant: Tenant) {
       });
     },
   };
-}
-
-/** The customers of the application among `ids`, erased ones included, with the fields the insights show. */
-export async function findCustomersByIds(
-  db: Collections,
-  tenant: Tenant,
-  ids: readonly string[],
-): Promise<Map<string, CustomerDoc>> {
-  if (ids.length === 0) return new Map();
-  const docs = await db.customers
-    .find({ ...ownedBy(tenant), _id: { $in: [...new Set(ids)] } })
-    .toArray();
-  return new Map(docs.map((doc) => [doc._id, doc]));
 }
 
 /** What ExportReferrals exports. */

@@ -11,6 +11,7 @@ import { fieldExpression } from "./sqlite-query.js";
 import {
   emptySnapshot,
   type LeaderRow,
+  StatsListeners,
   type StatsSnapshot,
   type StatsStore,
   scopeKey,
@@ -94,7 +95,7 @@ const maxSettledCounts = 20_000;
  * failed write moves nothing and a committed one moves them exactly once).
  */
 export class EmbeddedStats implements StatsStore {
-  private readonly listeners = new Set<(scopes: ReadonlySet<string>) => void>();
+  private readonly listeners = new StatsListeners();
   private changed = new Set<string>();
   /** Active referrers of settled spans (see {@link activeReferrers}), by `scope|from`. */
   private readonly settled = new Map<string, { until: number; count: number }>();
@@ -368,7 +369,7 @@ export class EmbeddedStats implements StatsStore {
 
   /** Listeners hear of a write's scopes after its commit (group commits run first in the same turn). */
   private noteChange(scope: string): void {
-    if (this.listeners.size === 0) return;
+    if (!this.listeners.heard) return;
     this.changed.add(scope);
     if (this.scheduled) return;
     this.scheduled = true;
@@ -376,7 +377,7 @@ export class EmbeddedStats implements StatsStore {
       this.scheduled = false;
       const scopes = this.changed;
       this.changed = new Set();
-      for (const listener of this.listeners) listener(scopes);
+      this.listeners.tell(scopes);
     });
   }
 
@@ -385,8 +386,7 @@ export class EmbeddedStats implements StatsStore {
   }
 
   onChange(listener: (scopes: ReadonlySet<string>) => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return this.listeners.add(listener);
   }
 
   /**

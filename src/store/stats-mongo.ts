@@ -21,6 +21,7 @@ import type { StoreCollection } from "./collection.js";
 import {
   emptySnapshot,
   type LeaderRow,
+  StatsListeners,
   type StatsSnapshot,
   type StatsStore,
   scopeKey,
@@ -77,7 +78,7 @@ export class MongoStats implements StatsStore {
   private readonly referrals: Collection<Document>;
   private readonly leadersCollection: Collection<Document>;
   private readonly acceptances: Collection<Document>;
-  private readonly listeners = new Set<(scopes: ReadonlySet<string>) => void>();
+  private readonly listeners = new StatsListeners();
 
   constructor(
     private readonly client: MongoClient,
@@ -129,7 +130,7 @@ export class MongoStats implements StatsStore {
           await session.endSession();
         }
       }
-      if (outcome.scopes.size > 0) for (const listener of this.listeners) listener(outcome.scopes);
+      if (outcome.scopes.size > 0) this.listeners.tell(outcome.scopes);
       return outcome.result;
     };
     // The document before and after one update (or upsert), read in the session.
@@ -429,8 +430,7 @@ export class MongoStats implements StatsStore {
   }
 
   onChange(listener: (scopes: ReadonlySet<string>) => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    return this.listeners.add(listener);
   }
 
   async sums(
@@ -630,7 +630,7 @@ export class MongoStats implements StatsStore {
         await session.endSession();
       }
     }
-    for (const listener of this.listeners) listener(new Set(scopes));
+    this.listeners.tell(new Set(scopes));
   }
 }
 

@@ -88,6 +88,28 @@ export function emptySnapshot(): StatsSnapshot {
   return { counts: new Map(), referrals: new Map(), leaders: new Map(), acceptances: new Map() };
 }
 
+/**
+ * Who hears of the scopes a committed write changed (`StatsStore.onChange`):
+ * the part of it both engines share.
+ */
+export class StatsListeners {
+  private readonly listeners = new Set<(scopes: ReadonlySet<string>) => void>();
+
+  /** Whether anyone listens: a write that nobody watches notes nothing. */
+  get heard(): boolean {
+    return this.listeners.size > 0;
+  }
+
+  add(listener: (scopes: ReadonlySet<string>) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  tell(scopes: ReadonlySet<string>): void {
+    for (const listener of this.listeners) listener(scopes);
+  }
+}
+
 const scopeKeys = new Map<string, number>();
 
 /**

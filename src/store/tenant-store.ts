@@ -16,6 +16,7 @@ import {
   findCustomer,
   findCustomerByExternalId,
   findCustomerByReferralCode,
+  findCustomersByIds,
   type IdentifyInput,
   type IdentifyWrite,
   upsertCustomer,
@@ -32,7 +33,7 @@ import type {
 import { eraseEverywhere } from "./erasure.js";
 import { findEventsAboutCustomer } from "./events.js";
 import { findIdempotencyRecords, removeIdempotencyKey } from "./idempotency.js";
-import { findCustomersByIds, findReferralsToExport, tenantInsights } from "./insights.js";
+import { findReferralsToExport, tenantInsights } from "./insights.js";
 import type { PageRequest } from "./paging.js";
 import {
   countReferralsAttributedSince,
@@ -238,7 +239,11 @@ export function createTenantStore(
     },
     insights: {
       ...tenantInsights(stats, tenant),
-      customersByIds: bind(findCustomersByIds),
+      /** The customers among `ids` by id, erased ones included (their tombstones). */
+      customersByIds: async (ids: readonly string[]) =>
+        new Map(
+          (await findCustomersByIds(db, tenant, [...new Set(ids)])).map((doc) => [doc._id, doc]),
+        ),
       /** A page of ExportReferrals, oldest first, after a cursor. */
       exportPage: bind(findReferralsToExport),
     },
