@@ -43,6 +43,7 @@ export function storeUnavailableReason(error: unknown): string | undefined {
     return sqliteUnavailable.get(errcode & 0xff);
   }
   if (code === "ENOSPC") return "the disk is full";
+  if (error instanceof WriterLostError) return "the store's writer stopped";
   if (
     error instanceof MongoNetworkError ||
     error instanceof MongoServerSelectionError ||
@@ -52,4 +53,23 @@ export function storeUnavailableReason(error: unknown): string | undefined {
     return "MongoDB is unreachable";
   }
   return error.cause === undefined ? undefined : storeUnavailableReason(error.cause);
+}
+
+/**
+ * The embedded store's writer has as many writes waiting for a commit as it
+ * takes: this one is refused (nothing changed) instead of growing memory.
+ */
+export class WriteQueueFullError extends Error {
+  constructor(readonly limit: number) {
+    super(`the store has ${limit} writes waiting for a commit`);
+    this.name = "WriteQueueFullError";
+  }
+}
+
+/** A cluster's worker lost its writer (the primary process is gone): nothing more is written. */
+export class WriterLostError extends Error {
+  constructor() {
+    super("the store's writer process is gone");
+    this.name = "WriterLostError";
+  }
 }

@@ -21,7 +21,7 @@ import type {
   WithId,
 } from "mongodb";
 import type { StoreCollection } from "./collection.js";
-import { DuplicateKeyError } from "./errors.js";
+import { DuplicateKeyError, WriteQueueFullError } from "./errors.js";
 import { type CounterDeclaration, fieldFanout } from "./indexes.js";
 import type { CheckpointerData } from "./sqlite-checkpointer.js";
 import {
@@ -60,31 +60,43 @@ export class StoreOpenError extends Error {
 
 /**
  * One SQLite database in WAL mode, holding each collection as a table of
- * JSON documents. node:sqlite is synchronous: each collection operation,
- * read-modify-write included, runs to completion before any other JavaScript
- * does, so every single-document operation is atomic in this process (the
- * data directory's lock keeps other processes out). Writes are committed in
- * groups (see {@link SqliteDatabase.write}).
+ * JSON documents, through two connections: one writes, one reads what is
+ * committed. node:sqlite is synchronous: each collection write,
+ * read-modify-write included, runs to completion before any other
+ * JavaScript does, so every single-document operation is atomic; only the
+ * process holding the data directory's lock writes (the workers of a
+ * cluster open {@link SqliteDatabase.openReader} and forward their writes
+ * to it). Writes are committed in groups (see {@link SqliteDatabase.write}).
  */
 export class SqliteDatabase {
-  private readonly db: DatabaseSync;
+  /** The write connection; none in a reader. */
+  private readonly db: DatabaseSync | undefined;
+  /** Reads outside a write: they see committed data only. */
+  private reads: DatabaseSync;
   private readonly statements = new Map<string, StatementSync>();
+  private readonly readStatements = new Map<string, StatementSync>();
   private readonly queries = new Map<string, QuerySample>();
   private readonly collections = new Map<string, SqliteCollection<Document>>();
-  /**
-   * Group commits rolled back so far: what they wrote was readable until
-   * then, so every collection counts as changed (see {@link SqliteCollection.version}).
-   */
-  rollbacks = 0;
   /** The writes of the open group transaction, waiting for its commit. */
   private group: { resolve: () => void; reject: (error: unknown) => void }[] | undefined;
+  /** What the open group changed (see {@link touch}). */
+  private readonly touched = new Set<string>();
+  /** Committed versions by name (see {@link versionOf}). */
+  private readonly versions = new Map<string, number>();
+  /** Changes made so far by name, committed or not (see {@link changesOf}). */
+  private readonly changes = new Map<string, number>();
+  /** A reader's last `PRAGMA data_version`: the versions are read again when it moves. */
+  private dataVersion = -1;
 
   private constructor(
-    db: DatabaseSync,
+    db: DatabaseSync | undefined,
+    reads: DatabaseSync,
     readonly file: string,
     private readonly checkpointer: Checkpointer | undefined,
+    private readonly limits: WriteLimits,
   ) {
     this.db = db;
+    this.reads = reads;
   }
 
   /**
@@ -94,8 +106,9 @@ export class SqliteDatabase {
   static open(
     file: string,
     synchronous: SqliteSynchronous,
-    wal: WalPolicy = defaultWalPolicy,
+    options: { wal?: WalPolicy; limits?: Partial<WriteLimits> } = {},
   ): SqliteDatabase {
+    const wal = options.wal ?? defaultWalPolicy;
     createPrivately(file);
     let db: DatabaseSync | undefined;
     try {
@@ -118,7 +131,8 @@ export class SqliteDatabase {
     db.exec(
       "CREATE TABLE IF NOT EXISTS counters (name TEXT NOT NULL, key TEXT NOT NULL, n INTEGER NOT NULL, PRIMARY KEY (name, key)) WITHOUT ROWID, STRICT;" +
         "CREATE TABLE IF NOT EXISTS counter_definitions (name TEXT PRIMARY KEY NOT NULL) STRICT;" +
-        "CREATE TABLE IF NOT EXISTS write_probe (id INTEGER PRIMARY KEY, at INTEGER NOT NULL) STRICT",
+        "CREATE TABLE IF NOT EXISTS write_probe (id INTEGER PRIMARY KEY, at INTEGER NOT NULL) STRICT;" +
+        "CREATE TABLE IF NOT EXISTS versions (name TEXT PRIMARY KEY NOT NULL, v INTEGER NOT NULL) STRICT",
     );
     // An 8 MiB page cache: it holds the upper levels of every index, and the
     // rest of the file is a read from the operating system's cache away. At
@@ -133,12 +147,57 @@ export class SqliteDatabase {
     // connection checkpoints itself only if the WAL outgrows what the
     // worker keeps up with.
     db.exec(`PRAGMA wal_autocheckpoint = ${wal.backstopPages}`);
-    return new SqliteDatabase(db, file, startCheckpointer(file, synchronous, wal));
+    let reads: DatabaseSync;
+    try {
+      reads = openReadConnection(file);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
+    const database = new SqliteDatabase(
+      db,
+      reads,
+      file,
+      startCheckpointer(file, synchronous, wal),
+      { ...defaultWriteLimits, ...options.limits },
+    );
+    database.loadVersions();
+    return database;
+  }
+
+  /**
+   * Opens a database another process writes (the primary of a cluster),
+   * read-only: its collections read here and send their writes to the
+   * writer (see `ForwardedWrites`). The writer created every table first.
+   */
+  static openReader(file: string): SqliteDatabase {
+    let reads: DatabaseSync;
+    try {
+      reads = openReadConnection(file);
+      reads.prepare("SELECT count(*) FROM sqlite_schema").get();
+    } catch (error) {
+      throw new StoreOpenError(
+        `${file} is not a readable SQLite database (${(error as Error).message})`,
+        { cause: error },
+      );
+    }
+    return new SqliteDatabase(undefined, reads, file, undefined, defaultWriteLimits);
+  }
+
+  /** Whether this process writes the file (false in a cluster's workers). */
+  get writes(): boolean {
+    return this.db !== undefined;
+  }
+
+  /** The write connection: a reader has none, and its collections forward their writes. */
+  private get writer(): DatabaseSync {
+    if (!this.db) throw readOnlyError(this.file);
+    return this.db;
   }
 
   /** The table of a collection, created on first use. */
   collection<T extends Document>(name: string): SqliteCollection<T> {
-    this.db.exec(
+    (this.db ?? this.reads).exec(
       `CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY NOT NULL, doc BLOB NOT NULL, side BLOB) STRICT`,
     );
     const collection = new SqliteCollection<T>(this, name);
@@ -146,14 +205,65 @@ export class SqliteDatabase {
     return collection;
   }
 
-  /** A prepared statement, compiled once per SQL text. */
+  /**
+   * A prepared statement, compiled once per SQL text: on the write
+   * connection inside a write (which reads what the group wrote so far),
+   * on the read connection anywhere else (committed data only).
+   */
   statement(sql: string): StatementSync {
-    let statement = this.statements.get(sql);
+    const [connection, kept] = this.inWrite
+      ? [this.writer, this.statements]
+      : [this.reads, this.readStatements];
+    let statement = kept.get(sql);
     if (!statement) {
-      statement = this.db.prepare(sql);
-      this.statements.set(sql, statement);
+      statement = connection.prepare(sql);
+      kept.set(sql, statement);
     }
     return statement;
+  }
+
+  /**
+   * Notes that the write in progress changed `name` (a collection, or what
+   * a cache depends on): its version moves when the group commits.
+   */
+  touch(name: string): void {
+    this.touched.add(name);
+    this.changes.set(name, (this.changes.get(name) ?? 0) + 1);
+  }
+
+  /**
+   * The committed version of `name`: it moves with each commit that
+   * changed it, in the same transaction, so a view read at one version is
+   * current while the version stays, in this process and in every reader
+   * of the file. Read the version first, then the data.
+   */
+  versionOf(name: string): number {
+    if (!this.db) {
+      const { data_version: now } = this.statement("PRAGMA data_version").get() as {
+        data_version: number;
+      };
+      if (now !== this.dataVersion) {
+        this.dataVersion = now;
+        this.loadVersions();
+      }
+    }
+    return this.versions.get(name) ?? 0;
+  }
+
+  /**
+   * How many writes of this process changed `name`, committed or not:
+   * what a cache consulted inside writes (the campaigns' time zones) keys on.
+   */
+  changesOf(name: string): number {
+    return this.changes.get(name) ?? 0;
+  }
+
+  private loadVersions(): void {
+    const rows = this.reads.prepare("SELECT name, v FROM versions").all() as {
+      name: string;
+      v: number;
+    }[];
+    for (const row of rows) this.versions.set(row.name, row.v);
   }
 
   /** Remembers the first query behind each distinct SQL text, for {@link queryPlans}. */
@@ -170,9 +280,9 @@ export class SqliteDatabase {
   queryPlans(): QueryPlan[] {
     return [...this.queries.values()].map((sample) => ({
       ...sample,
-      plan: (this.db.prepare(`EXPLAIN QUERY PLAN ${sample.sql}`).all() as { detail: string }[]).map(
-        (row) => row.detail,
-      ),
+      plan: (
+        this.reads.prepare(`EXPLAIN QUERY PLAN ${sample.sql}`).all() as { detail: string }[]
+      ).map((row) => row.detail),
     }));
   }
 
@@ -185,11 +295,14 @@ export class SqliteDatabase {
    * before the commit that makes the write durable.
    */
   write<R>(work: () => R): Promise<R> {
+    if (!this.db) return Promise.reject(readOnlyError(this.file));
     if (!this.group) {
       this.checkpointer?.letRewind();
-      this.db.exec("BEGIN IMMEDIATE");
+      this.writer.exec("BEGIN IMMEDIATE");
       this.group = [];
-      setImmediate(() => this.commitGroup());
+      if (this.limits.groupCommit) setImmediate(() => this.commitGroup());
+    } else if (this.group.length >= this.limits.queue) {
+      return Promise.reject(new WriteQueueFullError(this.limits.queue));
     }
     const group = this.group;
     let result: R;
@@ -202,15 +315,28 @@ export class SqliteDatabase {
     } catch (error) {
       this.inWrite = false;
       this.undoWrite(error);
-      return Promise.reject(error);
+      // Refused after the group's commit, like any answer: a caller that
+      // reads again and retries (another write took the unique key) then
+      // reads the write it lost to, which reads see once it is committed.
+      const open = this.group;
+      if (!open) return Promise.reject(error);
+      return new Promise((_, reject) => {
+        open.push({ resolve: () => reject(error), reject });
+        if (!this.limits.groupCommit) this.commitGroup();
+      });
     }
     this.writeObserver?.released();
-    return new Promise((resolve, reject) => {
+    const committed = new Promise<R>((resolve, reject) => {
       group.push({ resolve: () => resolve(result), reject });
     });
+    if (!this.limits.groupCommit) this.commitGroup();
+    return committed;
   }
 
-  /** True while a write's work runs (inside its savepoint). */
+  /**
+   * True while a write's work runs (inside its savepoint), a transaction's,
+   * or the group's last statements: statements go to the write connection.
+   */
   inWrite = false;
   /** Told how each write and each group ends (see {@link observeWrites}). */
   private writeObserver: WriteObserver | undefined;
@@ -256,8 +382,8 @@ export class SqliteDatabase {
 
   /** Rolls back whatever transaction is open; one SQLite already ended is left alone. */
   private rollbackQuietly(): void {
-    this.rollbacks += 1;
-    if (!this.db.isTransaction) return;
+    this.touched.clear();
+    if (!this.db?.isTransaction) return;
     try {
       this.db.exec("ROLLBACK");
     } catch {
@@ -269,42 +395,68 @@ export class SqliteDatabase {
   private commitGroup(): void {
     const waiting = this.group;
     if (!waiting) return;
+    this.inWrite = true;
     try {
       this.writeObserver?.committing();
+      const bump = this.statement(
+        "INSERT INTO versions (name, v) VALUES (?, 1) ON CONFLICT (name) DO UPDATE SET v = v + 1",
+      );
+      for (const name of this.touched) bump.run(name);
     } catch (error) {
+      this.inWrite = false;
       this.abandonGroup(error);
       return;
     }
+    this.inWrite = false;
     this.group = undefined;
     try {
-      this.db.exec("COMMIT");
+      this.writer.exec("COMMIT");
     } catch (error) {
       this.writeObserver?.abandoned();
       this.rollbackQuietly();
       for (const writer of waiting) writer.reject(error);
       return;
     }
+    for (const name of this.touched) this.versions.set(name, (this.versions.get(name) ?? 0) + 1);
+    this.touched.clear();
+    this.groupsCommitted += 1;
+    this.writesCommitted += waiting.length;
     for (const writer of waiting) writer.resolve();
+  }
+
+  /** Group commits so far, and the writes they committed (metrics: writes per commit). */
+  groupsCommitted = 0;
+  writesCommitted = 0;
+
+  /** The writes waiting for their group's commit. */
+  get queuedWrites(): number {
+    return this.group?.length ?? 0;
   }
 
   /** Runs `work` in one transaction of its own: all of it is committed, or none. */
   transaction<R>(work: () => R): R {
     this.commitGroup();
     this.checkpointer?.letRewind();
-    this.db.exec("BEGIN IMMEDIATE");
+    this.writer.exec("BEGIN IMMEDIATE");
+    this.inWrite = true;
     try {
       const result = work();
-      this.db.exec("COMMIT");
+      this.writer.exec("COMMIT");
       return result;
     } catch (error) {
       this.rollbackQuietly();
       throw error;
+    } finally {
+      this.inWrite = false;
     }
   }
 
-  /** Runs SQL that returns nothing (schema changes). */
+  /**
+   * Runs SQL that returns nothing (schema changes). A reader runs it too:
+   * `CREATE ... IF NOT EXISTS` of what the writer made already changes nothing.
+   */
   exec(sql: string): void {
-    this.db.exec(sql);
+    (this.db ?? this.reads).exec(sql);
   }
 
   /**
@@ -317,7 +469,7 @@ export class SqliteDatabase {
   async forgetFreed(): Promise<void> {
     this.commitGroup();
     for (let attempt = 0; attempt < 50; attempt++) {
-      const [result] = this.db.prepare("PRAGMA wal_checkpoint(TRUNCATE)").all() as {
+      const [result] = this.writer.prepare("PRAGMA wal_checkpoint(TRUNCATE)").all() as {
         busy: number;
       }[];
       if (result?.busy === 0) return;
@@ -331,6 +483,7 @@ export class SqliteDatabase {
   /** Whether the connection answers. */
   ping(): void {
     this.statement("SELECT 1").get();
+    this.db?.prepare("SELECT 1").get();
   }
 
   /**
@@ -364,30 +517,69 @@ export class SqliteDatabase {
    * tenant's list index); sampled ones would change plans as data grows.
    */
   declareStatistics(): void {
+    const db = this.db;
+    if (!db) return;
     const rows = [...this.collections.values()].flatMap((collection) => collection.statistics());
     // ANALYZE on the schema table only creates sqlite_stat1 when missing.
-    this.db.exec("ANALYZE sqlite_schema");
+    db.exec("ANALYZE sqlite_schema");
     this.transaction(() => {
-      this.db.exec("DELETE FROM sqlite_stat1");
-      const insert = this.db.prepare("INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES (?, ?, ?)");
+      db.exec("DELETE FROM sqlite_stat1");
+      const insert = db.prepare("INSERT INTO sqlite_stat1 (tbl, idx, stat) VALUES (?, ?, ?)");
       for (const { table, index, stat } of rows) insert.run(table, index, stat);
     });
-    // Makes the planner read them now; statements are planned again.
-    this.db.exec("ANALYZE sqlite_schema");
+    // Makes the planner read them now; statements are planned again. The
+    // read connection, which may not run ANALYZE, reads them as it opens.
+    db.exec("ANALYZE sqlite_schema");
     this.statements.clear();
+    this.readStatements.clear();
+    this.reads.close();
+    this.reads = openReadConnection(this.file);
   }
 
   /** Closes the connection; the WAL is checkpointed into the file. */
   close(): void {
-    if (!this.db.isOpen) return;
-    this.commitGroup();
-    // First the worker's connection, so this one is the last and its close
-    // checkpoints the whole WAL and removes it.
+    if (!this.reads.isOpen) return;
+    if (this.db) this.commitGroup();
+    // First the other connections, so the writer's is the last and its
+    // close checkpoints the whole WAL and removes it.
     this.checkpointer?.close();
+    this.readStatements.clear();
+    this.reads.close();
     this.statements.clear();
-    this.db.close();
+    this.db?.close();
   }
 }
+
+/**
+ * A connection that reads only: each statement sees the database as the
+ * last commit left it, never a write in progress.
+ */
+function openReadConnection(file: string): DatabaseSync {
+  const reads = new DatabaseSync(file, { readOnly: true, timeout: writeLockWaitMs });
+  reads.exec("PRAGMA cache_size = -8192");
+  reads.exec("PRAGMA temp_store = MEMORY");
+  return reads;
+}
+
+function readOnlyError(file: string): Error {
+  return new Error(`${file} is open read-only here: writes go to the writer`);
+}
+
+/** How the writer's queue of writes is bounded (see {@link SqliteDatabase.write}). */
+export interface WriteLimits {
+  /**
+   * The most writes waiting for one commit; past it a write is refused
+   * with {@link WriteQueueFullError} rather than grow memory.
+   */
+  readonly queue: number;
+  /**
+   * Bench-only: false commits each write alone (right after it), to
+   * measure what sharing a commit saves.
+   */
+  readonly groupCommit: boolean;
+}
+
+const defaultWriteLimits: WriteLimits = { queue: 10_000, groupCommit: true };
 
 /** How long a write waits for the write lock before failing as busy. */
 const writeLockWaitMs = 5_000;
@@ -513,13 +705,14 @@ interface Row {
  */
 export class SqliteCollection<T extends Document> implements StoreCollection<T> {
   /**
-   * Bumped by every write to a document of this table (not by one that only
-   * empties its outbox, which no view shows), before the write: a view read
-   * at one version is current for as long as the version stays. Only this
-   * process writes the file (the data directory's lock), so views kept in
-   * memory can be exact.
+   * Moves with every commit that wrote a document of this table (not one
+   * that only emptied its outbox, which no view shows): a view read at one
+   * version is current for as long as the version stays (see
+   * {@link SqliteDatabase.versionOf}), so views kept in memory can be exact.
    */
-  version = 0;
+  get version(): number {
+    return this.database.versionOf(this.name);
+  }
   /** The kept totals, with their names and lookup SQL worked out once. */
   private readonly counters: { declaration: CounterDeclaration; name: string; lookup: string }[] =
     [];
@@ -649,8 +842,8 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   deleteOne(filter: Filter<T>): Promise<DeleteResult> {
-    this.version += 1;
     return this.database.write(() => {
+      this.database.touch(this.name);
       const where = compileFilter(filter);
       const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
       this.database.noteQuery(sql, this.name, filter);
@@ -660,8 +853,8 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   deleteMany(filter: Filter<T>): Promise<DeleteResult> {
-    this.version += 1;
     return this.database.write(() => {
+      this.database.touch(this.name);
       const where = compileFilter(filter);
       const sql = `DELETE FROM "${this.name}" WHERE ${where.sql}`;
       this.database.noteQuery(sql, this.name, filter);
@@ -770,38 +963,40 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const moved = (row: "NEW" | "OLD") =>
       [counted(row), key(row), ...sums.map((path) => rowField(row, path))].join(", ");
     const trigger = `"${name.replaceAll(/[^A-Za-z0-9_]/g, "_")}`;
-    this.database.transaction(() => {
-      const known = this.database
-        .statement("SELECT 1 FROM counter_definitions WHERE name = ?")
-        .get(name);
-      if (known) return;
-      this.database.exec(
-        `CREATE TRIGGER ${trigger}_insert" AFTER INSERT ON "${this.name}" BEGIN ${add("NEW")} END;` +
-          `CREATE TRIGGER ${trigger}_delete" AFTER DELETE ON "${this.name}" BEGIN ${remove("OLD")} END;` +
-          // Most updates move no document between groups; they touch no counter.
-          `CREATE TRIGGER ${trigger}_update" AFTER UPDATE OF doc ON "${this.name}" ` +
-          `WHEN (${moved("OLD")}) IS NOT (${moved("NEW")}) ` +
-          `BEGIN ${remove("OLD")} ${add("NEW")} END;`,
-      );
-      const group = counter.groupBy.map((path) => fieldExpression(path)).join(", ");
-      const where = (counter.nullFields ?? []).map((path) => `${fieldExpression(path)} IS NULL`);
-      const existing = [
-        { name, value: "count(*)" },
-        ...sums.map((path) => ({
-          name: sumCounterName(name, path),
-          value: `sum(coalesce(${fieldExpression(path)}, 0))`,
-        })),
-      ];
-      for (const tally of existing) {
-        this.database
-          .statement(
-            `INSERT INTO counters (name, key, n) SELECT ?, json_array(${group}), ${tally.value} ` +
-              `FROM "${this.name}" WHERE ${where.join(" AND ") || "1"} GROUP BY ${group}`,
-          )
-          .run(tally.name);
-      }
-      this.database.statement("INSERT INTO counter_definitions (name) VALUES (?)").run(name);
-    });
+    // A reader uses the counters its writer keeps.
+    if (this.database.writes)
+      this.database.transaction(() => {
+        const known = this.database
+          .statement("SELECT 1 FROM counter_definitions WHERE name = ?")
+          .get(name);
+        if (known) return;
+        this.database.exec(
+          `CREATE TRIGGER ${trigger}_insert" AFTER INSERT ON "${this.name}" BEGIN ${add("NEW")} END;` +
+            `CREATE TRIGGER ${trigger}_delete" AFTER DELETE ON "${this.name}" BEGIN ${remove("OLD")} END;` +
+            // Most updates move no document between groups; they touch no counter.
+            `CREATE TRIGGER ${trigger}_update" AFTER UPDATE OF doc ON "${this.name}" ` +
+            `WHEN (${moved("OLD")}) IS NOT (${moved("NEW")}) ` +
+            `BEGIN ${remove("OLD")} ${add("NEW")} END;`,
+        );
+        const group = counter.groupBy.map((path) => fieldExpression(path)).join(", ");
+        const where = (counter.nullFields ?? []).map((path) => `${fieldExpression(path)} IS NULL`);
+        const existing = [
+          { name, value: "count(*)" },
+          ...sums.map((path) => ({
+            name: sumCounterName(name, path),
+            value: `sum(coalesce(${fieldExpression(path)}, 0))`,
+          })),
+        ];
+        for (const tally of existing) {
+          this.database
+            .statement(
+              `INSERT INTO counters (name, key, n) SELECT ?, json_array(${group}), ${tally.value} ` +
+                `FROM "${this.name}" WHERE ${where.join(" AND ") || "1"} GROUP BY ${group}`,
+            )
+            .run(tally.name);
+        }
+        this.database.statement("INSERT INTO counter_definitions (name) VALUES (?)").run(name);
+      });
     const keys = counter.groupBy.map(() => "?").join(", ");
     this.counters.push({
       declaration: counter,
@@ -1052,7 +1247,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const { _id, ...fields } = doc;
     const id = _id === undefined ? randomUUID() : String(_id);
     const columns = encodeColumns(fields);
-    this.version += 1;
+    this.database.touch(this.name);
     translateConstraintErrors(() =>
       this.database
         .statement(`INSERT INTO "${this.name}" (id, doc, side) VALUES (?, jsonb(?), jsonb(?))`)
@@ -1071,7 +1266,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const { _id, ...fields } = doc;
     const columns = encodeColumns(fields);
     const sideOnly = modifiedPaths.every(isSidePath);
-    if (!sideOnly) this.version += 1;
+    if (!sideOnly) this.database.touch(this.name);
     translateConstraintErrors(() => {
       if (sideOnly) {
         this.database

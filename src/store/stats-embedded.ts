@@ -89,6 +89,9 @@ const flushBatch = 64;
 /** The most settled counts kept (a few hundred bytes each). */
 const maxSettledCounts = 20_000;
 
+/** The version name of the settled spans (see `SqliteDatabase.versionOf`). */
+const settledName = "stats:settled";
+
 /**
  * The numbers on the embedded engine: tables beside the collections,
  * moved by the collections' watchers inside the write's savepoint (so a
@@ -101,8 +104,8 @@ export class EmbeddedStats implements StatsStore {
   private readonly settled = new Map<string, { until: number; count: number }>();
   /** Per scope key, its settled spans, to drop those a change touches. */
   private readonly settledEnds = new Map<number, Set<string>>();
-  /** The database's rollbacks when the settled counts were taken. */
-  private settledAt = 0;
+  /** The version of the settled spans when the settled counts were taken. */
+  private settledAt = -1;
   private scheduled = false;
   /** The counter additions of the write in progress, then of its group (see {@link flush}). */
   private pending = new Map<string, CountRow>();
@@ -113,8 +116,13 @@ export class EmbeddedStats implements StatsStore {
 
   constructor(
     private readonly database: SqliteDatabase,
-    /** Moves whenever a campaign is written or a write rolled back: the zones read are current while it stays. */
+    /** Moves whenever a campaign is written or such a write committed: the zones read are current while it stays. */
     private readonly campaignsVersion: () => number,
+    /** In a cluster's worker: the writer replaces the counters (see {@link replace}). */
+    private readonly replaceElsewhere?: (
+      scopes: readonly string[],
+      wanted: StatsSnapshot,
+    ) => Promise<void>,
   ) {
     for (const statement of schema) database.exec(statement);
     database.observeWrites({
@@ -389,6 +397,11 @@ export class EmbeddedStats implements StatsStore {
     return this.listeners.add(listener);
   }
 
+  /** In a cluster's worker: the scopes the writer's commits moved, as it told them. */
+  changedElsewhere(scopes: ReadonlySet<string>): void {
+    this.listeners.tell(scopes);
+  }
+
   /**
    * The runs of each counter size are read as one range when they cover
    * most of it (a series of days: one range of day counters, each row put
@@ -400,7 +413,6 @@ export class EmbeddedStats implements StatsStore {
     options: { only?: "customers and checkpoints"; timeZone?: string } = {},
   ): Promise<Map<string, number>[]> {
     const { only, timeZone } = options;
-    this.flush();
     const key = scopeKey(scope);
     // UTC's days are the UTC day counters.
     const utc = timeZone === "UTC";
@@ -488,11 +500,12 @@ export class EmbeddedStats implements StatsStore {
     );
     const between = (from: number, to: number, before: number) =>
       to <= from ? 0 : (count.get(key, from, to, before) as { n: number }).n;
-    if (this.settledAt !== this.database.rollbacks) {
-      // A rolled-back write may have been counted: forget everything.
+    const settledVersion = this.database.versionOf(settledName);
+    if (this.settledAt !== settledVersion) {
+      // A committed write changed a settled span (here or in the writer): forget everything.
       this.settled.clear();
       this.settledEnds.clear();
-      this.settledAt = this.database.rollbacks;
+      this.settledAt = settledVersion;
     }
     const now = Math.floor(Date.now() / quarterHourMs) * quarterHourMs;
     return spans.map(([from, to]) => {
@@ -525,8 +538,15 @@ export class EmbeddedStats implements StatsStore {
     });
   }
 
-  /** Drops the settled counts of a scope that a change of its order at `at` touches. */
+  /**
+   * Drops the settled counts of a scope that a change of its order at `at`
+   * touches; one before this quarter hour also moves the settled spans'
+   * version, which readers of the file (a cluster's workers) go by.
+   */
   private unsettle(scope: string, at: number): void {
+    if (at < Math.floor(Date.now() / quarterHourMs) * quarterHourMs) {
+      this.database.touch(settledName);
+    }
     const ends = this.settledEnds.get(scopeKey(scope));
     if (!ends) return;
     for (const cacheKey of ends) {
@@ -576,7 +596,6 @@ export class EmbeddedStats implements StatsStore {
   }
 
   async snapshot(scopes: readonly string[]): Promise<StatsSnapshot> {
-    this.flush();
     const snapshot = emptySnapshot();
     for (const scope of scopes) {
       const key = scopeKey(scope);
@@ -602,8 +621,14 @@ export class EmbeddedStats implements StatsStore {
   }
 
   replace(scopes: readonly string[], wanted: StatsSnapshot): Promise<void> {
-    this.flush();
+    if (!this.database.writes) {
+      if (!this.replaceElsewhere) throw new Error("these counters are written by another process");
+      return this.replaceElsewhere(scopes, wanted);
+    }
     return this.database.write(() => {
+      // What the group added so far goes in first: the rows below replace it.
+      this.flush();
+      this.database.touch(settledName);
       this.settled.clear();
       this.settledEnds.clear();
       for (const scope of scopes) {

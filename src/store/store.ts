@@ -12,6 +12,11 @@ import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
+import {
+  type ForwardedWrites,
+  forwardingCollection,
+  type StoreCommand,
+} from "./forwarded-writes.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
 import { defaultEventRetentionMs } from "./retention.js";
@@ -21,6 +26,7 @@ import {
   SqliteDatabase,
   type SqliteSynchronous,
   StoreOpenError,
+  type WriteLimits,
 } from "./sqlite.js";
 import { type StatsStore, statsWatchers } from "./stats.js";
 import { EmbeddedStats } from "./stats-embedded.js";
@@ -58,6 +64,20 @@ export interface Store {
   readonly diskUsage?: () => { freeBytes: number; storeBytes: number };
   /** The program's numbers (InsightsService), kept by the same writes as the records. */
   readonly stats: StatsStore;
+  /**
+   * The embedded engine's writer: runs a command a cluster's worker sent
+   * (see `forwarded-writes.ts`), as if it were this process's own.
+   */
+  readonly runCommand?: (command: StoreCommand) => Promise<unknown>;
+  /**
+   * The embedded engine's writer: told which scopes' numbers each commit
+   * moved, for the workers' watches (see `EmbeddedStats.changedElsewhere`).
+   */
+  readonly statsChanged?: (listener: (scopes: ReadonlySet<string>) => void) => () => void;
+  /** A worker's store: hears the scopes the writer's commits moved. */
+  readonly statsChangedElsewhere?: (scopes: ReadonlySet<string>) => void;
+  /** The embedded writer's group commits so far and the writes in them; its queue now. */
+  readonly commits?: () => { groups: number; writes: number; queued: number };
   /** Releases connections, files and locks. */
   close(): Promise<void>;
 }
@@ -65,7 +85,11 @@ export interface Store {
 /** Where the data lives. */
 export type StoreConfig =
   | { readonly mongodbUri: string; readonly mongodbDb: string }
-  | { readonly dataDir: string; readonly synchronous?: SqliteSynchronous };
+  | {
+      readonly dataDir: string;
+      readonly synchronous?: SqliteSynchronous;
+      readonly writeLimits?: Partial<WriteLimits>;
+    };
 
 /** The embedded engine's database file in DATA_DIR. */
 export const embeddedDatabaseFile = "referrals.sqlite";
@@ -102,12 +126,23 @@ export async function openStore(
      * zeros), to measure what keeping them costs the writes.
      */
     keepStats?: boolean;
+    /**
+     * In a cluster's worker, on the embedded engine: the file is read here
+     * and every write goes to the writer (the primary) through `writes`.
+     */
+    forwardWrites?: ForwardedWrites;
   } = {},
 ): Promise<Store> {
   const retentionMs = options.eventRetentionMs ?? defaultEventRetentionMs;
   const keepStats = options.keepStats ?? true;
   if ("mongodbUri" in config) {
     return withIndexes(await openMongo(config, options.observe, keepStats), retentionMs);
+  }
+  if (options.forwardWrites) {
+    return withIndexes(
+      openEmbeddedReader(config.dataDir, options.forwardWrites, options.observe),
+      retentionMs,
+    );
   }
   const { store, database } = openEmbedded(config, options.observe, keepStats);
   await withIndexes(store, retentionMs);
@@ -182,7 +217,11 @@ async function openMongo(
 }
 
 function openEmbedded(
-  config: { dataDir: string; synchronous?: SqliteSynchronous },
+  config: {
+    dataDir: string;
+    synchronous?: SqliteSynchronous;
+    writeLimits?: Partial<WriteLimits>;
+  },
   observe: OperationObserver | undefined,
   keepStats: boolean,
 ): {
@@ -194,35 +233,48 @@ function openEmbedded(
   try {
     const db = SqliteDatabase.open(
       join(config.dataDir, embeddedDatabaseFile),
-      config.synchronous ?? "normal",
+      config.synchronous ?? "full",
+      config.writeLimits ? { limits: config.writeLimits } : {},
     );
     database = db;
-    const collections = Object.fromEntries(
-      collectionNames.map((name) => [name, db.collection<Document>(name)]),
-    ) as Record<CollectionName, SqliteCollection<Document>>;
-    for (const [name, counters] of Object.entries(counterDeclarations)) {
-      for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
-    }
-    const stats = new EmbeddedStats(db, () => collections.campaigns.version + db.rollbacks);
+    const collections = embeddedCollections(db);
+    const stats = new EmbeddedStats(
+      db,
+      () => db.versionOf("campaigns") + db.changesOf("campaigns"),
+    );
     for (const [name, watcher] of Object.entries(keepStats ? statsWatchers : {})) {
       collections[name as CollectionName].watch((before, after) =>
         watcher(before, after, stats.moves),
       );
     }
-    // This process is the only writer (the lock above), so what it keeps in
-    // memory can be exact: any write to what it was read from drops it.
     const system = observed(collections as unknown as Collections, observe);
-    const kept: KeptInMemory = {
-      views: createCustomerViews(
-        () => collections.customers.version + collections.referrals.version + db.rollbacks,
-      ),
-      audience: createWebhookAudience(system, () => collections.webhooks.version + db.rollbacks),
-      afterErasure: () => db.forgetFreed(),
-    };
+    const kept = keptInMemory(db, system, () => db.forgetFreed());
+    const raw = collections as unknown as Record<
+      string,
+      Record<string, (...args: unknown[]) => unknown>
+    >;
     const store: Store = {
       ...tenantAccess(system, stats, kept),
       engine: "embedded",
       stats,
+      async runCommand(command) {
+        switch (command.kind) {
+          case "write":
+            return raw[command.collection]?.[command.operation]?.(...command.args);
+          case "probeWrite":
+            return db.probeWrite(Date.now());
+          case "forgetFreed":
+            return db.forgetFreed();
+          case "replaceStats":
+            return stats.replace(...(command.args as Parameters<EmbeddedStats["replace"]>));
+        }
+      },
+      statsChanged: (listener) => stats.onChange(listener),
+      commits: () => ({
+        groups: db.groupsCommitted,
+        writes: db.writesCommitted,
+        queued: db.queuedWrites,
+      }),
       queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();
@@ -241,6 +293,87 @@ function openEmbedded(
   } catch (error) {
     database?.close();
     releaseLock();
+    throw error;
+  }
+}
+
+/** Each collection's table, with the totals the declarations keep. */
+function embeddedCollections(
+  db: SqliteDatabase,
+): Record<CollectionName, SqliteCollection<Document>> {
+  const collections = Object.fromEntries(
+    collectionNames.map((name) => [name, db.collection<Document>(name)]),
+  ) as Record<CollectionName, SqliteCollection<Document>>;
+  for (const [name, counters] of Object.entries(counterDeclarations)) {
+    for (const counter of counters) collections[name as CollectionName].keepCounter(counter);
+  }
+  return collections;
+}
+
+/**
+ * What the embedded engine keeps in memory, exact because it is keyed by
+ * the committed versions of what it was read from (see `SqliteDatabase.versionOf`).
+ */
+function keptInMemory(
+  db: SqliteDatabase,
+  system: Collections,
+  afterErasure: () => Promise<void>,
+): KeptInMemory {
+  return {
+    views: createCustomerViews(() => db.versionOf("customers") + db.versionOf("referrals")),
+    audience: createWebhookAudience(system, () => db.versionOf("webhooks")),
+    afterErasure,
+  };
+}
+
+/**
+ * A cluster worker's store: the file read through this process's own
+ * read-only connection, each write sent to the writer (the primary, which
+ * holds the data directory's lock).
+ */
+function openEmbeddedReader(
+  dataDir: string,
+  writes: ForwardedWrites,
+  observe: OperationObserver | undefined,
+): Store {
+  const db = SqliteDatabase.openReader(join(dataDir, embeddedDatabaseFile));
+  try {
+    const local = embeddedCollections(db);
+    const collections = Object.fromEntries(
+      Object.entries(local).map(([name, collection]) => [
+        name,
+        forwardingCollection(collection, writes),
+      ]),
+    );
+    const stats = new EmbeddedStats(
+      db,
+      () => db.versionOf("campaigns"),
+      (...args) => writes.run({ kind: "replaceStats", args }) as Promise<void>,
+    );
+    const system = observed(collections as unknown as Collections, observe);
+    const kept = keptInMemory(db, system, () =>
+      writes.run({ kind: "forgetFreed" }).then(() => undefined),
+    );
+    return {
+      ...tenantAccess(system, stats, kept),
+      engine: "embedded",
+      stats,
+      statsChangedElsewhere: (scopes) => stats.changedElsewhere(scopes),
+      queryPlans: () => db.queryPlans(),
+      async ping() {
+        db.ping();
+      },
+      probeWrite: () => writes.run({ kind: "probeWrite" }).then(() => undefined),
+      diskUsage() {
+        const disk = statfsSync(dataDir);
+        return { freeBytes: disk.bavail * disk.bsize, storeBytes: db.sizeOnDisk() };
+      },
+      async close() {
+        db.close();
+      },
+    };
+  } catch (error) {
+    db.close();
     throw error;
   }
 }

@@ -23,9 +23,7 @@ test("the write-ahead log is rewound under writes that never pause", async (t) =
   // The service's own checkpoint is pushed out of reach, so only the worker
   // keeps the log short.
   const db = SqliteDatabase.open(file, "normal", {
-    checkpointIntervalMs: 20,
-    restartFrames: 256,
-    backstopPages: 1_000_000,
+    wal: { checkpointIntervalMs: 20, restartFrames: 256, backstopPages: 1_000_000 },
   });
   t.teardown(() => db.close());
   const things = db.collection<{ _id: string; payload: string }>("things");

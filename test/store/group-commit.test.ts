@@ -1,0 +1,114 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import test, { type ExecutionContext } from "ava";
+import type { Document } from "mongodb";
+import { DuplicateKeyError, WriteQueueFullError } from "../../src/store/errors.js";
+import { SqliteDatabase } from "../../src/store/sqlite.js";
+
+/**
+ * The embedded engine's group commit: the writes of one turn of the event
+ * loop share a commit, each in its own savepoint; nothing is answered before
+ * that commit, reads see committed data only, and the queue is bounded.
+ */
+
+function openDatabase(t: ExecutionContext, queue = 10_000) {
+  const dir = mkdtempSync(join(tmpdir(), "referrals-group-"));
+  const database = SqliteDatabase.open(join(dir, "db.sqlite"), "full", { limits: { queue } });
+  const things = database.collection<Document>("things");
+  void things.createIndex({ name: 1 }, { unique: true });
+  t.teardown(() => {
+    database.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  return { database, things };
+}
+
+test("writes of one turn share one commit, and each is answered after it", async (t) => {
+  const { database, things } = openDatabase(t);
+  const before = database.groupsCommitted;
+  let answered = 0;
+  const writes = Array.from({ length: 50 }, (_, index) =>
+    things.insertOne({ _id: `t${index}`, name: `n${index}` }).then(() => {
+      answered += 1;
+    }),
+  );
+  t.is(database.queuedWrites, 50, "all fifty wait in the open group");
+  t.is(answered, 0, "none answered before the commit");
+  await Promise.all(writes);
+  t.is(database.groupsCommitted - before, 1, "one commit for the fifty");
+  t.is(await things.countDocuments({}), 50);
+});
+
+test("a read never sees a write that is not committed yet", async (t) => {
+  const { things } = openDatabase(t);
+  const inserted = things.insertOne({ _id: "a", name: "first" });
+  t.is(await things.findOne({ _id: "a" }), null, "the open group's write is not read");
+  await inserted;
+  t.like(await things.findOne({ _id: "a" }), { name: "first" }, "read once committed");
+});
+
+test("a write that fails rolls back alone, answers its own error after the commit, and the others commit", async (t) => {
+  const { database, things } = openDatabase(t);
+  await things.insertOne({ _id: "taken", name: "taken" });
+  const committedBefore = database.groupsCommitted;
+  const good = things.insertOne({ _id: "b", name: "b" });
+  const duplicate = things.insertOne({ _id: "c", name: "taken" });
+  const alsoGood = things.updateOne({ _id: "taken" }, { $set: { note: "kept" } });
+  let refusedAt: number | undefined;
+  const refused = duplicate.catch((error: unknown) => {
+    refusedAt = database.groupsCommitted;
+    return error;
+  });
+  await Promise.all([good, alsoGood]);
+  t.true((await refused) instanceof DuplicateKeyError);
+  t.is(refusedAt, committedBefore + 1, "the refusal came once the group had committed");
+  t.like(await things.findOne({ _id: "b" }), { name: "b" });
+  t.like(await things.findOne({ _id: "taken" }), { note: "kept" });
+  t.is(await things.findOne({ _id: "c" }), null, "the failed write left nothing");
+});
+
+test("past WRITE_QUEUE_LIMIT waiting writes, a write is refused at once and changes nothing", async (t) => {
+  const { database, things } = openDatabase(t, 3);
+  const outcomes = await Promise.allSettled(
+    Array.from({ length: 5 }, (_, index) =>
+      things.insertOne({ _id: `q${index}`, name: `q${index}` }),
+    ),
+  );
+  t.deepEqual(
+    outcomes.map((outcome) => outcome.status),
+    ["fulfilled", "fulfilled", "fulfilled", "rejected", "rejected"],
+  );
+  for (const outcome of outcomes.slice(3)) {
+    t.true((outcome as PromiseRejectedResult).reason instanceof WriteQueueFullError);
+  }
+  t.is(await things.countDocuments({}), 3, "the refused writes stored nothing");
+  t.is(database.queuedWrites, 0, "the queue is empty once committed");
+  // The next turn's writes are taken again.
+  await things.insertOne({ _id: "later", name: "later" });
+  t.is(await things.countDocuments({}), 4);
+});
+
+test("a version moves when a write to its collection commits, not before", async (t) => {
+  const { database, things } = openDatabase(t);
+  const version = things.version;
+  const inserted = things.insertOne({ _id: "v", name: "v" });
+  t.is(things.version, version, "unchanged while the write waits for its commit");
+  t.is(database.changesOf("things"), 1, "counted as a change of this process at once");
+  await inserted;
+  t.is(things.version, version + 1);
+});
+
+test("a reader of the file sees the writer's commits and their versions", async (t) => {
+  const { database, things } = openDatabase(t);
+  const reader = SqliteDatabase.openReader(database.file);
+  t.teardown(() => reader.close());
+  const readThings = reader.collection<Document>("things");
+  const version = readThings.version;
+  await things.insertOne({ _id: "r", name: "r" });
+  t.is(readThings.version, version + 1, "the version committed with the write");
+  t.like(await readThings.findOne({ _id: "r" }), { name: "r" });
+  await t.throwsAsync(() => readThings.insertOne({ _id: "no" }), {
+    message: /read-only here/,
+  });
+});
