@@ -1,4 +1,6 @@
 import { type DestinationStream, type Logger, pino } from "pino";
+import type { MetricObjectWithValues, MetricValue } from "prom-client";
+import type { PrimaryLink } from "./cluster/link.js";
 import type { Config } from "./config.js";
 import { startWebhookRuntime, type WebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
@@ -33,6 +35,17 @@ import { logCalls } from "./transport/request-log.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
 
+/**
+ * The process's part in a cluster (WORKERS above 1). The writer (the
+ * primary, on the embedded store) opens the file for writing and runs the
+ * background jobs, serving no port; a worker serves the port, reading the
+ * file itself and sending writes, webhook wake-ups and revoked keys to the
+ * primary through `link`. On MongoDB every worker is a whole service.
+ */
+export type ClusterRole =
+  | { readonly role: "writer" }
+  | { readonly role: "worker"; readonly link: PrimaryLink };
+
 /** A built service: listen, then close. */
 export interface App {
   readonly store: Store;
@@ -45,6 +58,16 @@ export interface App {
   sweepRewards(): Promise<RewardSweepReport>;
   /** Starts listening, then provisions the demo tenant on an empty store; resolves with the bound port. */
   listen(port: number, host: string): Promise<number>;
+  /** Wakes the webhook relay (a worker's services wrote events). */
+  notifyWebhooks(): void;
+  /** Forgets a revoked key's cached authentication (revoked through another worker). */
+  forgetKey(hash: string): void;
+  /** This process's metrics, for the primary to add up (see `AggregatorRegistry.aggregate`). */
+  metricsJson(): Promise<MetricObjectWithValues<MetricValue<string>>[]>;
+  /** Tells the store's health of a failure a worker's forwarded write met. */
+  noteStoreFailure(error: unknown): void;
+  /** Told each time the store starts or stops taking writes (the reason, or undefined). */
+  onWritesRefused(listener: (reason: string | undefined) => void): void;
   /**
    * Drains, then closes the store: health turns NOT_SERVING and `/readyz`
    * 503, the port stops accepting, calls in flight and webhook attempts
@@ -88,31 +111,55 @@ export async function buildApp(
      * counters, to measure what keeping them costs the writes.
      */
     keepStats?: boolean;
+    /** In a cluster: this process's part (see {@link ClusterRole}); alone when unset. */
+    cluster?: ClusterRole;
   } = {},
 ): Promise<App> {
   const clock = options.clock ?? (() => new Date());
-  const logger = pino({ level: config.logLevel }, options.logTo);
-  const metrics = createMetrics();
+  const cluster = options.cluster;
+  const workerName = cluster?.role === "worker" ? cluster.link.workerId : "primary";
+  const rootLogger = pino({ level: config.logLevel }, options.logTo);
+  // In a cluster each line says which process wrote it.
+  const logger = cluster ? rootLogger.child({ worker: workerName }) : rootLogger;
+  const metrics = createMetrics(cluster ? { worker: String(workerName) } : undefined);
   const operations = options.operations ?? true;
+  const embedded = "dataDir" in config.store;
+  // A worker on the embedded store reads the file and sends its writes to the primary.
+  const link = cluster?.role === "worker" ? cluster.link : undefined;
+  const forwards = link !== undefined && embedded;
+  const serves = cluster?.role !== "writer";
   const store = await openStore(config.store, {
     observe: operations ? metrics.observeStore : undefined,
     eventRetentionMs: config.eventRetentionMs,
     keepStats: options.keepStats ?? true,
+    ...(forwards ? { forwardWrites: link.writes } : {}),
   });
   let webhooks: WebhookRuntime | undefined;
   let retention: RetentionSweep | undefined;
   let rewardSweep: RewardSweep | undefined;
   let draining = false;
   let setServing: ((serving: boolean) => void) | undefined;
-  const storeHealth = startStoreHealth({
-    store,
-    minFreeBytes: config.minFreeDiskBytes,
-    logger,
-    onChange: (takingWrites) => {
-      if (!draining) setServing?.(takingWrites);
-    },
-  });
-  metrics.watchDisk(() => storeHealth.diskUsage());
+  const writesRefusedListeners: ((reason: string | undefined) => void)[] = [];
+  const storeHealth = forwards
+    ? link.storeHealth
+    : startStoreHealth({
+        store,
+        minFreeBytes: config.minFreeDiskBytes,
+        logger,
+        onChange: (takingWrites) => {
+          if (!draining) setServing?.(takingWrites);
+          const reason = storeHealth.writesRefused();
+          for (const listener of writesRefusedListeners) listener(reason);
+        },
+      });
+  if (forwards) {
+    link.onWritesRefused((reason) => {
+      if (!draining) setServing?.(reason === undefined);
+    });
+  } else {
+    metrics.watchDisk(() => storeHealth.diskUsage());
+  }
+  if (store.commits) metrics.watchCommits(store.commits);
   // The store's passing failures (a full disk, ...) are told to its health,
   // which logs them once a second with a count; anything else is logged here.
   const logError = (error: unknown, fields: Record<string, unknown>, message: string) => {
@@ -122,39 +169,49 @@ export async function buildApp(
   try {
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
     const secretBox = createSecretBox(webhookSecretKey(config));
-    const transports = await buildTransports(
-      config,
-      {
-        store,
-        clock,
-        fraudPolicy: config.fraudPolicy,
-        secretBox,
-        allowPrivateWebhooks: config.webhooks.allowPrivate,
-        notifyWebhooks: () => webhooks?.notify(),
-        onKeyRevoked: (hash) => authenticator.forget(hash),
-      },
-      { authenticator, logger, metrics, logError },
-      {
-        isDraining: () => draining,
-        writesRefused: () => storeHealth.writesRefused(),
-        extraInterceptors: options.extraInterceptors ?? [],
-        operations,
-        registrations: options.registrations,
-      },
-    );
-    const runtime = startWebhookRuntime({
-      store,
-      clock,
-      config: config.webhooks,
-      secretBox,
-      send: options.sendWebhook,
-      log: (error, message) => logError(error, {}, message),
-      countDelivery: metrics.countDelivery,
-    });
-    metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
+    const transports = !serves
+      ? undefined
+      : await buildTransports(
+          config,
+          {
+            store,
+            clock,
+            fraudPolicy: config.fraudPolicy,
+            secretBox,
+            allowPrivateWebhooks: config.webhooks.allowPrivate,
+            notifyWebhooks: link ? () => link.notifyWebhooks() : () => webhooks?.notify(),
+            onKeyRevoked: (hash) => {
+              authenticator.forget(hash);
+              link?.keyRevoked(hash);
+            },
+          },
+          { authenticator, logger, metrics, logError },
+          {
+            isDraining: () => draining,
+            writesRefused: () => storeHealth.writesRefused(),
+            extraInterceptors: options.extraInterceptors ?? [],
+            operations,
+            registrations: options.registrations,
+            link,
+          },
+        );
+    if (forwards && store.statsChangedElsewhere) link.onStatsChanged(store.statsChangedElsewhere);
+    // The background jobs run once, in the primary (or the one process).
+    const runtime = link
+      ? undefined
+      : startWebhookRuntime({
+          store,
+          clock,
+          config: config.webhooks,
+          secretBox,
+          send: options.sendWebhook,
+          log: (error, message) => logError(error, {}, message),
+          countDelivery: metrics.countDelivery,
+        });
+    if (runtime) metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
     webhooks = runtime;
     // On MongoDB the TTL indexes remove expired events and deliveries.
-    if (store.engine === "embedded") {
+    if (store.engine === "embedded" && !link) {
       retention = startRetentionSweep({
         db: store.system,
         clock,
@@ -163,20 +220,24 @@ export async function buildApp(
         report: (removed) => logger.info({ removed }, "removed expired events and deliveries"),
       });
     }
-    rewardSweep = startRewardSweep({
-      store,
-      clock,
-      log: (error, message) => logError(error, {}, message),
-      notifyWebhooks: () => webhooks?.notify(),
-    });
+    rewardSweep = link
+      ? undefined
+      : startRewardSweep({
+          store,
+          clock,
+          log: (error, message) => logError(error, {}, message),
+          notifyWebhooks: () => webhooks?.notify(),
+        });
     const sweep = rewardSweep;
-    const server = createSharedPortServer({
-      grpc: transports.grpc.server,
-      http: transports.http,
-      limits: config.connections,
-      ...(config.tls ? { tls: config.tls } : {}),
-    });
-    setServing = (serving) => transports.grpc.setServing(serving);
+    const server = transports
+      ? createSharedPortServer({
+          grpc: transports.grpc.server,
+          http: transports.http,
+          limits: config.connections,
+          ...(config.tls ? { tls: config.tls } : {}),
+        })
+      : undefined;
+    setServing = (serving) => transports?.grpc.setServing(serving);
     if (storeHealth.writesRefused() !== undefined) setServing(false);
     let demo: ProvisionedDemo | undefined;
     let closed: Promise<void> | undefined;
@@ -185,9 +246,27 @@ export async function buildApp(
       get demo() {
         return demo;
       },
-      sweepRewards: () => sweep.runOnce(),
+      sweepRewards: () => {
+        if (!sweep) throw new Error("the reward sweep runs in the primary");
+        return sweep.runOnce();
+      },
+      notifyWebhooks: () => webhooks?.notify(),
+      forgetKey: (hash) => authenticator.forget(hash),
+      noteStoreFailure: (error) => {
+        storeHealth.noteFailure(error);
+      },
+      metricsJson: async () => {
+        transports?.settleCalls();
+        return metrics.registry.getMetricsAsJSON();
+      },
+      onWritesRefused: (listener) => {
+        writesRefusedListeners.push(listener);
+      },
       async listen(port, host) {
-        const bound = await server.listen(port, host);
+        // The writer of a cluster binds nothing: its workers serve the port.
+        const bound = server ? await server.listen(port, host) : port;
+        // A worker leaves the demo to the primary, which provisions it once.
+        if (cluster?.role === "worker") return bound;
         // Only once the port is bound: a start that cannot listen must not
         // create demo keys it never gets to print.
         demo = await provisionDemo(store, {
@@ -200,13 +279,13 @@ export async function buildApp(
       close() {
         closed ??= (async () => {
           draining = true;
-          transports.grpc.setServing(false);
+          transports?.grpc.setServing(false);
           storeHealth.stop();
           const graceMs = config.connections.shutdownGraceMs;
           logger.info({ graceMs }, "draining");
-          await Promise.all([server.close(graceMs), runtime.stop(graceMs)]);
-          transports.settleCalls();
-          await Promise.all([retention?.stop(), sweep.stop()]);
+          await Promise.all([server?.close(graceMs), runtime?.stop(graceMs)]);
+          transports?.settleCalls();
+          await Promise.all([retention?.stop(), sweep?.stop()]);
           await store.close();
         })();
         return closed;
@@ -238,6 +317,8 @@ async function buildTransports(
     extraInterceptors: readonly Interceptor[];
     operations: boolean;
     registrations: ((standard: ServiceRegistration[]) => ServiceRegistration[]) | undefined;
+    /** A worker's link to the primary: one rate limit budget and one `/metrics` for all. */
+    link: PrimaryLink | undefined;
   },
 ) {
   const { store } = deps;
@@ -249,6 +330,7 @@ async function buildTransports(
   const rateLimits = await createRateLimits(config.rateLimits, {
     store,
     countRateLimited: metrics.countRateLimited,
+    sharedByWorkers: serving.link !== undefined,
   });
   const observedCalls = observeCalls([logCalls(logger), measureCalls(metrics.calls)]);
   const pipeline = createPipeline([
@@ -271,11 +353,14 @@ async function buildTransports(
     logger,
     metrics: {
       contentType: metrics.registry.contentType,
-      // Outcomes not yet counted (see observeCalls) are counted first.
-      metrics: () => {
-        observedCalls.settle();
-        return metrics.registry.metrics();
-      },
+      // Outcomes not yet counted (see observeCalls) are counted first; a
+      // worker shows the sum over the whole service, which the primary adds up.
+      metrics: serving.link
+        ? serving.link.clusterMetrics
+        : () => {
+            observedCalls.settle();
+            return metrics.registry.metrics();
+          },
     },
     metricsToken: config.metricsToken,
     checkCredential: rateLimits.checkCredential,

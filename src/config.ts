@@ -1,5 +1,6 @@
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 import { createSecureContext } from "node:tls";
 import { defaultFraudPolicy, type FraudPolicy } from "./domain/fraud-rules.js";
@@ -39,6 +40,10 @@ export interface Config {
   readonly rateLimits: RateLimitConfig;
   /** The origins browsers may call from (CORS_ORIGINS). */
   readonly corsOrigins: CorsOrigins;
+  /** The processes that serve the port (WORKERS); 1 is one process doing everything. */
+  readonly workers: number;
+  /** How long a worker may leave the primary's heartbeat unanswered before it is replaced (WORKER_STUCK_TIMEOUT). */
+  readonly workerStuckTimeoutMs: number;
 }
 
 /**
@@ -130,8 +135,11 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ? { mongodbUri, mongodbDb: nonEmpty(env.MONGODB_DB) ?? "referrals" }
       : {
           dataDir: resolve(nonEmpty(env.DATA_DIR) ?? "./data"),
-          synchronous: oneOf(env, "SQLITE_SYNCHRONOUS", ["normal", "full"], "normal"),
+          synchronous: oneOf(env, "SQLITE_SYNCHRONOUS", ["normal", "full"], "full"),
+          writeLimits: { queue: integer(env, "WRITE_QUEUE_LIMIT", 10_000, 1, 1_000_000) },
         },
+    workers: workerCount(env, mongodbUri === undefined),
+    workerStuckTimeoutMs: duration(env, "WORKER_STUCK_TIMEOUT", 10_000),
     adminToken: nonEmpty(env.ADMIN_TOKEN),
     bootstrapSecretKey: prefixed(env, "BOOTSTRAP_SECRET_KEY", "sk_"),
     bootstrapPublicKey: prefixed(env, "BOOTSTRAP_PUBLIC_KEY", "pk_"),
@@ -270,6 +278,21 @@ function prefixed(env: NodeJS.ProcessEnv, name: string, prefix: string): string 
 
 function nonEmpty(value: string | undefined): string | undefined {
   return value === undefined || value.trim() === "" ? undefined : value.trim();
+}
+
+/**
+ * WORKERS: `auto` is one per available core (the default on the embedded
+ * store, whose single writer the workers share; MongoDB defaults to 1,
+ * scaled by running more instances), or a number of processes.
+ */
+function workerCount(env: NodeJS.ProcessEnv, embedded: boolean): number {
+  const raw = nonEmpty(env.WORKERS) ?? (embedded ? "auto" : "1");
+  if (raw === "auto") return availableParallelism();
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < 1 || value > 256) {
+    throw new Error(`WORKERS must be auto or an integer from 1 to 256, got "${raw}"`);
+  }
+  return value;
 }
 
 function integer(

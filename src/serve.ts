@@ -4,8 +4,10 @@
  * variable, the port taken, DATA_DIR not writable, an unreadable database)
  * says so in one line and exits with 1.
  */
+import cluster from "node:cluster";
 import { accessSync, constants, mkdirSync } from "node:fs";
 import { type Config, loadConfig } from "./config.js";
+import type { ProvisionedDemo } from "./services/provisioning.js";
 import { startupBanner } from "./startup-banner.js";
 import { mongoServerSelectionTimeoutMs } from "./store/mongo-options.js";
 import { StoreOpenError } from "./store/sqlite.js";
@@ -18,50 +20,126 @@ const config = (() => {
     return exitWith((error as Error).message);
   }
 })();
-checkDataDir(config);
-// Loaded only now, so a wrong variable or directory is reported before the
-// whole service (drivers, transports) is.
-const { buildApp } = await import("./app.js");
-const app = await buildApp(config).catch((error: unknown) => exitOnStartupError(error, config));
-const port = await app.listen(config.port, config.host).catch(async (error: unknown) => {
-  await app.close();
-  return exitOnStartupError(error, config);
-});
-process.stdout.write(
-  startupBanner({
-    port,
-    host: config.host,
-    engine: app.store.engine,
-    demo: app.demo,
-    adminEnabled: config.adminToken !== undefined,
-    tls: config.tls !== undefined,
-    keysGiven: {
-      secret: config.bootstrapSecretKey !== undefined,
-      public: config.bootstrapPublicKey !== undefined,
-    },
-  }),
-);
+// Loaded only after the configuration is read, so a wrong variable or
+// directory is reported before the whole service (drivers, transports) is.
+if (config.workers > 1 && cluster.isWorker) {
+  await serveAsWorker(config);
+} else {
+  checkDataDir(config);
+  const { buildApp } = await import("./app.js");
+  if (config.workers > 1) await serveAsPrimary(config, buildApp);
+  else await serveAlone(config, buildApp);
+}
+
+type BuildApp = typeof import("./app.js")["buildApp"];
+
+/** WORKERS=1: this process does everything. */
+async function serveAlone(config: Config, buildApp: BuildApp): Promise<void> {
+  const app = await buildApp(config).catch((error: unknown) => exitOnStartupError(error, config));
+  const port = await app.listen(config.port, config.host).catch(async (error: unknown) => {
+    await app.close();
+    return exitOnStartupError(error, config);
+  });
+  printBanner(config, port, app);
+  onStopSignal(config, () => app.close());
+}
+
+/**
+ * The primary of a cluster: the store's writer and the background jobs
+ * here, the port served by the workers it forks.
+ */
+async function serveAsPrimary(config: Config, buildApp: BuildApp): Promise<void> {
+  const { startPrimary } = await import("./cluster/primary.js");
+  // Dates, maps and errors' fields cross the IPC channel as they are.
+  cluster.setupPrimary({ serialization: "advanced" });
+  const app = await buildApp(config, { cluster: { role: "writer" } }).catch((error: unknown) =>
+    exitOnStartupError(error, config),
+  );
+  const primary = startPrimary(config, app, process.env);
+  onStopSignal(config, () => primary.stop());
+  const port = await primary.started.catch(async (error: unknown) => {
+    await primary.stop();
+    return exitWith((error as Error).message);
+  });
+  // Binds nothing: provisions the demo tenant, once the workers serve the port.
+  await app.listen(port, config.host);
+  printBanner(config, port, app);
+}
+
+/** A worker of a cluster: serves the port, sends its writes to the primary. */
+async function serveAsWorker(config: Config): Promise<void> {
+  const { linkToPrimary } = await import("./cluster/link.js");
+  const { buildApp } = await import("./app.js");
+  const workerId = cluster.worker?.id ?? 0;
+  const queue = "dataDir" in config.store ? (config.store.writeLimits?.queue ?? 10_000) : 10_000;
+  const link = linkToPrimary(workerId, queue);
+  // Without its primary a worker can write nothing: it ends at once.
+  process.on("disconnect", () => process.exit(1));
+  const failed = async (error: unknown): Promise<never> => {
+    const message = startupErrorMessage(error, config);
+    if (message === undefined) throw error;
+    // Sent before exiting: an exit right after a send can lose the message.
+    await new Promise((resolve) => process.send?.({ type: "start-failed", message }, resolve));
+    return process.exit(1);
+  };
+  const app = await buildApp(config, { cluster: { role: "worker", link } }).catch(failed);
+  link.provideMetrics(() => app.metricsJson());
+  const port = await app.listen(config.port, config.host).catch(async (error: unknown) => {
+    await app.close();
+    return failed(error);
+  });
+  const stop = () => app.close();
+  link.onDrain(() => void drainAndExit(config, stop));
+  onStopSignal(config, stop);
+  link.listening(port);
+}
+
+function printBanner(
+  config: Config,
+  port: number,
+  app: { store: { engine: string }; demo: ProvisionedDemo | undefined },
+): void {
+  process.stdout.write(
+    startupBanner({
+      port,
+      host: config.host,
+      engine: app.store.engine,
+      demo: app.demo,
+      adminEnabled: config.adminToken !== undefined,
+      tls: config.tls !== undefined,
+      keysGiven: {
+        secret: config.bootstrapSecretKey !== undefined,
+        public: config.bootstrapPublicKey !== undefined,
+      },
+      workers: config.workers,
+    }),
+  );
+}
 
 let stopping = false;
-for (const signal of ["SIGINT", "SIGTERM"] as const) {
-  process.on(signal, () => {
-    // A terminal's Ctrl-C reaches both npm and this process, and npm
-    // forwards it: the second one is the same request.
-    if (stopping) return;
-    stopping = true;
-    // The drain is bounded by SHUTDOWN_GRACE; this bounds the rest (closing the store).
-    setTimeout(() => {
-      process.stderr.write("referral-service: the shutdown did not finish in time\n");
-      process.exit(1);
-    }, config.connections.shutdownGraceMs + 10_000).unref();
-    app.close().then(
-      () => process.exit(0),
-      (error: unknown) => {
-        console.error("shutdown failed", error);
-        process.exit(1);
-      },
-    );
-  });
+
+/** SIGINT and SIGTERM drain, once: a terminal's Ctrl-C reaches npm, which forwards it too. */
+function onStopSignal(config: Config, stop: () => Promise<void>): void {
+  for (const signal of ["SIGINT", "SIGTERM"] as const) {
+    process.on(signal, () => void drainAndExit(config, stop));
+  }
+}
+
+async function drainAndExit(config: Config, stop: () => Promise<void>): Promise<void> {
+  if (stopping) return;
+  stopping = true;
+  // The drain is bounded by SHUTDOWN_GRACE; this bounds the rest (closing the store).
+  setTimeout(() => {
+    process.stderr.write("referral-service: the shutdown did not finish in time\n");
+    process.exit(1);
+  }, config.connections.shutdownGraceMs + 15_000).unref();
+  try {
+    await stop();
+    process.exit(0);
+  } catch (error) {
+    console.error("shutdown failed", error);
+    process.exit(1);
+  }
 }
 
 /** The embedded store writes to DATA_DIR: refuse it at once, naming it, when it cannot. */
@@ -81,33 +159,40 @@ function checkDataDir(config: Config): void {
  * is a bug, rethrown so its stack trace is printed.
  */
 function exitOnStartupError(error: unknown, config: Config): never {
-  if (error instanceof StoreOpenError) exitWith(error.message);
+  const message = startupErrorMessage(error, config);
+  if (message !== undefined) exitWith(message);
+  throw error;
+}
+
+/** The one line for an error the operator can fix; undefined for a bug. */
+function startupErrorMessage(error: unknown, config: Config): string | undefined {
+  if (error instanceof StoreOpenError) return error.message;
   // The driver's words below quote no credentials, so no password is printed.
   const { name, message } = error as Error;
   const { code, syscall } = error as NodeJS.ErrnoException;
   if (name === "MongoParseError" || name === "MongoRuntimeError") {
-    exitWith(`MONGODB_URI is not a MongoDB connection string: ${firstLine(message)}`);
+    return `MONGODB_URI is not a MongoDB connection string: ${firstLine(message)}`;
   }
   if (syscall === "querySrv" || syscall === "queryTxt") {
-    exitWith(`MONGODB_URI: its DNS records do not resolve (${firstLine(message)})`);
+    return `MONGODB_URI: its DNS records do not resolve (${firstLine(message)})`;
   }
   if (name === "MongoServerSelectionError") {
     const seconds = mongoServerSelectionTimeoutMs / 1000;
-    exitWith(`MONGODB_URI: no MongoDB server answered within ${seconds} s (${firstLine(message)})`);
+    return `MONGODB_URI: no MongoDB server answered within ${seconds} s (${firstLine(message)})`;
   }
   if (name === "MongoServerError" && (error as { code?: unknown }).code === 18) {
-    exitWith("MONGODB_URI: MongoDB refused its credentials");
+    return "MONGODB_URI: MongoDB refused its credentials";
   }
   const { port, host } = config;
   if (code === "EADDRINUSE") {
-    exitWith(`PORT ${port} is already in use on ${host}: stop the other process or set PORT`);
+    return `PORT ${port} is already in use on ${host}: stop the other process or set PORT`;
   }
   if (code === "EACCES" && syscall === "listen") {
-    exitWith(`PORT ${port} needs privileges this process lacks (ports below 1024 do): set PORT`);
+    return `PORT ${port} needs privileges this process lacks (ports below 1024 do): set PORT`;
   }
-  if (code === "EADDRNOTAVAIL") exitWith(`HOST ${host} is not an address of this machine`);
-  if (code === "ENOTFOUND" || code === "EAI_AGAIN") exitWith(`HOST ${host} does not resolve`);
-  throw error;
+  if (code === "EADDRNOTAVAIL") return `HOST ${host} is not an address of this machine`;
+  if (code === "ENOTFOUND" || code === "EAI_AGAIN") return `HOST ${host} does not resolve`;
+  return undefined;
 }
 
 function firstLine(text: string): string {

@@ -11,6 +11,8 @@ export interface BannerInput {
   readonly tls?: boolean;
   /** Demo keys the environment gave (BOOTSTRAP_SECRET_KEY, BOOTSTRAP_PUBLIC_KEY): not printed. */
   readonly keysGiven: { readonly secret: boolean; readonly public: boolean };
+  /** The processes serving the port (WORKERS). */
+  readonly workers?: number;
 }
 
 /**
@@ -23,7 +25,7 @@ export function startupBanner(input: BannerInput): string {
   const scheme = input.tls ? "https" : "http";
   const lines = [
     "",
-    `Referral service listening on ${address}${input.tls ? " over TLS" : ""} (REST, Connect, gRPC-Web and gRPC on one port; store: ${input.engine})`,
+    `Referral service listening on ${address}${input.tls ? " over TLS" : ""} (REST, Connect, gRPC-Web and gRPC on one port; store: ${input.engine}${(input.workers ?? 1) > 1 ? `; ${input.workers} worker processes` : ""})`,
   ];
   if (input.demo) {
     // A key the operator gave is theirs already, and stays out of the output

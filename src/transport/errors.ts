@@ -7,7 +7,7 @@ import {
 import { type BadRequest, BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { FieldError } from "../contract/plain-codec.js";
 import { fromFieldError } from "../services/errors.js";
-import { storeUnavailableReason } from "../store/errors.js";
+import { storeUnavailableReason, WriteQueueFullError } from "../store/errors.js";
 
 /** A field violation as REST shows it. */
 export interface RestErrorDetail {
@@ -81,6 +81,8 @@ export function toConnectError(error: unknown, where: string, log: ErrorLogger):
   if (status !== undefined) {
     return new ConnectError(httpErrorMessage(status, error as Error), httpErrorCode(status));
   }
+  // Back-pressure, not a failure: neither logged nor held against the store's health.
+  if (error instanceof WriteQueueFullError) return writeQueueFullError(error.limit);
   log(error, where);
   const unavailable = storeUnavailableReason(error);
   if (unavailable !== undefined) return storeUnavailableError(unavailable);
@@ -100,6 +102,21 @@ export function storeUnavailableError(reason: string): ConnectError {
     `the service cannot store writes now (${reason}): nothing was changed; retry in ${storeRetryAfterSeconds} s`,
     Code.Unavailable,
     { "retry-after": String(storeRetryAfterSeconds) },
+  );
+}
+
+/** Seconds a client is told to wait before sending again a write the full queue refused. */
+export const writeQueueRetryAfterSeconds = 1;
+
+/**
+ * The store's writer has WRITE_QUEUE_LIMIT writes waiting for a commit:
+ * `unavailable`, REST 503 with `Retry-After`, nothing changed.
+ */
+export function writeQueueFullError(limit: number): ConnectError {
+  return new ConnectError(
+    `the service has ${limit} writes waiting to be stored: nothing was changed; retry in ${writeQueueRetryAfterSeconds} s`,
+    Code.Unavailable,
+    { "retry-after": String(writeQueueRetryAfterSeconds) },
   );
 }
 

@@ -14,15 +14,27 @@ export interface Metrics {
   watchDeliveryQueue(read: () => Promise<{ pending: number; oldestDueAt: Date | null }>): void;
   /** Reports the store's disk at each scrape (embedded engine): free bytes and the database's size. */
   watchDisk(read: () => { freeBytes: number; storeBytes: number } | undefined): void;
+  /** Reports the embedded writer's group commits at each scrape: commits, writes in them, writes waiting. */
+  watchCommits(read: () => { groups: number; writes: number; queued: number }): void;
 }
 
 // Buckets from 0.5 ms: most calls on the embedded store take a few milliseconds.
 const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
-/** Creates the registry with the process metrics and the service's own. */
-export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
+/**
+ * Creates the registry with the process metrics and the service's own. In
+ * a cluster the process metrics carry `processLabels` (which worker), so
+ * the sum the primary serves keeps one series per process for them and
+ * adds up the service's own.
+ */
+export function createMetrics(
+  processLabels?: Record<string, string>,
+): Metrics & { readonly calls: CallMetrics } {
   const registry = new Registry();
-  collectDefaultMetrics({ register: registry });
+  collectDefaultMetrics({
+    register: registry,
+    ...(processLabels ? { labels: processLabels } : {}),
+  });
   // A call adds one to its series' count; the counter takes the counts at
   // each scrape. prom-client's own inc() validates and hashes the labels
   // every time, which a call should not pay twice (the histogram pays once).
@@ -125,6 +137,39 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
       this.set(oldestDueAt ? Math.max(0, (Date.now() - oldestDueAt.getTime()) / 1000) : 0);
     },
   });
+  let readCommits: (() => { groups: number; writes: number; queued: number }) | undefined;
+  const commitCounter = (name: string, help: string, field: "groups" | "writes") => {
+    // The store counts; the counter catches up at each scrape.
+    let reported = 0;
+    return new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        const now = readCommits?.()[field] ?? 0;
+        if (now > reported) this.inc(now - reported);
+        reported = now;
+      },
+    });
+  };
+  commitCounter(
+    "store_group_commits_total",
+    "Commits of the embedded store's writer, each of a group of writes (writes per commit: store_committed_writes_total over this).",
+    "groups",
+  );
+  commitCounter(
+    "store_committed_writes_total",
+    "Writes the embedded store's writer committed.",
+    "writes",
+  );
+  new Gauge({
+    name: "store_write_queue",
+    help: "Writes waiting for the embedded store's next commit (refused past WRITE_QUEUE_LIMIT).",
+    registers: [registry],
+    collect() {
+      this.set(readCommits?.().queued ?? 0);
+    },
+  });
   let readDisk: (() => { freeBytes: number; storeBytes: number } | undefined) | undefined;
   new Gauge({
     name: "store_disk_free_bytes",
@@ -167,6 +212,9 @@ export function createMetrics(): Metrics & { readonly calls: CallMetrics } {
     },
     watchDisk(read) {
       readDisk = read;
+    },
+    watchCommits(read) {
+      readCommits = read;
     },
   };
 }

@@ -2,6 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import ipaddr from "ipaddr.js";
 import {
   type RateLimiterAbstract,
+  RateLimiterCluster,
   RateLimiterMemory,
   RateLimiterMongo,
   RateLimiterRes,
@@ -60,17 +61,26 @@ export type LimitName = keyof RateLimitConfig;
 /**
  * Builds the limits. With MongoDB the counters live in the service's
  * database, so every instance on it enforces one limit; on the embedded
- * store they live in this process, which is the only one that can open the
- * data directory.
+ * store they live in this process, or, in a cluster's worker, in the
+ * primary (rate-limiter-flexible's cluster limiter), so the workers share
+ * one budget per key.
  */
 export async function createRateLimits(
   config: RateLimitConfig,
-  deps: { store: Store; countRateLimited(limit: LimitName): void },
+  deps: {
+    store: Store;
+    countRateLimited(limit: LimitName): void;
+    /** In a cluster's worker: the counters are the primary's. */
+    sharedByWorkers?: boolean;
+  },
 ): Promise<RateLimits> {
   const database = deps.store.mongoDatabase;
+  const where: CounterHome = database
+    ? { kind: "mongodb", database }
+    : { kind: deps.sharedByWorkers ? "primary" : "memory" };
   const counterOf = (name: LimitName) => {
     const limit = config[name];
-    return limit ? createCounter(name, limit, database) : undefined;
+    return limit ? createCounter(name, limit, where) : undefined;
   };
   const counters = {
     public: counterOf("public"),
@@ -215,25 +225,30 @@ const refusals: Record<LimitName, string> = {
   unauthenticated: "too many failed authentications from this address",
 };
 
-function createCounter(
-  name: LimitName,
-  limit: RateLimit,
-  database: Store["mongoDatabase"],
-): Counter {
+/** Where a limit's counters live. */
+type CounterHome =
+  | { kind: "mongodb"; database: NonNullable<Store["mongoDatabase"]> }
+  | { kind: "primary" }
+  | { kind: "memory" };
+
+function createCounter(name: LimitName, limit: RateLimit, where: CounterHome): Counter {
   const options = { keyPrefix: name, points: limit.calls, duration: limit.windowSeconds };
-  const limiter = database
-    ? new RateLimiterMongo({
-        ...options,
-        storeClient: database,
-        tableName: rateLimitCollection,
-        disableIndexesCreation: true,
-        // A key that has used its window up is refused from memory, without
-        // a round trip, until the window ends.
-        inMemoryBlockOnConsumed: limit.calls,
-        // While MongoDB is unreachable each instance counts on its own.
-        insuranceLimiter: new RateLimiterMemory(options),
-      })
-    : new RateLimiterMemory(options);
+  const limiter =
+    where.kind === "mongodb"
+      ? new RateLimiterMongo({
+          ...options,
+          storeClient: where.database,
+          tableName: rateLimitCollection,
+          disableIndexesCreation: true,
+          // A key that has used its window up is refused from memory, without
+          // a round trip, until the window ends.
+          inMemoryBlockOnConsumed: limit.calls,
+          // While MongoDB is unreachable each instance counts on its own.
+          insuranceLimiter: new RateLimiterMemory(options),
+        })
+      : where.kind === "primary"
+        ? new RateLimiterCluster({ ...options, timeoutMs: 5_000 })
+        : new RateLimiterMemory(options);
   return {
     name,
     limiter,

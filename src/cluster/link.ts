@@ -1,0 +1,144 @@
+import { storeUnavailableReason } from "../store/errors.js";
+import { ForwardedWrites } from "../store/forwarded-writes.js";
+import type { StoreHealth } from "../store/store-health.js";
+import {
+  isPrimaryMessage,
+  type MetricsJson,
+  type PrimaryMessage,
+  type WorkerMessage,
+} from "./messages.js";
+
+/** What a worker's service asks of the primary, and hears from it. */
+export interface PrimaryLink {
+  /** The worker's number (`cluster.worker.id`), in its logs and metrics. */
+  readonly workerId: number;
+  /** The embedded store's writes, sent to the writer. */
+  readonly writes: ForwardedWrites;
+  /** The writer's store health, as the primary last told it. */
+  readonly storeHealth: StoreHealth;
+  notifyWebhooks(): void;
+  keyRevoked(hash: string): void;
+  onKeyRevoked(listener: (hash: string) => void): void;
+  onWritesRefused(listener: (reason: string | undefined) => void): void;
+  onStatsChanged(listener: (scopes: ReadonlySet<string>) => void): void;
+  /** The whole service's metrics, as `GET /metrics` shows them. */
+  clusterMetrics(): Promise<string>;
+  /** How this worker answers the primary's request for its metrics. */
+  provideMetrics(provide: () => Promise<MetricsJson>): void;
+  /** Told to drain (the primary stops). */
+  onDrain(listener: () => void): void;
+  /** Tells the primary the port is served. */
+  listening(port: number): void;
+}
+
+/** How long `GET /metrics` waits for the primary's sum. */
+const metricsTimeoutMs = 5_000;
+
+/**
+ * The link of this process, a `node:cluster` worker, over its IPC channel.
+ * `writeQueueLimit` bounds the writes waiting for the writer's answer.
+ */
+export function linkToPrimary(workerId: number, writeQueueLimit: number): PrimaryLink {
+  const send = (message: WorkerMessage) => {
+    if (process.connected) process.send?.(message);
+  };
+  const writes = new ForwardedWrites({ send }, writeQueueLimit);
+  let refused: string | undefined;
+  const listeners = {
+    keyRevoked: [] as ((hash: string) => void)[],
+    writesRefused: [] as ((reason: string | undefined) => void)[],
+    statsChanged: [] as ((scopes: ReadonlySet<string>) => void)[],
+    drain: [] as (() => void)[],
+  };
+  let provide: (() => Promise<MetricsJson>) | undefined;
+  let nextMetricsId = 1;
+  const metricsWaiting = new Map<number, (text: string) => void>();
+  // Wakes are sent once per turn however many writes asked.
+  let wakeSent = false;
+
+  process.on("message", (message: unknown) => {
+    if (!isPrimaryMessage(message)) return;
+    handle(message);
+  });
+  // The primary is gone: nothing can be written any more.
+  process.on("disconnect", () => writes.writerLost());
+
+  function handle(message: PrimaryMessage): void {
+    switch (message.type) {
+      case "store-reply":
+        writes.settle(message);
+        return;
+      case "key-revoked":
+        for (const listener of listeners.keyRevoked) listener(message.hash);
+        return;
+      case "writes-refused":
+        refused = message.reason;
+        for (const listener of listeners.writesRefused) listener(message.reason);
+        return;
+      case "stats-changed": {
+        const scopes = new Set(message.scopes);
+        for (const listener of listeners.statsChanged) listener(scopes);
+        return;
+      }
+      case "metrics-reply":
+        metricsWaiting.get(message.id)?.(message.text);
+        metricsWaiting.delete(message.id);
+        return;
+      case "metrics-json":
+        void (provide?.() ?? Promise.resolve([])).then(
+          (metrics) => send({ type: "metrics-json-reply", id: message.id, metrics }),
+          () => send({ type: "metrics-json-reply", id: message.id, metrics: [] }),
+        );
+        return;
+      case "ping":
+        send({ type: "pong" });
+        return;
+      case "drain":
+        for (const listener of listeners.drain) listener();
+        return;
+    }
+  }
+
+  return {
+    workerId,
+    writes,
+    storeHealth: {
+      writesRefused: () => refused,
+      // The writer met the failure and counts it; here it only gets its reason.
+      noteFailure: (error) => storeUnavailableReason(error),
+      diskUsage: () => undefined,
+      stop: () => {},
+    },
+    notifyWebhooks() {
+      if (wakeSent) return;
+      wakeSent = true;
+      setImmediate(() => {
+        wakeSent = false;
+        send({ type: "webhooks" });
+      });
+    },
+    keyRevoked: (hash) => send({ type: "key-revoked", hash }),
+    onKeyRevoked: (listener) => listeners.keyRevoked.push(listener),
+    onWritesRefused: (listener) => listeners.writesRefused.push(listener),
+    onStatsChanged: (listener) => listeners.statsChanged.push(listener),
+    onDrain: (listener) => listeners.drain.push(listener),
+    provideMetrics(provider) {
+      provide = provider;
+    },
+    clusterMetrics() {
+      const id = nextMetricsId++;
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          metricsWaiting.delete(id);
+          reject(new Error("the primary did not add up the metrics in time"));
+        }, metricsTimeoutMs);
+        metricsWaiting.set(id, (text) => {
+          clearTimeout(timer);
+          resolve(text);
+        });
+        send({ type: "metrics", id });
+      });
+    },
+    listening: (port) => send({ type: "listening", port }),
+  };
+}

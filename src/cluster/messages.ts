@@ -1,0 +1,79 @@
+import type { MetricObjectWithValues, MetricValue } from "prom-client";
+import type { StoreReply, StoreRequest } from "../store/forwarded-writes.js";
+
+/**
+ * What a cluster's processes tell each other over the IPC channel
+ * `node:cluster` opens (structured clone: dates and maps cross as they are).
+ * Messages of other libraries (rate-limiter-flexible's cluster limiter)
+ * share the channel; each side ignores what is not its own.
+ */
+export type WorkerMessage =
+  | StoreRequest
+  /** A worker's services wrote events: the relay looks for deliveries. */
+  | { readonly type: "webhooks" }
+  /** A key was revoked through this worker: the others forget it too. */
+  | { readonly type: "key-revoked"; readonly hash: string }
+  /** `GET /metrics` on this worker: the whole service's, added up by the primary. */
+  | { readonly type: "metrics"; readonly id: number }
+  | { readonly type: "metrics-json-reply"; readonly id: number; readonly metrics: MetricsJson }
+  /** The worker's event loop answered the heartbeat. */
+  | { readonly type: "pong" }
+  | { readonly type: "listening"; readonly port: number }
+  /** The worker could not start (the port taken, ...): the operator's message. */
+  | { readonly type: "start-failed"; readonly message: string };
+
+export type PrimaryMessage =
+  | StoreReply
+  | { readonly type: "key-revoked"; readonly hash: string }
+  /** The store started (undefined) or stopped taking writes, and why. */
+  | { readonly type: "writes-refused"; readonly reason: string | undefined }
+  /** The scopes whose numbers a commit moved (for the workers' watches). */
+  | { readonly type: "stats-changed"; readonly scopes: readonly string[] }
+  | { readonly type: "metrics-reply"; readonly id: number; readonly text: string }
+  /** The primary adds up every process's metrics: this worker's, please. */
+  | { readonly type: "metrics-json"; readonly id: number }
+  | { readonly type: "ping" }
+  /** Stop taking calls, finish those in flight, then exit. */
+  | { readonly type: "drain" };
+
+export type MetricsJson = MetricObjectWithValues<MetricValue<string>>[];
+
+const workerTypes = new Set([
+  "store",
+  "webhooks",
+  "key-revoked",
+  "metrics",
+  "metrics-json-reply",
+  "pong",
+  "listening",
+  "start-failed",
+]);
+const primaryTypes = new Set([
+  "store-reply",
+  "key-revoked",
+  "writes-refused",
+  "stats-changed",
+  "metrics-reply",
+  "metrics-json",
+  "ping",
+  "drain",
+]);
+
+/** Whether a message on the channel is one of a worker's to the primary. */
+export function isWorkerMessage(message: unknown): message is WorkerMessage {
+  return hasType(message, workerTypes);
+}
+
+/** Whether a message on the channel is one of the primary's to a worker. */
+export function isPrimaryMessage(message: unknown): message is PrimaryMessage {
+  return hasType(message, primaryTypes);
+}
+
+function hasType(message: unknown, types: ReadonlySet<string>): boolean {
+  return (
+    typeof message === "object" &&
+    message !== null &&
+    typeof (message as { type?: unknown }).type === "string" &&
+    types.has((message as { type: string }).type)
+  );
+}

@@ -1,0 +1,231 @@
+import cluster, { type Worker } from "node:cluster";
+import { pino } from "pino";
+import { AggregatorRegistry } from "prom-client";
+import { RateLimiterClusterMaster } from "rate-limiter-flexible";
+import type { App } from "../app.js";
+import type { Config } from "../config.js";
+import { answerStoreRequest } from "../store/forwarded-writes.js";
+import {
+  isWorkerMessage,
+  type MetricsJson,
+  type PrimaryMessage,
+  type WorkerMessage,
+} from "./messages.js";
+
+/**
+ * The primary of a cluster (WORKERS above 1): it holds the store's writer
+ * and the background jobs (`app`, built as the writer), forks the workers
+ * that serve the port, answers their writes, relays what one worker tells
+ * the others, adds up their metrics, replaces a worker that dies or stops
+ * answering, and drains them all before itself.
+ */
+export interface Primary {
+  /** Resolves with the port once every worker serves it; rejects with a worker's start-up failure. */
+  readonly started: Promise<number>;
+  /** Drains the workers (each finishes its calls), then the writer. */
+  stop(): Promise<void>;
+}
+
+/** How often the primary checks each worker's event loop. */
+const heartbeatMs = 1_000;
+/** Restart delays after a worker dies: doubling from the first, up to the last. */
+const firstRestartMs = 250;
+const longestRestartMs = 30_000;
+/** A worker that lived this long died of something new: its restarts start over. */
+const stableAfterMs = 60_000;
+/** How long the primary waits for a worker's metrics. */
+const metricsTimeoutMs = 2_000;
+
+export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): Primary {
+  const logger = pino({ level: config.logLevel }).child({ worker: "primary" });
+  if ("dataDir" in config.store) {
+    // The rate limits' counters, one budget per key for every worker.
+    new RateLimiterClusterMaster();
+  }
+  const store = app.store;
+  const runCommand = store.runCommand;
+  let stopping = false;
+  let writesRefused: string | undefined;
+  const lastPong = new Map<number, number>();
+  const startedAt = new Map<number, number>();
+  let failures = 0;
+  let nextMetricsId = 1;
+  const metricsWaiting = new Map<number, (metrics: MetricsJson) => void>();
+  let resolveStarted: (port: number) => void = () => {};
+  let rejectStarted: (error: Error) => void = () => {};
+  const started = new Promise<number>((resolve, reject) => {
+    resolveStarted = resolve;
+    rejectStarted = reject;
+  });
+  const listening = new Set<number>();
+  /** Until every worker first serves the port; a failure meanwhile fails the start. */
+  let phase: "starting" | "serving" | "failed" = "starting";
+
+  const live = () =>
+    Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined);
+  const send = (worker: Worker, message: PrimaryMessage) => {
+    if (!worker.isConnected()) return;
+    // A worker that exits between the check and the send: its channel is closed.
+    worker.send(message, (error: Error | null) => void error);
+  };
+  const broadcast = (message: PrimaryMessage, except?: Worker) => {
+    for (const worker of live()) if (worker !== except) send(worker, message);
+  };
+
+  app.onWritesRefused((reason) => {
+    writesRefused = reason;
+    broadcast({ type: "writes-refused", reason });
+  });
+  store.statsChanged?.((scopes) => broadcast({ type: "stats-changed", scopes: [...scopes] }));
+
+  const metricsOf = (worker: Worker): Promise<MetricsJson> =>
+    new Promise((resolve) => {
+      const id = nextMetricsId++;
+      const timer = setTimeout(() => {
+        metricsWaiting.delete(id);
+        resolve([]);
+      }, metricsTimeoutMs);
+      metricsWaiting.set(id, (metrics) => {
+        clearTimeout(timer);
+        resolve(metrics);
+      });
+      send(worker, { type: "metrics-json", id });
+    });
+  const clusterMetrics = async (): Promise<string> => {
+    const all = await Promise.all([app.metricsJson(), ...live().map(metricsOf)]);
+    return AggregatorRegistry.aggregate(all).metrics();
+  };
+
+  const handle = (worker: Worker, message: WorkerMessage) => {
+    switch (message.type) {
+      case "store":
+        if (!runCommand) return;
+        void answerStoreRequest(message, runCommand).then((reply) => {
+          if (reply.error) app.noteStoreFailure(Object.assign(new Error(), reply.error));
+          send(worker, reply);
+        });
+        return;
+      case "webhooks":
+        app.notifyWebhooks();
+        return;
+      case "key-revoked":
+        app.forgetKey(message.hash);
+        broadcast({ type: "key-revoked", hash: message.hash }, worker);
+        return;
+      case "metrics":
+        void clusterMetrics().then(
+          (text) => send(worker, { type: "metrics-reply", id: message.id, text }),
+          (error: unknown) => {
+            logger.error({ err: error }, "could not add up the metrics");
+            send(worker, { type: "metrics-reply", id: message.id, text: "" });
+          },
+        );
+        return;
+      case "metrics-json-reply":
+        metricsWaiting.get(message.id)?.(message.metrics);
+        metricsWaiting.delete(message.id);
+        return;
+      case "pong":
+        lastPong.set(worker.id, Date.now());
+        return;
+      case "listening":
+        listening.add(worker.id);
+        if (phase === "starting" && listening.size >= config.workers) {
+          phase = "serving";
+          resolveStarted(message.port);
+        }
+        return;
+      case "start-failed":
+        if (phase === "starting") {
+          phase = "failed";
+          rejectStarted(new Error(message.message));
+        } else if (phase === "serving") {
+          logger.error({ reason: message.message }, "a worker could not start");
+        }
+        return;
+    }
+  };
+
+  const fork = () => {
+    const worker = cluster.fork(env);
+    startedAt.set(worker.id, Date.now());
+    lastPong.set(worker.id, Date.now());
+    worker.on("message", (message: unknown) => {
+      if (isWorkerMessage(message)) handle(worker, message);
+    });
+    worker.on("online", () => {
+      if (writesRefused !== undefined)
+        send(worker, { type: "writes-refused", reason: writesRefused });
+    });
+    worker.on("exit", (code, signal) => {
+      lastPong.delete(worker.id);
+      listening.delete(worker.id);
+      if (stopping || phase === "failed") return;
+      if (phase === "starting") {
+        phase = "failed";
+        rejectStarted(new Error(`a worker exited while starting (${signal ?? `code ${code}`})`));
+        return;
+      }
+      const lived = Date.now() - (startedAt.get(worker.id) ?? 0);
+      failures = lived >= stableAfterMs ? 1 : failures + 1;
+      const delayMs = Math.min(longestRestartMs, firstRestartMs * 2 ** (failures - 1));
+      logger.error(
+        { exitedWorker: worker.id, code, signal, restartInMs: delayMs },
+        "a worker exited; starting another",
+      );
+      setTimeout(() => {
+        if (!stopping) fork();
+      }, delayMs).unref();
+    });
+  };
+
+  // A worker whose event loop stopped answering (an endless loop, a deadlock)
+  // serves nobody: it is killed, and replaced like one that died.
+  const heartbeat = setInterval(() => {
+    const now = Date.now();
+    for (const worker of live()) {
+      const silentMs = now - (lastPong.get(worker.id) ?? now);
+      if (silentMs > config.workerStuckTimeoutMs && !worker.isDead()) {
+        logger.error(
+          { stuckWorker: worker.id, silentMs },
+          "a worker stopped answering; replacing it",
+        );
+        worker.process.kill("SIGKILL");
+        continue;
+      }
+      send(worker, { type: "ping" });
+    }
+  }, heartbeatMs);
+  heartbeat.unref();
+
+  for (let index = 0; index < config.workers; index++) fork();
+
+  let stopped: Promise<void> | undefined;
+  return {
+    started,
+    stop() {
+      stopped ??= (async () => {
+        stopping = true;
+        clearInterval(heartbeat);
+        const workers = live();
+        const exited = workers.map(
+          (worker) =>
+            new Promise<void>((resolve) => {
+              if (worker.isDead()) return resolve();
+              worker.once("exit", () => resolve());
+            }),
+        );
+        for (const worker of workers) send(worker, { type: "drain" });
+        // Each worker drains within SHUTDOWN_GRACE; one that does not is ended.
+        const deadline = setTimeout(() => {
+          for (const worker of live()) worker.process.kill("SIGKILL");
+        }, config.connections.shutdownGraceMs + 5_000);
+        await Promise.all(exited);
+        clearTimeout(deadline);
+        // Every write a worker sent is answered: the writer drains last.
+        await app.close();
+      })();
+      return stopped;
+    },
+  };
+}
