@@ -21,6 +21,7 @@ import test from "ava";
 import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
 import type { Clock } from "../../src/domain/tenancy.js";
+import { spawnService } from "./cluster.js";
 import { dropDatabase, type EngineName, freshDatabaseName, mongodbUri } from "./engines.js";
 import { checkRestResponse } from "./openapi.js";
 
@@ -59,6 +60,12 @@ export interface ServerOptions {
   readonly operations?: boolean;
   /** Serves TLS with a throwaway certificate for localhost (see `selfSignedCertificate`). */
   readonly tls?: boolean;
+  /**
+   * Above 1, the service runs as `npm start` runs it with WORKERS set, in
+   * child processes (a primary and its workers): `app` is not available,
+   * and `clock`, `logTo` and `operations` do not apply.
+   */
+  readonly workers?: number;
 }
 
 /**
@@ -101,7 +108,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     ? selfSignedCertificate(mkdtempSync(join(tmpdir(), "referrals-tls-")))
     : undefined;
   const mongodbDb = options.engine === "mongodb" ? freshDatabaseName("server") : undefined;
-  const config = loadConfig({
+  const env = {
     DATA_DIR: dataDir,
     ...(mongodbDb
       ? {
@@ -125,7 +132,28 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
       ? { TLS_CERT_FILE: certificate.certFile, TLS_KEY_FILE: certificate.keyFile }
       : {}),
     ...options.env,
-  });
+  };
+  if ((options.workers ?? 1) > 1) {
+    const service = await spawnService({ ...env, WORKERS: String(options.workers) });
+    return {
+      get app(): App {
+        throw new Error("a test server with workers runs in other processes: it has no app here");
+      },
+      port: service.port,
+      baseUrl: certificate
+        ? `https://localhost:${service.port}`
+        : `http://127.0.0.1:${service.port}`,
+      dataDir,
+      ...(certificate ? { ca: readFileSync(certificate.certFile) } : {}),
+      async stop({ keepData = false } = {}) {
+        await service.stop();
+        if (keepData) return;
+        rmSync(dataDir, { recursive: true, force: true });
+        if (mongodbDb) await dropDatabase(mongodbDb);
+      },
+    };
+  }
+  const config = loadConfig(env);
   const app = await buildApp(config, {
     clock: options.clock,
     logTo: options.logTo,

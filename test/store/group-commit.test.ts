@@ -2,7 +2,6 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
-import type { Document } from "mongodb";
 import { DuplicateKeyError, WriteQueueFullError } from "../../src/store/errors.js";
 import { SqliteDatabase } from "../../src/store/sqlite.js";
 
@@ -12,10 +11,16 @@ import { SqliteDatabase } from "../../src/store/sqlite.js";
  * that commit, reads see committed data only, and the queue is bounded.
  */
 
+interface Thing {
+  _id: string;
+  name?: string;
+  note?: string;
+}
+
 function openDatabase(t: ExecutionContext, queue = 10_000) {
   const dir = mkdtempSync(join(tmpdir(), "referrals-group-"));
   const database = SqliteDatabase.open(join(dir, "db.sqlite"), "full", { limits: { queue } });
-  const things = database.collection<Document>("things");
+  const things = database.collection<Thing>("things");
   void things.createIndex({ name: 1 }, { unique: true });
   t.teardown(() => {
     database.close();
@@ -103,7 +108,7 @@ test("a reader of the file sees the writer's commits and their versions", async 
   const { database, things } = openDatabase(t);
   const reader = SqliteDatabase.openReader(database.file);
   t.teardown(() => reader.close());
-  const readThings = reader.collection<Document>("things");
+  const readThings = reader.collection<Thing>("things");
   const version = readThings.version;
   await things.insertOne({ _id: "r", name: "r" });
   t.is(readThings.version, version + 1, "the version committed with the write");

@@ -26,9 +26,13 @@ import { type Json, keys, useServer } from "../helpers/server.js";
  * `parity.test.ts` runs it in cleartext (HTTP/2 with prior knowledge),
  * `parity-tls.test.ts` over TLS (HTTP/2 by ALPN).
  */
-export async function parityMatrix(options: { tls: boolean }): Promise<void> {
+export async function parityMatrix(options: { tls: boolean; workers?: number }): Promise<void> {
   // Webhooks deliver to a receiver on loopback.
-  const server = useServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" }, tls: options.tls });
+  const server = useServer({
+    env: { WEBHOOK_ALLOW_PRIVATE: "true" },
+    tls: options.tls,
+    ...(options.workers ? { workers: options.workers } : {}),
+  });
 
   const methods = (await contractServices()).flatMap((service) => service.methods);
   const rpc = (name: string): DescMethod => {

@@ -1,0 +1,109 @@
+import { type ChildProcess, spawn } from "node:child_process";
+import { once } from "node:events";
+import { readdirSync, readFileSync } from "node:fs";
+
+/** The repository, where a spawned service runs. */
+const repoRoot = new URL("../../", import.meta.url).pathname;
+
+/** The service run as `npm start` runs it, in child processes: a primary and its workers. */
+export interface SpawnedService {
+  /** The primary (or, with WORKERS=1, the one process). */
+  readonly child: ChildProcess;
+  readonly port: number;
+  /** Everything it printed so far (stdout and stderr). */
+  output(): string;
+  /** The workers' process ids now (none with WORKERS=1). */
+  workerPids(): number[];
+  /** SIGTERM to the primary; resolves with its exit once every process is gone. */
+  stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** SIGKILL to the primary alone, as a crash would; resolves once it is reaped. */
+  kill(): Promise<void>;
+}
+
+/**
+ * Starts `src/main.ts` through tsx with `env` on top of the test keys, on
+ * a loopback port chosen by the system; resolves once it prints its banner.
+ */
+export function spawnService(env: Record<string, string>): Promise<SpawnedService> {
+  const inherited = { ...process.env };
+  for (const name of ["MONGODB_URI", "MONGODB_DB", "PORT", "HOST", "WORKERS"]) {
+    delete inherited[name];
+  }
+  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+    cwd: repoRoot,
+    env: { ...inherited, PORT: "0", HOST: "127.0.0.1", LOG_LEVEL: "warn", ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout?.on("data", (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  child.stderr?.on("data", (chunk: Buffer) => {
+    output += chunk.toString();
+  });
+  const exited = once(child, "exit") as Promise<[number | null, NodeJS.Signals | null]>;
+  return new Promise((resolve, reject) => {
+    const onData = () => {
+      const match = /listening on 127\.0\.0\.1:(\d+)/.exec(output);
+      if (!match) return;
+      child.stdout?.off("data", onData);
+      const service: SpawnedService = {
+        child,
+        port: Number(match[1]),
+        output: () => output,
+        workerPids: () => childPids(child.pid ?? 0),
+        async stop() {
+          const workers = service.workerPids();
+          if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+          const [code, signal] = await exited;
+          await waitGone(workers);
+          return { code, signal };
+        },
+        async kill() {
+          if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+          await exited;
+        },
+      };
+      resolve(service);
+    };
+    child.stdout?.on("data", onData);
+    void exited.then(([code]) =>
+      reject(new Error(`the service exited (${code}) before it listened: ${output}`)),
+    );
+  });
+}
+
+/** The direct children of a process (a cluster's workers), from /proc. */
+export function childPids(pid: number): number[] {
+  const children: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      // The parent is the 4th field, after the command in parentheses.
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const parent = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+      if (parent === pid) children.push(Number(entry));
+    } catch {
+      // Gone between the listing and the read.
+    }
+  }
+  return children;
+}
+
+/** Resolves once none of `pids` runs any more (at most 20 s). */
+export async function waitGone(pids: readonly number[]): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (pids.some(isRunning)) {
+    if (Date.now() > deadline) throw new Error(`processes ${pids.join(", ")} did not exit`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+function isRunning(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
