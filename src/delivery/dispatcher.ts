@@ -91,6 +91,10 @@ export interface DispatcherDeps {
  */
 export function createDispatcher(deps: DispatcherDeps) {
   const { clock, config } = deps;
+  // Leases are taken and compared in the store's time where it has one
+  // (MongoDB's): instances whose clocks disagree still never hold one
+  // delivery's attempt at once.
+  const leaseClock = deps.store.leaseClock ?? clock;
   const db = deps.store.system;
   const owner = newId("wkr");
   const inFlight = new AbortController();
@@ -119,14 +123,17 @@ export function createDispatcher(deps: DispatcherDeps) {
    * store. False when none was due.
    */
   async function deliverOne(): Promise<boolean> {
-    const now = clock();
-    const handed = takeHandedOver(now);
+    const leaseNow = leaseClock();
+    const handed = takeHandedOver(leaseNow);
     if (handed) {
       const webhook = await findWebhookById(db, handed.delivery.webhookId);
       await attempt(handed.delivery, webhook, handed.event);
       return true;
     }
-    const delivery = await claimDueDelivery(db, now, owner, leaseFrom(now));
+    const delivery = await claimDueDelivery(db, clock(), owner, {
+      now: leaseNow,
+      until: leaseFrom(leaseNow),
+    });
     if (!delivery) return false;
     const webhook = await findWebhookById(db, delivery.webhookId);
     const event = await findEvent(db, delivery.eventId);
@@ -282,8 +289,10 @@ export function createDispatcher(deps: DispatcherDeps) {
      * over; none while this dispatcher has enough handed over already (the
      * rest wait in the store, claimed by any worker).
      */
-    leaseForQueued(now: Date): QueuedLease | undefined {
-      return handedOver.length < maxHandedOver ? { owner, until: leaseFrom(now) } : undefined;
+    leaseForQueued(): QueuedLease | undefined {
+      return handedOver.length < maxHandedOver
+        ? { owner, until: leaseFrom(leaseClock()) }
+        : undefined;
     },
     /** Takes a delivery queued with {@link leaseForQueued}'s lease, and its event. */
     handOver(delivery: DeliveryDoc, event: EventDoc): void {

@@ -31,7 +31,7 @@ export function createOutboxRelay(deps: {
    * claim every delivery from the store.
    */
   workers?: {
-    leaseForQueued(now: Date): QueuedLease | undefined;
+    leaseForQueued(): QueuedLease | undefined;
     handOver(delivery: DeliveryDoc, event: EventDoc): void;
   };
 }) {
@@ -62,7 +62,7 @@ export function createOutboxRelay(deps: {
           const now = clock();
           await Promise.all(
             wanted.map(async (webhook) => {
-              const lease = deps.workers?.leaseForQueued(now);
+              const lease = deps.workers?.leaseForQueued();
               const delivery = await queueDelivery(db, event, webhook, now, lease);
               if (delivery && lease) deps.workers?.handOver(delivery, event);
             }),

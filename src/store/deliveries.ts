@@ -69,20 +69,21 @@ export async function queueDelivery(
 }
 
 /**
- * Claims one due delivery for a worker until `leaseUntil`: a single
- * conditional update, so two workers (in one process or many) never hold
- * the same attempt. A worker that dies leaves the lease to expire, and the
- * delivery is claimed again.
+ * Claims one delivery due at `now` for a worker until `lease.until`: a
+ * single conditional update, so two workers (in one process or many) never
+ * hold the same attempt. A worker that dies leaves the lease to expire, and
+ * the delivery is claimed again. Leases are in the lease clock's time
+ * (`Store.leaseClock`), which every instance shares.
  */
 export function claimDueDelivery(
   db: Collections,
   now: Date,
   owner: string,
-  leaseUntil: Date,
+  lease: { readonly now: Date; readonly until: Date },
 ): Promise<DeliveryDoc | null> {
   return db.deliveries.findOneAndUpdate(
-    { status: "pending", nextAttemptAt: { $lte: now }, leaseUntil: { $lte: now } },
-    { $set: { leaseUntil, leaseOwner: owner } },
+    { status: "pending", nextAttemptAt: { $lte: now }, leaseUntil: { $lte: lease.now } },
+    { $set: { leaseUntil: lease.until, leaseOwner: owner } },
     { returnDocument: "after" },
   );
 }

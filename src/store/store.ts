@@ -20,6 +20,7 @@ import {
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
 import { defaultEventRetentionMs } from "./retention.js";
+import { startServerClock } from "./server-clock.js";
 import {
   type QueryPlan,
   type SqliteCollection,
@@ -76,6 +77,12 @@ export interface Store {
   readonly statsChanged?: (listener: (scopes: ReadonlySet<string>) => void) => () => void;
   /** A worker's store: hears the scopes the writer's commits moved. */
   readonly statsChangedElsewhere?: (scopes: ReadonlySet<string>) => void;
+  /**
+   * The time leases are taken and compared in (webhook deliveries):
+   * MongoDB's own, so instances on different machines agree; the service's
+   * clock when unset (the embedded store has one machine).
+   */
+  readonly leaseClock?: () => Date;
   /** The embedded writer's group commits so far and the writes in them; its queue now. */
   readonly commits?: () => { groups: number; writes: number; queued: number };
   /** Releases connections, files and locks. */
@@ -196,6 +203,7 @@ async function openMongo(
   );
   const stats = new MongoStats(client, db, await supportsTransactions(db));
   await stats.createIndexes();
+  const serverClock = await startServerClock(db);
   for (const [name, watcher] of Object.entries(keepStats ? statsWatchers : {})) {
     const raw = db.collection<Document>(name);
     collections[name] = stats.watched(raw, raw, watcher);
@@ -205,6 +213,7 @@ async function openMongo(
     engine: "mongodb",
     mongoDatabase: db,
     stats,
+    leaseClock: serverClock.now,
     async ping() {
       await db.command({ ping: 1 });
     },
@@ -212,7 +221,10 @@ async function openMongo(
     async probeWrite() {
       await db.command({ ping: 1 });
     },
-    close: () => client.close(),
+    close: () => {
+      serverClock.stop();
+      return client.close();
+    },
   };
 }
 

@@ -198,18 +198,22 @@ for (const engine of engineNames) {
       });
     }
     const leaseUntil = new Date(now.getTime() + 60_000);
+    const lease = { now, until: leaseUntil };
     const claims = await Promise.all(
       Array.from({ length: 60 }, (_, i) =>
-        claimDueDelivery(store.system, now, i % 2 ? "worker_a" : "worker_b", leaseUntil),
+        claimDueDelivery(store.system, now, i % 2 ? "worker_a" : "worker_b", lease),
       ),
     );
     const claimed = claims.filter((claim) => claim !== null).map((claim) => claim._id);
     t.is(claimed.length, 20);
     t.is(new Set(claimed).size, 20, "each delivery claimed once");
-    t.is(await claimDueDelivery(store.system, now, "worker_c", leaseUntil), null, "leases hold");
+    t.is(await claimDueDelivery(store.system, now, "worker_c", lease), null, "leases hold");
     const later = new Date(leaseUntil.getTime() + 1);
     t.not(
-      await claimDueDelivery(store.system, later, "worker_c", new Date(later.getTime() + 60_000)),
+      await claimDueDelivery(store.system, later, "worker_c", {
+        now: later,
+        until: new Date(later.getTime() + 60_000),
+      }),
       null,
       "an expired lease is claimed again",
     );

@@ -67,7 +67,7 @@ async function dueTimes(store: Store): Promise<Record<string, number | null>> {
   );
 }
 
-const lease = (from: Date) => new Date(from.getTime() + 60_000);
+const lease = (from: Date) => ({ now: from, until: new Date(from.getTime() + 60_000) });
 
 for (const engine of engineNames) {
   const storeTest = (title: string, body: (t: ExecutionContext, store: Store) => Promise<void>) =>
@@ -90,7 +90,10 @@ for (const engine of engineNames) {
       );
       await deliveries.insertOne(waiting("whd_due", at(-60_000), { nextAttemptAt: at(-10) }));
       await deliveries.insertOne(
-        waiting("whd_leased", at(-60_000), { leaseUntil: lease(now), leaseOwner: "wkr_busy" }),
+        waiting("whd_leased", at(-60_000), {
+          leaseUntil: lease(now).until,
+          leaseOwner: "wkr_busy",
+        }),
       );
 
       t.is(await bringForwardWaitingDeliveries(store.system, "whk_1", now, pace), 3);
