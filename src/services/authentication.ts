@@ -36,12 +36,16 @@ export function createAuthenticator(deps: {
   now?: () => number;
 }): Authenticator {
   const now = deps.now ?? Date.now;
-  const cache = new Map<string, { caller: Caller; expires: number }>();
+  const cache = new Map<string, { caller: Caller; expires: number; version: number | undefined }>();
+  const keys = deps.store.system.apiKeys;
 
   async function callerOfKey(key: string): Promise<Caller> {
     const hash = hashApiKey(key);
+    // On the embedded store a key revoked through any worker is committed
+    // with a new version of the keys, which drops what was cached here.
+    const version = keys.version;
     const cached = cache.get(hash);
-    if (cached && cached.expires > now()) return cached.caller;
+    if (cached && cached.expires > now() && cached.version === version) return cached.caller;
     // Authentication is a system path: the key is what names the tenant.
     const doc = await findApiKeyByHash(deps.store.system, hash);
     // The lookup is by hash; comparing again in constant time keeps timing flat.
@@ -60,7 +64,7 @@ export function createAuthenticator(deps: {
       store: deps.store.forTenant(tenant),
     };
     if (cache.size >= cacheMaxEntries) cache.clear();
-    cache.set(hash, { caller, expires: now() + cacheTtlMs });
+    cache.set(hash, { caller, expires: now() + cacheTtlMs, version });
     return caller;
   }
 

@@ -15,13 +15,16 @@ export interface CampaignQuery {
  * How long an application's campaigns are served from memory. Campaigns are
  * read on every ListCampaigns, referral and conversion and written only by
  * the operator: a write through this process clears its application's entry
- * at once; another instance sharing the database sees it within this time.
+ * at once; on the embedded store any committed campaign write does, in every
+ * worker (the collection's version); another instance sharing a MongoDB
+ * database sees it within this time.
  */
 export const campaignCacheTtlMs = 5_000;
 
 interface CachedCampaigns {
   readonly docs: Promise<readonly CampaignDoc[]>;
   readonly expires: number;
+  readonly version: number | undefined;
 }
 
 // Per store, so tests' stores and a restarted app never share entries.
@@ -38,15 +41,17 @@ function campaignsOf(db: Collections, applicationId: string): Promise<readonly C
     campaignCaches.set(db, cache);
   }
   const now = Date.now();
+  // Read before the campaigns, so a write committed meanwhile drops them.
+  const version = db.campaigns.version;
   const cached = cache.get(applicationId);
-  if (cached && cached.expires > now) return cached.docs;
+  if (cached && cached.expires > now && cached.version === version) return cached.docs;
   const docs = db.campaigns
     .find({ applicationId, deletedAt: null }, { sort: { createdAt: -1, _id: -1 } })
     .toArray()
     .then((found) => found.map(deepFreeze));
   // A failed read is not remembered.
   docs.catch(() => cache.delete(applicationId));
-  cache.set(applicationId, { docs, expires: now + campaignCacheTtlMs });
+  cache.set(applicationId, { docs, expires: now + campaignCacheTtlMs, version });
   return docs;
 }
 

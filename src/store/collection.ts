@@ -66,6 +66,13 @@ export interface StoreCollection<T extends Document> {
    * and sums (see `CounterDeclaration.sums`).
    */
   aggregate(pipeline: Document[]): { toArray(): Promise<Document[]> };
+  /**
+   * The embedded engine's committed version of the collection (see
+   * `SqliteCollection.version`): what is kept from it stays exact while the
+   * version stays, in every process reading the file. Undefined on MongoDB,
+   * where other instances write unseen.
+   */
+  readonly version?: number;
 }
 
 // The driver's Collection must stay usable as a StoreCollection.

@@ -140,6 +140,9 @@ export function forwardingCollection<T extends Document>(
     ]),
   );
   return {
+    get version() {
+      return local.version;
+    },
     findOne: (filter, options) => local.findOne(filter, options),
     find: (filter, options) => local.find(filter, options),
     countDocuments: (filter) => local.countDocuments(filter),

@@ -433,6 +433,7 @@ function observed(collections: Collections, observe: OperationObserver | undefin
       };
     }
     methods.createIndex = (...args: unknown[]) => collection.createIndex?.(...args);
+    Object.defineProperty(methods, "version", { get: () => collection.version });
     wrapped[name] = methods;
   }
   return wrapped as unknown as Collections;
