@@ -271,8 +271,11 @@ function openEmbedded(
       stats,
       async runCommand(command) {
         switch (command.kind) {
-          case "write":
-            return raw[command.collection]?.[command.operation]?.(...command.args);
+          case "write": {
+            const write = raw[command.collection]?.[command.operation];
+            if (!write) throw new Error(`no ${command.operation} on ${command.collection}`);
+            return write.apply(raw[command.collection], command.args);
+          }
           case "probeWrite":
             return db.probeWrite(Date.now());
           case "forgetFreed":
