@@ -149,7 +149,6 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   const fork = () => {
     const worker = cluster.fork(env);
     startedAt.set(worker.id, Date.now());
-    lastPong.set(worker.id, Date.now());
     worker.on("message", (message: unknown) => {
       if (isWorkerMessage(message)) handle(worker, message);
     });
@@ -180,7 +179,10 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   };
 
   // A worker whose event loop stopped answering (an endless loop, a deadlock)
-  // serves nobody: it is killed, and replaced like one that died.
+  // serves nobody: it is killed, and replaced like one that died. It is
+  // watched from its first answer: until its link to the primary is made,
+  // it is loading its code (longer than the timeout on a busy machine),
+  // and a ping meanwhile finds nobody to answer it.
   const heartbeat = setInterval(() => {
     const now = Date.now();
     for (const worker of live()) {

@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 
 /** The repository, where a spawned service runs. */
 const repoRoot = new URL("../../", import.meta.url).pathname;
@@ -51,7 +51,7 @@ export function spawnService(env: Record<string, string>): Promise<SpawnedServic
         child,
         port: Number(match[1]),
         output: () => output,
-        workerPids: () => childPids(child.pid ?? 0),
+        workerPids: () => workerPidsOf(child.pid ?? 0),
         async stop() {
           const workers = service.workerPids();
           if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
@@ -73,7 +73,27 @@ export function spawnService(env: Record<string, string>): Promise<SpawnedServic
   });
 }
 
-/** The direct children of a process (a cluster's workers), from /proc. */
+/**
+ * The workers of a cluster's primary: its children running the same
+ * program (node). tsx's esbuild service, a child of the primary too once it
+ * has compiled a file missing from tsx's cache, is not one; nor is a worker
+ * that exited and is not reaped yet.
+ */
+export function workerPidsOf(pid: number): number[] {
+  const program = programOf(pid);
+  return childPids(pid).filter((child) => programOf(child) === program);
+}
+
+/** The executable a process runs; undefined once it has exited. */
+function programOf(pid: number): string | undefined {
+  try {
+    return readlinkSync(`/proc/${pid}/exe`);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The direct children of a process, from /proc. */
 export function childPids(pid: number): number[] {
   const children: number[] = [];
   for (const entry of readdirSync("/proc")) {

@@ -3,11 +3,12 @@ import { once } from "node:events";
 import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import { findCustomerByExternalId } from "../../src/store/customers.js";
 import { StoreOpenError } from "../../src/store/sqlite.js";
 import { differencesOf, recountStats } from "../../src/store/stats-recount.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
+import { waitGone, workerPidsOf } from "../helpers/cluster.js";
 import { OpenApiMismatch, validatedFetch } from "../helpers/openapi.js";
 import { keys } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
@@ -25,12 +26,20 @@ const tenantOfDemo = async (dataDir: string) => {
   return { store, tenant: { organizationId: "", applicationId: application?._id ?? "" } };
 };
 
-/** Starts `npm start`'s entry point in a child process; resolves with its port. */
-function startService(dataDir: string): Promise<{ child: ChildProcess; port: number }> {
+/**
+ * Starts `npm start`'s entry point in a child process with WORKERS set (with
+ * more than one, the child is the primary, the store's one writer); resolves
+ * with its port.
+ */
+function startService(
+  dataDir: string,
+  workers: number,
+): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
     cwd: root,
     env: {
       ...process.env,
+      WORKERS: String(workers),
       DATA_DIR: dataDir,
       PORT: "0",
       HOST: "127.0.0.1",
@@ -58,24 +67,40 @@ function startService(dataDir: string): Promise<{ child: ChildProcess; port: num
 }
 
 /**
- * Kills the service with SIGKILL once `ready` holds (or when it never does,
- * failing the test); resolves with the exit, which reaps it, so its lock on
- * the directory is seen to be stale.
+ * Kills the service (with workers, the primary alone) with SIGKILL once
+ * `ready` holds (or when it never does, failing the test); resolves with the
+ * exit, which reaps it, so its lock on the directory is seen to be stale,
+ * once its workers, if any, are gone too: they end when their channel to
+ * the primary closes.
  */
 async function killOnce(child: ChildProcess, what: string, ready: () => boolean) {
+  const workers = workerPidsOf(child.pid ?? 0);
   await eventually(what, ready, { timeoutMs: 30_000, intervalMs: 5 }).catch((error: unknown) => {
     child.kill("SIGKILL");
     throw error;
   });
   const exited = once(child, "exit");
   child.kill("SIGKILL");
-  return exited;
+  const exit = await exited;
+  await waitGone(workers);
+  return exit;
 }
 
-test("every acknowledged write survives kill -9 in the middle of a write burst", async (t) => {
+// The kill -9 tests run on one process, and on a primary (the store's one
+// writer) with two workers serving the port, the primary killed.
+for (const workers of [1, 2]) {
+  const run = workers === 1 ? "WORKERS=1" : `WORKERS=${workers}, the primary killed`;
+  test(`every acknowledged write survives kill -9 in the middle of a write burst (${run})`, (t) =>
+    killDuringBurst(t, workers));
+  test(`the program's counters equal a recount of the records after kill -9 under load (${run})`, (t) =>
+    killUnderLoad(t, workers));
+}
+
+async function killDuringBurst(t: ExecutionContext, workers: number): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-kill-"));
   try {
-    const { child, port } = await startService(dataDir);
+    const { child, port } = await startService(dataDir, workers);
+    if (workers > 1) t.is(workerPidsOf(child.pid ?? 0).length, workers, "the workers serve");
     const acknowledged: string[] = [];
     let sent = 0;
     let mismatch: OpenApiMismatch | undefined;
@@ -127,12 +152,12 @@ test("every acknowledged write survives kill -9 in the middle of a write burst",
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
-});
+}
 
-test("the program's counters equal a recount of the records after kill -9 under load", async (t) => {
+async function killUnderLoad(t: ExecutionContext, workers: number): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-kill-stats-"));
   try {
-    const { child, port } = await startService(dataDir);
+    const { child, port } = await startService(dataDir, workers);
     const post = async (path: string, key: string, body: unknown) => {
       const response = await fetch(`http://127.0.0.1:${port}${path}`, {
         method: "POST",
@@ -191,7 +216,7 @@ test("the program's counters equal a recount of the records after kill -9 under 
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
-});
+}
 
 test("a new data directory and its database files are this user's only", async (t) => {
   const parent = mkdtempSync(join(tmpdir(), "referrals-private-"));
@@ -228,7 +253,7 @@ test("a file that is not a database stops the start with the file's name", async
     t.true(error?.message.includes(file), error?.message);
 
     // The service says it in one line and exits non-zero.
-    const failed = await t.throwsAsync(() => startService(dataDir));
+    const failed = await t.throwsAsync(() => startService(dataDir, 1));
     t.regex(
       failed?.message ?? "",
       /exited \(1\): referral-service: .*referrals\.sqlite is not a readable SQLite database/,

@@ -1,0 +1,203 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import test, { type ExecutionContext } from "ava";
+import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
+import { findCustomerByExternalId } from "../../src/store/customers.js";
+import {
+  closeGrpcClient,
+  connectClient,
+  grpcCall,
+  type HttpVersion,
+  keys,
+  rest,
+  startServer,
+  type TestServer,
+} from "../helpers/server.js";
+
+/**
+ * WRITE_QUEUE_LIMIT: past that many writes waiting for the embedded
+ * writer's commit, a write is refused at once, `unavailable` on every
+ * protocol (REST 503 with `Retry-After: 1`), and changes nothing. With a
+ * limit of 1, every write of a turn past the first is refused: a burst of
+ * calls decoded in one turn (many streams on one HTTP/2 connection, or
+ * requests on connections already open) is mostly refused.
+ */
+
+const identifyCustomer = CustomersService.method.identifyCustomer;
+const burst = 200;
+
+/**
+ * A service whose writer takes one waiting write. Its data directory is
+ * provisioned first with the default limit: on a new directory, the demo
+ * provisioning's first write can fall in the turn where the webhook
+ * workers claim deliveries (WEBHOOK_CONCURRENCY writes) and be refused,
+ * which stops the start.
+ */
+async function startWithQueueOfOne(t: ExecutionContext): Promise<TestServer> {
+  const provisioned = await startServer();
+  await provisioned.stop({ keepData: true });
+  const server = await startServer({
+    dataDir: provisioned.dataDir,
+    env: { WRITE_QUEUE_LIMIT: "1" },
+  });
+  t.teardown(async () => {
+    closeGrpcClient(server);
+    await server.stop();
+  });
+  return server;
+}
+
+/** What one identify of a burst got: success, or refused as unavailable. */
+type Outcome = { externalUserId: string; ok: true } | { externalUserId: string; ok: false };
+
+/**
+ * Sends bursts (`send(round)`) until the calls so far include a refused
+ * one and a served one, at most 5: a turn's one place in the queue may go
+ * to a background write (the webhook workers claim deliveries every
+ * second), and calls read in different turns may all be served.
+ */
+async function burstsUntilMixed(
+  t: ExecutionContext,
+  send: (round: number) => Promise<Outcome[]>,
+): Promise<Outcome[]> {
+  const outcomes: Outcome[] = [];
+  const mixed = () =>
+    outcomes.some((outcome) => outcome.ok) && outcomes.some((outcome) => !outcome.ok);
+  for (let round = 0; round < 5 && !mixed(); round++) outcomes.push(...(await send(round)));
+  // A burst none of which was refused would prove nothing.
+  t.true(
+    outcomes.some((outcome) => !outcome.ok),
+    "some calls were refused",
+  );
+  t.true(
+    outcomes.some((outcome) => outcome.ok),
+    "some were served",
+  );
+  return outcomes;
+}
+
+/**
+ * Checks that the store holds exactly the customers of the calls that
+ * succeeded; says how many were refused.
+ */
+async function checkStored(t: ExecutionContext, server: TestServer, outcomes: Outcome[]) {
+  const refused = outcomes.filter((outcome) => !outcome.ok).length;
+  const store = server.app.store;
+  const [application] = await store.system.applications.find({}).toArray();
+  const tenant = {
+    organizationId: application?.organizationId ?? "",
+    applicationId: application?._id ?? "",
+  };
+  const wrong: string[] = [];
+  for (const outcome of outcomes) {
+    const found = await findCustomerByExternalId(
+      store.system,
+      tenant,
+      "production",
+      outcome.externalUserId,
+    );
+    if (outcome.ok !== (found !== null)) {
+      wrong.push(
+        `${outcome.externalUserId} ${outcome.ok ? "succeeded but is missing" : "was refused but exists"}`,
+      );
+    }
+  }
+  t.deepEqual(wrong, []);
+  // Back-pressure is no failure of the store: the service stays ready.
+  const ready = await rest(server, "GET", "/readyz");
+  t.is(ready.status, 200);
+  return refused;
+}
+
+/** A REST burst: every answer a 201 or a 503 `unavailable` with `Retry-After: 1`. */
+async function restBurst(
+  t: ExecutionContext,
+  server: TestServer,
+  prefix: string,
+  httpVersion: HttpVersion,
+): Promise<Outcome[]> {
+  const answers = await Promise.all(
+    Array.from({ length: burst }, (_, index) =>
+      rest(server, "POST", "/customers/identify", {
+        key: keys.public,
+        body: { externalUserId: `${prefix}_${index}`, name: "Queued" },
+        httpVersion,
+      }),
+    ),
+  );
+  return answers.map((answer, index) => {
+    const externalUserId = `${prefix}_${index}`;
+    if (answer.status === 201) return { externalUserId, ok: true };
+    t.is(answer.status, 503, JSON.stringify(answer.body));
+    t.is(answer.body.code, "unavailable");
+    t.is(answer.headers.get("retry-after"), "1");
+    return { externalUserId, ok: false };
+  });
+}
+
+test("a REST burst over one HTTP/2 connection: 201 or 503 with Retry-After: 1, and only the 201s are stored", async (t) => {
+  const server = await startWithQueueOfOne(t);
+  const outcomes = await burstsUntilMixed(t, (round) =>
+    restBurst(t, server, `rest_h2_${round}`, "2"),
+  );
+  const refused = await checkStored(t, server, outcomes);
+  t.log(`${refused} of ${outcomes.length} refused`);
+});
+
+test("a REST burst over HTTP/1.1 connections already open: 201 or 503, and only the 201s are stored", async (t) => {
+  const server = await startWithQueueOfOne(t);
+  // The connections open first, so the burst's requests arrive together.
+  await Promise.all(
+    Array.from({ length: burst }, () => rest(server, "GET", "/campaigns", { key: keys.public })),
+  );
+  const outcomes = await burstsUntilMixed(t, (round) =>
+    restBurst(t, server, `rest_h1_${round}`, "1.1"),
+  );
+  const refused = await checkStored(t, server, outcomes);
+  t.log(`${refused} of ${outcomes.length} refused`);
+});
+
+test("a gRPC burst: OK or UNAVAILABLE (14) with retry-after, and only the OKs are stored", async (t) => {
+  const server = await startWithQueueOfOne(t);
+  const grpcBurst = (round: number) =>
+    Promise.all(
+      Array.from({ length: burst }, async (_, index): Promise<Outcome> => {
+        const externalUserId = `grpc_${round}_${index}`;
+        const outcome = await grpcCall(
+          server,
+          identifyCustomer,
+          { externalUserId, name: "Queued" },
+          keys.public,
+        );
+        if (outcome.ok) return { externalUserId, ok: true };
+        t.is(outcome.code as number, 14, outcome.details);
+        t.deepEqual(outcome.metadata.get("retry-after"), ["1"]);
+        return { externalUserId, ok: false };
+      }),
+    );
+  const outcomes = await burstsUntilMixed(t, grpcBurst);
+  const refused = await checkStored(t, server, outcomes);
+  t.log(`${refused} of ${outcomes.length} refused`);
+});
+
+test("a Connect burst over HTTP/2: success or unavailable with retry-after, and only the successes are stored", async (t) => {
+  const server = await startWithQueueOfOne(t);
+  const client = connectClient(server, CustomersService, { key: keys.public, httpVersion: "2" });
+  const connectBurst = (round: number) =>
+    Promise.all(
+      Array.from({ length: burst }, async (_, index): Promise<Outcome> => {
+        const externalUserId = `connect_${round}_${index}`;
+        try {
+          await client.identifyCustomer({ externalUserId, name: "Queued" });
+          return { externalUserId, ok: true };
+        } catch (error) {
+          const connectError = ConnectError.from(error);
+          t.is(connectError.code, Code.Unavailable, connectError.rawMessage);
+          t.is(connectError.metadata.get("retry-after"), "1");
+          return { externalUserId, ok: false };
+        }
+      }),
+    );
+  const outcomes = await burstsUntilMixed(t, connectBurst);
+  const refused = await checkStored(t, server, outcomes);
+  t.log(`${refused} of ${outcomes.length} refused`);
+});
