@@ -189,6 +189,7 @@ export async function buildApp(
           {
             isDraining: () => draining,
             writesRefused: () => storeHealth.writesRefused(),
+            writeQueueFull: writeQueueFull(config, store, forwards ? link : undefined),
             extraInterceptors: options.extraInterceptors ?? [],
             operations,
             registrations: options.registrations,
@@ -314,6 +315,7 @@ async function buildTransports(
   serving: {
     isDraining: () => boolean;
     writesRefused: () => string | undefined;
+    writeQueueFull: (() => number | undefined) | undefined;
     extraInterceptors: readonly Interceptor[];
     operations: boolean;
     registrations: ((standard: ServiceRegistration[]) => ServiceRegistration[]) | undefined;
@@ -342,6 +344,7 @@ async function buildTransports(
       idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
       operations: serving.operations,
       writesRefused: serving.writesRefused,
+      writeQueueFull: serving.writeQueueFull,
     }),
     ...serving.extraInterceptors,
   ]);
@@ -380,6 +383,23 @@ async function buildTransports(
   });
   await http.ready();
   return { http, grpc, settleCalls: observedCalls.settle };
+}
+
+/**
+ * WRITE_QUEUE_LIMIT on the embedded store: reached while that many writes
+ * wait for the writer's commit (in a worker: for the primary's answers).
+ * Calls are refused whole at it, so the background jobs' writes never are.
+ */
+function writeQueueFull(
+  config: Config,
+  store: Store,
+  link: PrimaryLink | undefined,
+): (() => number | undefined) | undefined {
+  const limit = config.writeQueueLimit;
+  if (link) return () => (link.writes.pending >= limit ? limit : undefined);
+  const commits = store.commits;
+  if (!commits) return undefined;
+  return () => (commits().queued >= limit ? limit : undefined);
 }
 
 /** WEBHOOK_SECRET_KEY, or on the embedded store the key file in DATA_DIR (config requires the former with MongoDB). */

@@ -40,6 +40,12 @@ export interface Config {
   readonly rateLimits: RateLimitConfig;
   /** The origins browsers may call from (CORS_ORIGINS). */
   readonly corsOrigins: CorsOrigins;
+  /**
+   * The embedded store: while this many writes wait for a commit (in a
+   * worker: for the primary's answer), calls that would write are refused
+   * (WRITE_QUEUE_LIMIT).
+   */
+  readonly writeQueueLimit: number;
   /** The processes that serve the port (WORKERS); 1 is one process doing everything. */
   readonly workers: number;
   /** How long a worker may leave the primary's heartbeat unanswered before it is replaced (WORKER_STUCK_TIMEOUT). */
@@ -136,8 +142,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       : {
           dataDir: resolve(nonEmpty(env.DATA_DIR) ?? "./data"),
           synchronous: oneOf(env, "SQLITE_SYNCHRONOUS", ["normal", "full"], "full"),
-          writeLimits: { queue: integer(env, "WRITE_QUEUE_LIMIT", 10_000, 1, 1_000_000) },
         },
+    writeQueueLimit: integer(env, "WRITE_QUEUE_LIMIT", 10_000, 1, 1_000_000),
     workers: workerCount(env, mongodbUri === undefined),
     workerStuckTimeoutMs: duration(env, "WORKER_STUCK_TIMEOUT", 10_000),
     adminToken: nonEmpty(env.ADMIN_TOKEN),

@@ -71,8 +71,7 @@ async function serveAsWorker(config: Config): Promise<void> {
   const { linkToPrimary } = await import("./cluster/link.js");
   const { buildApp } = await import("./app.js");
   const workerId = cluster.worker?.id ?? 0;
-  const queue = "dataDir" in config.store ? (config.store.writeLimits?.queue ?? 10_000) : 10_000;
-  const link = linkToPrimary(workerId, queue);
+  const link = linkToPrimary(workerId);
   // Without its primary a worker can write nothing: it ends at once.
   process.on("disconnect", () => process.exit(1));
   const failed = async (error: unknown): Promise<never> => {

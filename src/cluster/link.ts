@@ -34,15 +34,12 @@ export interface PrimaryLink {
 /** How long `GET /metrics` waits for the primary's sum. */
 const metricsTimeoutMs = 5_000;
 
-/**
- * The link of this process, a `node:cluster` worker, over its IPC channel.
- * `writeQueueLimit` bounds the writes waiting for the writer's answer.
- */
-export function linkToPrimary(workerId: number, writeQueueLimit: number): PrimaryLink {
+/** The link of this process, a `node:cluster` worker, over its IPC channel. */
+export function linkToPrimary(workerId: number): PrimaryLink {
   const send = (message: WorkerMessage) => {
     if (process.connected) process.send?.(message);
   };
-  const writes = new ForwardedWrites({ send }, writeQueueLimit);
+  const writes = new ForwardedWrites({ send });
   let refused: string | undefined;
   const listeners = {
     keyRevoked: [] as ((hash: string) => void)[],

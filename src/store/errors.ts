@@ -55,17 +55,6 @@ export function storeUnavailableReason(error: unknown): string | undefined {
   return error.cause === undefined ? undefined : storeUnavailableReason(error.cause);
 }
 
-/**
- * The embedded store's writer has as many writes waiting for a commit as it
- * takes: this one is refused (nothing changed) instead of growing memory.
- */
-export class WriteQueueFullError extends Error {
-  constructor(readonly limit: number) {
-    super(`the store has ${limit} writes waiting for a commit`);
-    this.name = "WriteQueueFullError";
-  }
-}
-
 /** A cluster's worker lost its writer (the primary process is gone): nothing more is written. */
 export class WriterLostError extends Error {
   constructor() {

@@ -1,6 +1,6 @@
 import type { Document } from "mongodb";
 import type { StoreCollection } from "./collection.js";
-import { DuplicateKeyError, WriteQueueFullError, WriterLostError } from "./errors.js";
+import { DuplicateKeyError, WriterLostError } from "./errors.js";
 import type { SqliteCollection } from "./sqlite.js";
 
 /**
@@ -59,7 +59,6 @@ export interface SentError {
   readonly code?: unknown;
   readonly errcode?: unknown;
   readonly errstr?: unknown;
-  readonly limit?: number;
 }
 
 /** What a worker sends its requests through and hears replies from. */
@@ -69,8 +68,7 @@ export interface WriterLink {
 
 /**
  * A worker's side: numbers each command, sends it, and settles its promise
- * with the writer's reply. At most `limit` commands wait at once; past
- * that a write is refused at once (the writer's queue is as full).
+ * with the writer's reply. `pending` is what WRITE_QUEUE_LIMIT bounds here.
  */
 export class ForwardedWrites {
   private nextId = 1;
@@ -80,17 +78,11 @@ export class ForwardedWrites {
   >();
   private lost: Error | undefined;
 
-  constructor(
-    private readonly link: WriterLink,
-    private readonly limit: number,
-  ) {}
+  constructor(private readonly link: WriterLink) {}
 
   /** Sends a command; resolves with what the writer's call resolved to. */
   run(command: StoreCommand): Promise<unknown> {
     if (this.lost) return Promise.reject(this.lost);
-    if (this.waiting.size >= this.limit) {
-      return Promise.reject(new WriteQueueFullError(this.limit));
-    }
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
@@ -168,21 +160,19 @@ export async function answerStoreRequest(
 }
 
 function sentError(error: unknown): SentError {
-  const { name, message, code, errcode, errstr, limit } = error as Record<string, unknown>;
+  const { name, message, code, errcode, errstr } = error as Record<string, unknown>;
   return {
     name: typeof name === "string" ? name : "Error",
     message: typeof message === "string" ? message : String(error),
     ...(code !== undefined ? { code } : {}),
     ...(errcode !== undefined ? { errcode } : {}),
     ...(errstr !== undefined ? { errstr } : {}),
-    ...(typeof limit === "number" ? { limit } : {}),
   };
 }
 
 /** The error again, as the types the store's callers test for. */
 function receivedError(sent: SentError): Error {
   if (sent.name === "DuplicateKeyError") return new DuplicateKeyError(sent.message);
-  if (sent.name === "WriteQueueFullError") return new WriteQueueFullError(sent.limit ?? 0);
   const error = new Error(sent.message);
   error.name = sent.name;
   return Object.assign(error, {

@@ -21,7 +21,7 @@ import type {
   WithId,
 } from "mongodb";
 import type { StoreCollection } from "./collection.js";
-import { DuplicateKeyError, WriteQueueFullError } from "./errors.js";
+import { DuplicateKeyError } from "./errors.js";
 import { type CounterDeclaration, fieldFanout } from "./indexes.js";
 import type { CheckpointerData } from "./sqlite-checkpointer.js";
 import {
@@ -301,8 +301,6 @@ export class SqliteDatabase {
       this.writer.exec("BEGIN IMMEDIATE");
       this.group = [];
       if (this.limits.groupCommit) setImmediate(() => this.commitGroup());
-    } else if (this.group.length >= this.limits.queue) {
-      return Promise.reject(new WriteQueueFullError(this.limits.queue));
     }
     const group = this.group;
     let result: R;
@@ -428,7 +426,10 @@ export class SqliteDatabase {
   groupsCommitted = 0;
   writesCommitted = 0;
 
-  /** The writes waiting for their group's commit. */
+  /**
+   * The writes waiting for their group's commit: what WRITE_QUEUE_LIMIT
+   * bounds, by refusing calls that would write while it is reached.
+   */
   get queuedWrites(): number {
     return this.group?.length ?? 0;
   }
@@ -565,13 +566,8 @@ function readOnlyError(file: string): Error {
   return new Error(`${file} is open read-only here: writes go to the writer`);
 }
 
-/** How the writer's queue of writes is bounded (see {@link SqliteDatabase.write}). */
+/** How the writer commits. */
 export interface WriteLimits {
-  /**
-   * The most writes waiting for one commit; past it a write is refused
-   * with {@link WriteQueueFullError} rather than grow memory.
-   */
-  readonly queue: number;
   /**
    * Bench-only: false commits each write alone (right after it), to
    * measure what sharing a commit saves.
@@ -579,7 +575,7 @@ export interface WriteLimits {
   readonly groupCommit: boolean;
 }
 
-const defaultWriteLimits: WriteLimits = { queue: 10_000, groupCommit: true };
+const defaultWriteLimits: WriteLimits = { groupCommit: true };
 
 /** How long a write waits for the write lock before failing as busy. */
 const writeLockWaitMs = 5_000;

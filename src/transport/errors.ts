@@ -7,7 +7,7 @@ import {
 import { type BadRequest, BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
 import { FieldError } from "../contract/plain-codec.js";
 import { fromFieldError } from "../services/errors.js";
-import { storeUnavailableReason, WriteQueueFullError } from "../store/errors.js";
+import { storeUnavailableReason } from "../store/errors.js";
 
 /** A field violation as REST shows it. */
 export interface RestErrorDetail {
@@ -81,8 +81,6 @@ export function toConnectError(error: unknown, where: string, log: ErrorLogger):
   if (status !== undefined) {
     return new ConnectError(httpErrorMessage(status, error as Error), httpErrorCode(status));
   }
-  // Back-pressure, not a failure: neither logged nor held against the store's health.
-  if (error instanceof WriteQueueFullError) return writeQueueFullError(error.limit);
   log(error, where);
   const unavailable = storeUnavailableReason(error);
   if (unavailable !== undefined) return storeUnavailableError(unavailable);

@@ -2,7 +2,12 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import { type Authenticator, KeyKindRefused } from "../services/authentication.js";
 import { type Caller, callerKey } from "../services/context.js";
-import { type ErrorLogger, storeUnavailableError, toConnectError } from "./errors.js";
+import {
+  type ErrorLogger,
+  storeUnavailableError,
+  toConnectError,
+  writeQueueFullError,
+} from "./errors.js";
 import { isWriteRpc } from "./idempotency.js";
 import type { Call, Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
@@ -28,6 +33,8 @@ export function interceptors(deps: {
   idempotency: Interceptor;
   /** Why the store refuses writes now, if it does (see `StoreHealth`). */
   writesRefused?: () => string | undefined;
+  /** WRITE_QUEUE_LIMIT while that many writes wait for the store; undefined below it. */
+  writeQueueFull?: () => number | undefined;
   /**
    * False leaves out the operations steps (request log and id, metrics,
    * rate limits, idempotency keys), so the bench can measure what they
@@ -49,7 +56,8 @@ export function interceptors(deps: {
       operations ? (call) => deps.rateLimits.authenticationFailed(call) : undefined,
     ),
     operations && deps.rateLimits.byKey,
-    deps.writesRefused !== undefined && refuseWritesWhileStoreRefuses(deps.writesRefused),
+    deps.writesRefused !== undefined &&
+      refuseWritesWhileStoreRefuses(deps.writesRefused, deps.writeQueueFull ?? (() => undefined)),
     decodeRequest,
     operations && unaryOnly(deps.idempotency),
   ];
@@ -111,13 +119,23 @@ function unaryOnly(step: Interceptor): Interceptor {
 
 /**
  * Refuses a write (any RPC whose REST verb is not GET) while the store
- * cannot take writes, before its request is decoded; reads go on.
+ * cannot take writes, or while WRITE_QUEUE_LIMIT writes wait for it, before
+ * its request is decoded; reads go on. A call is refused whole, before it
+ * wrote anything: one admitted runs all its writes.
  */
-function refuseWritesWhileStoreRefuses(writesRefused: () => string | undefined): Interceptor {
+function refuseWritesWhileStoreRefuses(
+  writesRefused: () => string | undefined,
+  writeQueueFull: () => number | undefined,
+): Interceptor {
   return (call, next) => {
     const reason = writesRefused();
-    if (reason === undefined || !isWriteRpc(call.rpc.method)) return next(call);
-    return Promise.reject(storeUnavailableError(reason));
+    const queueFull = writeQueueFull();
+    if ((reason === undefined && queueFull === undefined) || !isWriteRpc(call.rpc.method)) {
+      return next(call);
+    }
+    return Promise.reject(
+      reason !== undefined ? storeUnavailableError(reason) : writeQueueFullError(queueFull ?? 0),
+    );
   };
 }
 

@@ -164,7 +164,7 @@ export function createMetrics(
   );
   new Gauge({
     name: "store_write_queue",
-    help: "Writes waiting for the embedded store's next commit (refused past WRITE_QUEUE_LIMIT).",
+    help: "Writes waiting for the embedded store's next commit (at WRITE_QUEUE_LIMIT, calls that would write are refused).",
     registers: [registry],
     collect() {
       this.set(readCommits?.().queued ?? 0);

@@ -739,14 +739,11 @@ test.serial(
   "past WRITE_QUEUE_LIMIT, a worker's writes are refused as unavailable and change nothing",
   async (t) => {
     t.timeout(90_000);
-    // Provisioned with the default limit first: see test/transport/write-queue.test.ts.
     const dataDir = mkdtempSync(join(tmpdir(), "referrals-cluster-"));
-    const provisioning = await startCluster(t, {}, dataDir);
-    await provisioning.service.stop();
     const cluster = await startCluster(t, { WRITE_QUEUE_LIMIT: "1" }, dataDir);
     const server = asTestServer(t, cluster);
     // A burst on one HTTP/2 connection over REST and one over gRPC, at once:
-    // each worker's queue of forwarded writes, and the writer's, fill.
+    // each worker's writes waiting for the primary reach the limit.
     const restBurst = (round: number) =>
       Array.from({ length: 150 }, async (_, index) => {
         const externalUserId = `queued_rest_${round}_${index}`;

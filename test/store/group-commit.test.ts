@@ -2,13 +2,14 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
-import { DuplicateKeyError, WriteQueueFullError } from "../../src/store/errors.js";
+import { DuplicateKeyError } from "../../src/store/errors.js";
 import { SqliteDatabase } from "../../src/store/sqlite.js";
 
 /**
  * The embedded engine's group commit: the writes of one turn of the event
  * loop share a commit, each in its own savepoint; nothing is answered before
- * that commit, reads see committed data only, and the queue is bounded.
+ * that commit, and reads see committed data only. (WRITE_QUEUE_LIMIT refuses
+ * calls before they write: test/transport/write-queue.test.ts.)
  */
 
 interface Thing {
@@ -17,9 +18,9 @@ interface Thing {
   note?: string;
 }
 
-function openDatabase(t: ExecutionContext, queue = 10_000) {
+function openDatabase(t: ExecutionContext) {
   const dir = mkdtempSync(join(tmpdir(), "referrals-group-"));
-  const database = SqliteDatabase.open(join(dir, "db.sqlite"), "full", { limits: { queue } });
+  const database = SqliteDatabase.open(join(dir, "db.sqlite"), "full");
   const things = database.collection<Thing>("things");
   void things.createIndex({ name: 1 }, { unique: true });
   t.teardown(() => {
@@ -71,27 +72,6 @@ test("a write that fails rolls back alone, answers its own error after the commi
   t.like(await things.findOne({ _id: "b" }), { name: "b" });
   t.like(await things.findOne({ _id: "taken" }), { note: "kept" });
   t.is(await things.findOne({ _id: "c" }), null, "the failed write left nothing");
-});
-
-test("past WRITE_QUEUE_LIMIT waiting writes, a write is refused at once and changes nothing", async (t) => {
-  const { database, things } = openDatabase(t, 3);
-  const outcomes = await Promise.allSettled(
-    Array.from({ length: 5 }, (_, index) =>
-      things.insertOne({ _id: `q${index}`, name: `q${index}` }),
-    ),
-  );
-  t.deepEqual(
-    outcomes.map((outcome) => outcome.status),
-    ["fulfilled", "fulfilled", "fulfilled", "rejected", "rejected"],
-  );
-  for (const outcome of outcomes.slice(3)) {
-    t.true((outcome as PromiseRejectedResult).reason instanceof WriteQueueFullError);
-  }
-  t.is(await things.countDocuments({}), 3, "the refused writes stored nothing");
-  t.is(database.queuedWrites, 0, "the queue is empty once committed");
-  // The next turn's writes are taken again.
-  await things.insertOne({ _id: "later", name: "later" });
-  t.is(await things.countDocuments({}), 4);
 });
 
 test("a version moves when a write to its collection commits, not before", async (t) => {

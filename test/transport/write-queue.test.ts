@@ -14,31 +14,25 @@ import {
 } from "../helpers/server.js";
 
 /**
- * WRITE_QUEUE_LIMIT: past that many writes waiting for the embedded
- * writer's commit, a write is refused at once, `unavailable` on every
- * protocol (REST 503 with `Retry-After: 1`), and changes nothing. With a
- * limit of 1, every write of a turn past the first is refused: a burst of
- * calls decoded in one turn (many streams on one HTTP/2 connection, or
- * requests on connections already open) is mostly refused.
+ * WRITE_QUEUE_LIMIT: while that many writes wait for the embedded writer's
+ * commit, a call that would write is refused whole before it runs,
+ * `unavailable` on every protocol (REST 503 with `Retry-After: 1`), and
+ * changes nothing. With a limit of 1, every call of a turn after the first
+ * that wrote is refused: a burst of calls decoded in one turn (many streams
+ * on one HTTP/2 connection, or requests on connections already open) is
+ * mostly refused.
  */
 
 const identifyCustomer = CustomersService.method.identifyCustomer;
 const burst = 200;
 
 /**
- * A service whose writer takes one waiting write. Its data directory is
- * provisioned first with the default limit: on a new directory, the demo
- * provisioning's first write can fall in the turn where the webhook
- * workers claim deliveries (WEBHOOK_CONCURRENCY writes) and be refused,
- * which stops the start.
+ * A service that admits no write call while one write waits for a commit.
+ * Its own background writes (the demo provisioning, the webhook workers'
+ * claims) are never refused: it starts on a new directory.
  */
 async function startWithQueueOfOne(t: ExecutionContext): Promise<TestServer> {
-  const provisioned = await startServer();
-  await provisioned.stop({ keepData: true });
-  const server = await startServer({
-    dataDir: provisioned.dataDir,
-    env: { WRITE_QUEUE_LIMIT: "1" },
-  });
+  const server = await startServer({ env: { WRITE_QUEUE_LIMIT: "1" } });
   t.teardown(async () => {
     closeGrpcClient(server);
     await server.stop();
