@@ -1,9 +1,16 @@
 import test from "ava";
 import { engineNames } from "../helpers/engines.js";
-import { type Json, keys, rest, type TestServer, useServer } from "../helpers/server.js";
+import {
+  type Json,
+  keys,
+  rest,
+  type ServerOptions,
+  type TestServer,
+  useServer,
+} from "../helpers/server.js";
 
 /**
- * Races on the real service, on each storage engine: concurrent calls of
+ * Races on the real service, on each storage engine and with workers: concurrent calls of
  * one kind must leave exactly one record, conversion must happen once, and
  * the derived counters must equal a recount from scratch.
  */
@@ -60,8 +67,15 @@ async function listAll(server: TestServer, path: string): Promise<Json[]> {
 const times = <T>(count: number, make: (index: number) => Promise<T>) =>
   Promise.all(Array.from({ length: count }, (_, index) => make(index)));
 
-for (const engine of engineNames) {
-  const server = useServer({ engine });
+// Each engine, and the embedded one with WORKERS=2: the racing calls land
+// on both workers, whose writes meet in the primary's.
+const setups: { name: string; options: ServerOptions }[] = [
+  ...engineNames.map((engine) => ({ name: engine, options: { engine } })),
+  { name: "embedded, 2 workers", options: { workers: 2 } },
+];
+
+for (const { name: engine, options } of setups) {
+  const server = useServer(options);
 
   test(`${engine}: 100 concurrent identifies of one user make one customer`, async (t) => {
     const responses = await times(100, () => identify(server, "race-identify"));
