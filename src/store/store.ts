@@ -16,6 +16,7 @@ import {
   type ForwardedWrites,
   forwardingCollection,
   type StoreCommand,
+  writeOperations,
 } from "./forwarded-writes.js";
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
@@ -396,17 +397,7 @@ function openEmbeddedReader(
 /** Told how long each store operation took (metrics). */
 export type OperationObserver = (collection: string, operation: string, seconds: number) => void;
 
-const observedOperations = [
-  "insertOne",
-  "insertMany",
-  "findOne",
-  "countDocuments",
-  "updateOne",
-  "updateMany",
-  "findOneAndUpdate",
-  "deleteOne",
-  "deleteMany",
-] as const;
+const observedOperations = [...writeOperations, "findOne", "countDocuments"] as const;
 
 /** The collections, each operation timed for `observe` (a `find` when its cursor is read). */
 function observed(collections: Collections, observe: OperationObserver | undefined): Collections {

@@ -1,6 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { once } from "node:events";
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { findCustomerByExternalId } from "../../src/store/customers.js";
+import { openStore } from "../../src/store/store.js";
 
 /** The repository, where a spawned service runs. */
 const repoRoot = new URL("../../", import.meta.url).pathname;
@@ -119,11 +121,41 @@ export async function waitGone(pids: readonly number[]): Promise<void> {
   }
 }
 
-function isRunning(pid: number): boolean {
+/** Whether a process runs (or is a zombie not reaped yet). */
+export function isRunning(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;
   } catch {
     return false;
+  }
+}
+
+/**
+ * Of `externalUserIds`, those with no customer in the demo application's
+ * production environment, read from `dataDir`'s store once the service that
+ * wrote it is gone: what a crash or a drain must not have lost.
+ */
+export async function customersMissing(
+  dataDir: string,
+  externalUserIds: readonly string[],
+): Promise<string[]> {
+  const store = await openStore({ dataDir });
+  try {
+    const [application] = await store.system.applications.find({}).toArray();
+    const tenant = { organizationId: "", applicationId: application?._id ?? "" };
+    const missing: string[] = [];
+    for (const externalUserId of externalUserIds) {
+      const found = await findCustomerByExternalId(
+        store.system,
+        tenant,
+        "production",
+        externalUserId,
+      );
+      if (!found) missing.push(externalUserId);
+    }
+    return missing;
+  } finally {
+    await store.close();
   }
 }

@@ -4,11 +4,10 @@ import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
-import { findCustomerByExternalId } from "../../src/store/customers.js";
 import { StoreOpenError } from "../../src/store/sqlite.js";
 import { differencesOf, recountStats } from "../../src/store/stats-recount.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
-import { waitGone, workerPidsOf } from "../helpers/cluster.js";
+import { customersMissing, waitGone, workerPidsOf } from "../helpers/cluster.js";
 import { OpenApiMismatch, validatedFetch } from "../helpers/openapi.js";
 import { keys } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
@@ -133,22 +132,11 @@ async function killDuringBurst(t: ExecutionContext, workers: number): Promise<vo
     await exited;
     t.true(sent > acknowledged.length, "some requests were in flight when the process died");
 
-    const { store, tenant } = await tenantOfDemo(dataDir);
-    try {
-      const missing: string[] = [];
-      for (const externalUserId of acknowledged) {
-        const found = await findCustomerByExternalId(
-          store.system,
-          tenant,
-          "production",
-          externalUserId,
-        );
-        if (!found) missing.push(externalUserId);
-      }
-      t.deepEqual(missing, [], `${acknowledged.length} acknowledged identifies`);
-    } finally {
-      await store.close();
-    }
+    t.deepEqual(
+      await customersMissing(dataDir, acknowledged),
+      [],
+      `${acknowledged.length} acknowledged identifies`,
+    );
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
