@@ -184,13 +184,19 @@ function keyStep(
     // Admin calls have no key: they are limited by address.
     const counter = caller && (caller.keyKind === "secret" ? secretKeys : publicKeys);
     if (!counter) return next(call);
-    // The limiter's own promise awaited here, not `counter.consume`'s: every
-    // call passes this step, and a promise fewer before the response counts.
     let verdict: Verdict;
-    try {
-      verdict = allowedVerdict(await counter.limiter.consume(caller.keyId));
-    } catch (error) {
-      verdict = refusedVerdict(error);
+    if (counter.leased) {
+      // A worker's slice of the budget: most calls take from it without a promise.
+      const taken = counter.leased(caller.keyId);
+      verdict = taken instanceof Promise ? await taken : taken;
+    } else {
+      // The limiter's own promise awaited here, not `counter.consume`'s: every
+      // call passes this step, and a promise fewer before the response counts.
+      try {
+        verdict = allowedVerdict(await counter.limiter.consume(caller.keyId));
+      } catch (error) {
+        verdict = refusedVerdict(error);
+      }
     }
     announce(call, counter, verdict);
     if (!verdict.allowed) refuse(call, counter, verdict);
@@ -216,6 +222,8 @@ interface Counter {
   /** The error message, before "retry in". */
   readonly refusal: string;
   consume(key: string): Promise<Verdict>;
+  /** In a cluster's worker: `consume` from the worker's slice of the budget (see {@link leasedBudget}). */
+  readonly leased?: (key: string) => Verdict | Promise<Verdict>;
 }
 
 const refusals: Record<LimitName, string> = {
@@ -254,7 +262,97 @@ function createCounter(name: LimitName, limit: RateLimit, where: CounterHome): C
     limiter,
     policy: `"${name}";q=${limit.calls};w=${limit.windowSeconds}`,
     refusal: `${refusals[name]} (${limit.calls} calls per ${limit.windowSeconds} s)`,
-    consume: (key) => limiter.consume(key).then(allowedVerdict, refusedVerdict),
+    ...(where.kind === "primary"
+      ? (() => {
+          const leased = leasedBudget(limiter, limit);
+          return { leased, consume: async (key: string) => leased(key) };
+        })()
+      : { consume: (key: string) => limiter.consume(key).then(allowedVerdict, refusedVerdict) }),
+  };
+}
+
+/** A worker takes a hundredth of a limit's calls at a time (at least one). */
+const leaseSlices = 100;
+// Beyond this many keys leased, the expired leases are swept out.
+const leaseSweepSize = 10_000;
+
+/** A worker's slice of one key's budget for the current window. */
+interface Lease {
+  /** Calls this worker may still let through without asking. */
+  left: number;
+  /** What the primary had left for the key when it handed the slice out. */
+  remaining: number;
+  resetAt: number;
+  /** The primary refused: every call is refused until `resetAt`. */
+  refused: boolean;
+}
+
+/**
+ * One limit counted in the primary (one budget per key for every worker),
+ * asked for a slice of calls at a time: a round trip to the primary per
+ * slice, not per call, which would cost every call more than the call
+ * itself. A key's calls never exceed the limit; near the end of a window
+ * up to a slice less one per worker may go unused (at 1,000 calls a
+ * second, 10 per worker). Limits under 100 calls per window are counted
+ * call by call.
+ */
+function leasedBudget(
+  limiter: RateLimiterAbstract,
+  limit: RateLimit,
+): (key: string) => Verdict | Promise<Verdict> {
+  const slice = Math.max(1, Math.floor(limit.calls / leaseSlices));
+  const leases = new Map<string, Lease>();
+  const asking = new Map<string, Promise<void>>();
+
+  const fromLease = (lease: Lease, now: number): Verdict => {
+    if (lease.left <= 0) return { allowed: false, remaining: 0, resetMs: lease.resetAt - now };
+    lease.left -= 1;
+    return { allowed: true, remaining: lease.remaining + lease.left, resetMs: lease.resetAt - now };
+  };
+  const ask = (key: string, current: Lease | undefined): Promise<void> => {
+    let pending = asking.get(key);
+    if (pending) return pending;
+    // The primary refuses a slice larger than what it has left, and counts
+    // it all the same: once little is left, a call at a time.
+    const points = current ? Math.min(slice, Math.max(1, current.remaining)) : slice;
+    if (leases.size >= leaseSweepSize) {
+      const now = Date.now();
+      for (const [leased, lease] of leases) if (lease.resetAt <= now) leases.delete(leased);
+    }
+    pending = limiter
+      .consume(key, points)
+      .then(
+        (result) => {
+          const resetAt = Date.now() + result.msBeforeNext;
+          leases.set(key, {
+            left: points,
+            remaining: result.remainingPoints,
+            resetAt,
+            refused: false,
+          });
+        },
+        (error: unknown) => {
+          if (!(error instanceof RateLimiterRes)) throw error;
+          const resetAt = Date.now() + error.msBeforeNext;
+          leases.set(key, { left: 0, remaining: 0, resetAt, refused: true });
+        },
+      )
+      .finally(() => asking.delete(key));
+    asking.set(key, pending);
+    return pending;
+  };
+  return (key) => {
+    const now = Date.now();
+    const lease = leases.get(key);
+    if (lease && lease.resetAt > now && (lease.left > 0 || lease.refused)) {
+      return fromLease(lease, now);
+    }
+    const current = lease && lease.resetAt > now ? lease : undefined;
+    return ask(key, current).then(() => {
+      const renewed = leases.get(key);
+      const at = Date.now();
+      return renewed ? fromLease(renewed, at) : { allowed: true, remaining: 0, resetMs: 0 };
+    });
   };
 }
 

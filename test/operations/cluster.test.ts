@@ -309,6 +309,27 @@ test.serial(
 );
 
 test.serial(
+  "a larger limit is taken by the workers in slices: never more than the budget, at most a slice less one per worker unused",
+  async (t) => {
+    t.timeout(90_000);
+    // 500 a minute: each worker asks the primary for 5 calls at a time.
+    const { port, service } = await startCluster(t, { RATE_LIMIT_PUBLIC: "500/60s" });
+    const answers = await inPool(Array.from({ length: 700 }), 8, () =>
+      send(port, "GET", "/campaigns", { key: keys.public }),
+    );
+    const passed = answers.filter((answer) => answer.status === 200).length;
+    t.true(passed <= 500, `${passed} passed: never more than the budget`);
+    t.true(passed >= 500 - 2 * 4, `${passed} passed: at most 4 per worker unused`);
+    t.is(passed + answers.filter((answer) => answer.status === 429).length, 700);
+    const served = await workersOf(
+      service,
+      answers.map((answer) => answer.requestId),
+    );
+    t.deepEqual([...served].sort(), ["1", "2"], "both workers served the calls");
+  },
+);
+
+test.serial(
   "one Idempotency-Key sent to both workers runs once: the others replay its response",
   async (t) => {
     t.timeout(90_000);
