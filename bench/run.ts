@@ -14,6 +14,7 @@ import { type BenchOptions, parseOptions, usage } from "./lib/options.js";
 import { repoRoot } from "./lib/processes.js";
 import { machineInfo } from "./lib/report.js";
 import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/results.js";
+import { runCluster } from "./suites/cluster.js";
 import { runInsights } from "./suites/insights.js";
 import { runOperations } from "./suites/operations.js";
 import { runReads } from "./suites/reads.js";
@@ -52,6 +53,7 @@ for (const suite of options.suites) {
   else if (suite === "writes") results.writes = await runWrites(context);
   else if (suite === "webhooks") results.webhooks = await runWebhooks(context);
   else if (suite === "operations") results.operations = await runOperations(context);
+  else if (suite === "cluster") results.cluster = await runCluster(context);
   else if (suite === "scale") results.scale = await runScale(context);
   else results.insights = await runInsights(context);
   results.engine = context.engine;

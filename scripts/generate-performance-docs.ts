@@ -80,6 +80,27 @@ the service's CPU per call is read from \`/proc\`. *a 4 µs step kept* calibrate
 machine: the variant without the steps plus a step burning 4 µs of CPU before each call, in
 the same process.`,
   },
+  cluster: {
+    title: "Cluster",
+    measures: `\`WORKERS=2\` (a node:cluster primary holding the store's writer, two workers serving the
+port and forwarding writes to it) against \`WORKERS=1\` (one process), each started anew in
+every repeat on a fresh copy of one seeded store, one at a time, taking turns. **Reads**:
+\`GetCustomer\` over REST (32 HTTP/1.1 connections) and gRPC (4 HTTP/2 connections), and
+\`ListCampaigns\` over REST, closed loop; *2 over 1* is req/s at \`WORKERS=2\` over req/s at
+\`WORKERS=1\`. The last row is gRPC over a single HTTP/2 connection, which the cluster hands to
+one worker, so it cannot scale. The service's CPU per call adds up every process of it; the
+generator's is the bench process and h2load; *cores busy* is both per call times the rate (2
+is the whole machine). Resident memory is each process's \`process_resident_memory_bytes\`
+from \`/metrics\` after the reads. **Durable writes** (REST, closed loop, each run on a freshly
+seeded store): identify of new customers, create referral and trigger checkpoint in four
+setups: (a) \`WORKERS=2\` and (b) \`WORKERS=1\` at \`SQLITE_SYNCHRONOUS=full\` (an fsync per commit,
+the default) with group commit, (c) \`WORKERS=1\` at full committing each write alone
+(\`bench/service-variant.ts per-write-commit\`), (d) \`WORKERS=1\` at \`normal\` (the previous
+default); store writes per commit and commits per second from \`/metrics\`
+(\`store_committed_writes_total\` and \`store_group_commits_total\` over the run). Then
+identify in (a), open loop at half its median peak. Last, what an fsync takes on the disk
+the stores are on.`,
+  },
   scale: {
     title: "Scale",
     measures: `For each size, that many customers (every one but the first referred, a third of the

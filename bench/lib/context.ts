@@ -81,14 +81,30 @@ export async function stopService(context: BenchContext, service: ServiceProcess
   if (problems) context.log(`the service reported:\n${problems.slice(0, 2000)}`);
 }
 
+/**
+ * Whether a process stops living within `ms` (a service that was sent
+ * SIGTERM closes its port at once, but drains for seconds before it exits).
+ */
+export async function diesWithin(alive: () => boolean, ms = 15_000): Promise<boolean> {
+  const deadline = performance.now() + ms;
+  while (alive()) {
+    if (performance.now() >= deadline) return false;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return true;
+}
+
 // On a shared machine something may kill the service mid-run (a neighbour's
 // `pkill`); a run against a dead service measures nothing.
 const attemptsPerRun = 3;
 
 /**
  * Runs `measure` until the service outlives it: when the service died
- * during a run, `recover` (a restart, or a fresh store) prepares the next
- * attempt; after three attempts the bench gives up.
+ * during a run (whether the run then ended or failed: a generator that
+ * opens its connections first fails when there is nobody to connect to),
+ * `recover` (a restart, or a fresh store) prepares the next attempt; after
+ * three attempts the bench gives up. A run that fails while the service
+ * lives fails the bench.
  */
 export async function measureWhileAlive<T>(
   context: BenchContext,
@@ -98,7 +114,17 @@ export async function measureWhileAlive<T>(
   recover: () => Promise<void> = async () => {},
 ): Promise<T> {
   for (let attempt = 1; ; attempt++) {
-    const result = await measure();
+    let result: T;
+    try {
+      result = await measure();
+    } catch (error) {
+      if (!(await diesWithin(alive)) || attempt >= attemptsPerRun) throw error;
+      context.log(
+        `${what}: the process serving it died during the run (${(error as Error).message}); measuring again`,
+      );
+      await recover();
+      continue;
+    }
     if (alive()) return result;
     if (attempt >= attemptsPerRun) {
       throw new Error(`${what}: the process serving it died during ${attempt} runs in a row`);

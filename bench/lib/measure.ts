@@ -21,6 +21,8 @@ export interface LoadResult {
   readonly targetRate?: number;
   /** The service's CPU time per successful call in microseconds, where a suite measured it. */
   readonly serviceCpuUs?: number;
+  /** The load generator's CPU time per successful call in microseconds, where a suite measured it. */
+  readonly generatorCpuUs?: number;
 }
 
 /**
@@ -103,6 +105,9 @@ export function medianResult(runs: readonly LoadResult[]): LoadResult {
     ...(runs.every((run) => run.serviceCpuUs !== undefined) && runs.length > 0
       ? { serviceCpuUs: median(runs.map((run) => run.serviceCpuUs as number)) }
       : {}),
+    ...(runs.every((run) => run.generatorCpuUs !== undefined) && runs.length > 0
+      ? { generatorCpuUs: median(runs.map((run) => run.generatorCpuUs as number)) }
+      : {}),
   };
 }
 
@@ -116,4 +121,20 @@ export async function withServiceCpu(
   const used = cpuSeconds() - before;
   // Nothing used means nothing read (no /proc): no figure rather than 0 µs.
   return result.ok > 0 && used > 0 ? { ...result, serviceCpuUs: (used * 1e6) / result.ok } : result;
+}
+
+/**
+ * A load run with the load generator's CPU time per successful call over
+ * it (`generatorCpuSeconds`: the bench process and the generators it ran).
+ */
+export async function withGeneratorCpu(
+  cpuSeconds: () => number,
+  run: () => Promise<LoadResult>,
+): Promise<LoadResult> {
+  const before = cpuSeconds();
+  const result = await run();
+  const used = cpuSeconds() - before;
+  return result.ok > 0 && used > 0
+    ? { ...result, generatorCpuUs: (used * 1e6) / result.ok }
+    : result;
 }

@@ -1,13 +1,21 @@
 import { parseArgs } from "node:util";
 
 /** The suites `npm run bench` can run. */
-export type Suite = "reads" | "writes" | "webhooks" | "operations" | "scale" | "insights";
+export type Suite =
+  | "reads"
+  | "writes"
+  | "webhooks"
+  | "operations"
+  | "cluster"
+  | "scale"
+  | "insights";
 
 export const allSuites: readonly Suite[] = [
   "reads",
   "writes",
   "webhooks",
   "operations",
+  "cluster",
   "scale",
   "insights",
 ];
@@ -42,7 +50,7 @@ export interface BenchOptions {
 /** What `npm run bench -- --help` prints. */
 export const usage = `npm run bench -- [suite ...] [options]
 
-suites: reads, writes, webhooks, operations (the default: all four), scale, insights
+suites: reads, writes, webhooks, operations (the default: all four), cluster, scale, insights
 
   --quick              short runs to try it out: 1 repeat of 3 s, 1 s warm-up
   --repeats N          runs per figure, median reported (default 3)

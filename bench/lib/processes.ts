@@ -25,9 +25,12 @@ export interface ServiceProcess {
   readonly pid: number;
   /** From spawning the process to `/readyz` answering 200. */
   readonly readyMs: number;
-  /** Resident memory now, in bytes. */
+  /** Resident memory now, in bytes (of the first process only, not a cluster's workers). */
   rssBytes(): number;
-  /** CPU time the process has used so far (user and system), in seconds. */
+  /**
+   * CPU time the process and its live child processes (a cluster's workers)
+   * have used so far (user and system), in seconds.
+   */
   cpuSeconds(): number;
   /** What the service wrote to stderr, and the error lines of its log, most recent last. */
   problems(): string;
@@ -40,10 +43,15 @@ export interface ServiceProcess {
 /**
  * Which service: `npm start`'s (`deployed`), or the same compiled service
  * built without its operations steps (request log, metrics, rate limits,
- * idempotency keys) or without its program counters (`bench/service-variant.ts`),
- * to measure what those cost.
+ * idempotency keys), without its program counters, or committing each
+ * write of the embedded store alone instead of in groups
+ * (`bench/service-variant.ts`), to measure what those cost or save.
  */
-export type ServiceVariant = "deployed" | "without-operations" | "without-stats";
+export type ServiceVariant =
+  | "deployed"
+  | "without-operations"
+  | "without-stats"
+  | "per-write-commit";
 
 // Seeding 1M customers then starting on them takes minutes, not seconds.
 const readyTimeoutMs = 15 * 60_000;
@@ -95,7 +103,7 @@ export const calibrationMicros = 4;
 export type SharedServices = Record<OperationsVariant | "calibration", ServiceProcess>;
 
 /** The variants the operations suite compares in one process. */
-export type OperationsVariant = Exclude<ServiceVariant, "without-stats">;
+export type OperationsVariant = Exclude<ServiceVariant, "without-stats" | "per-write-commit">;
 
 /**
  * Both variants in one process (`bench/service-with-and-without-operations.ts`),
@@ -151,6 +159,9 @@ async function spawnService(
       // refuse it, yet are counted, so the runs include the limiter's cost.
       RATE_LIMIT_PUBLIC: "100000000/1s",
       RATE_LIMIT_SECRET: "100000000/1s",
+      // One process unless the suite says otherwise (the cluster suite does):
+      // the other suites compare one process's costs with bare ceilings.
+      WORKERS: "1",
       ...env,
     },
     stdio: ["ignore", "pipe", "pipe"],
@@ -185,7 +196,7 @@ async function spawnService(
     pid: child.pid as number,
     readyMs,
     rssBytes: () => rssOf(child.pid as number),
-    cpuSeconds: () => cpuSecondsOf(child.pid as number),
+    cpuSeconds: () => treeCpuSecondsOf(child.pid as number),
     // Told once, whichever view of the process asks first.
     problems: () => {
       if (reported) return "";
@@ -309,6 +320,71 @@ export function cpuSecondsOf(pid: number): number {
     // Fields after the command name (which may hold spaces), from the state on: utime is the 12th, stime the 13th.
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
     return (Number(fields[11]) + Number(fields[12])) / ticksPerSecond;
+  } catch {
+    return 0;
+  }
+}
+
+/**
+ * CPU time of a process and of its live descendants (a cluster primary's
+ * workers), in seconds; children that exited are left out.
+ */
+export function treeCpuSecondsOf(pid: number): number {
+  return (
+    cpuSecondsOf(pid) + childPidsOf(pid).reduce((sum, child) => sum + treeCpuSecondsOf(child), 0)
+  );
+}
+
+/** The live child processes of a process (Linux 3.5 and later); none where that does not exist. */
+function childPidsOf(pid: number): number[] {
+  const pids: number[] = [];
+  try {
+    for (const task of readdirSync(`/proc/${pid}/task`)) {
+      const listed = readFileSync(`/proc/${pid}/task/${task}/children`, "utf8").trim();
+      if (listed !== "") pids.push(...listed.split(/\s+/).map(Number));
+    }
+  } catch {}
+  return pids;
+}
+
+/**
+ * CPU time the bench itself has used so far: this process (every thread:
+ * autocannon, the HTTP/2 clients) and its children that have exited and
+ * been waited for (h2load, after each run), in seconds. Over a load run,
+ * its difference is what the load generator used.
+ */
+export function generatorCpuSeconds(): number {
+  const own = process.cpuUsage();
+  let children = 0;
+  try {
+    const stat = readFileSync("/proc/self/stat", "utf8");
+    // cutime and cstime are the 14th and 15th fields after the command name.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    children = (Number(fields[13]) + Number(fields[14])) / ticksPerSecond;
+  } catch {}
+  return (own.user + own.system) / 1e6 + children;
+}
+
+/**
+ * CPU time every core of the machine has been busy so far (`/proc/stat`:
+ * all but idle and I/O wait), in seconds; 0 where that does not exist.
+ * Over a run, its difference less the service's and the generator's is
+ * what the rest of the machine used (interrupts and loopback networking
+ * included).
+ */
+export function machineBusySeconds(): number {
+  try {
+    const line = readFileSync("/proc/stat", "utf8").split("\n", 1)[0] ?? "";
+    // cpu user nice system idle iowait irq softirq steal (guest time is in user).
+    const [user, nice, system, , , irq, softirq, steal] = line
+      .trim()
+      .split(/\s+/)
+      .slice(1)
+      .map(Number);
+    return (
+      ((user ?? 0) + (nice ?? 0) + (system ?? 0) + (irq ?? 0) + (softirq ?? 0) + (steal ?? 0)) /
+      ticksPerSecond
+    );
   } catch {
     return 0;
   }

@@ -1,5 +1,6 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
+import { type ClusterResults, clusterTables } from "../suites/cluster.js";
 import { type InsightsResults, insightsReferrals, insightsTables } from "../suites/insights.js";
 import { type OperationsRow, operationsTable } from "../suites/operations.js";
 import { type ReadRow, readsTable } from "../suites/reads.js";
@@ -30,6 +31,7 @@ export interface BenchResults {
   writes?: WriteRow[];
   webhooks?: WebhookResults;
   operations?: OperationsRow[];
+  cluster?: ClusterResults;
   scale?: ScaleRow[];
   insights?: InsightsResults;
 }
@@ -40,6 +42,7 @@ export const suiteHeadings: Record<Suite, string> = {
   writes: "Writes: peak, and p99 at half the peak rate",
   webhooks: "Writes with a webhook subscribed to every event (REST)",
   operations: "The operations steps: the service with and without them",
+  cluster: "Cluster: WORKERS=2 against WORKERS=1, and durable writes",
   scale: "Scale: one request at a time on stores of growing size (REST)",
   insights: "Insights: the program counters' reads, export and cost to writes",
 };
@@ -49,6 +52,7 @@ const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } =
   writes: (results) => results.writes && writesTable(results.writes),
   webhooks: (results) => results.webhooks && webhookTables(results.webhooks),
   operations: (results) => results.operations && operationsTable(results.operations),
+  cluster: (results) => results.cluster && clusterTables(results.cluster),
   scale: (results) => results.scale && scaleTable(results.scale),
   insights: (results) => results.insights && insightsTables(results.insights),
 };
@@ -93,8 +97,8 @@ export function suiteResultsPath(dir: string, suite: Suite): string {
 
 /** The part of a run's results that is about one suite, as its own results file holds it. */
 export function suiteResults(results: BenchResults, suite: Suite): BenchResults {
-  const { reads, writes, webhooks, operations, scale, insights, ...common } = results;
-  const own = { reads, writes, webhooks, operations, scale, insights }[suite];
+  const { reads, writes, webhooks, operations, cluster, scale, insights, ...common } = results;
+  const own = { reads, writes, webhooks, operations, cluster, scale, insights }[suite];
   return {
     ...common,
     options: { ...results.options, suites: [suite] },

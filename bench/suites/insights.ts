@@ -495,6 +495,7 @@ async function writeRows(context: BenchContext): Promise<InsightsWriteRow[]> {
         deployed: [],
         "without-operations": [],
         "without-stats": [],
+        "per-write-commit": [],
       };
       for (let repeat = 0; repeat < options.repeats; repeat++) {
         const order = repeat % 2 === 0 ? variants : [...variants].reverse();

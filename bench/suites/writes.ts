@@ -1,5 +1,6 @@
 import {
   type BenchContext,
+  diesWithin,
   measureWhileAlive,
   type SeededService,
   startSeededService,
@@ -129,6 +130,14 @@ export interface WriteRunOptions {
   readonly variant?: ServiceVariant;
   /** Runs on the started service before the load (subscribing a webhook). */
   readonly prepare?: (target: SeededService) => Promise<void>;
+  /**
+   * Wraps the measured load (not the warm-up): reads the service before and
+   * after it (its metrics), or adds to the result. Calls `measure` once.
+   */
+  readonly around?: (
+    target: SeededService,
+    measure: () => Promise<LoadResult>,
+  ) => Promise<LoadResult>;
 }
 
 // Seeded pools hold this much more than the expected rate needs.
@@ -195,19 +204,25 @@ async function seededRun(
             options,
           );
         }
-        const result = await withServiceCpu(
-          () => target.service.cpuSeconds(),
-          () =>
-            load(
-              protocol,
-              target.service.origin,
-              offset(phase("m"), warmupCount),
-              { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
-              options,
-            ),
-        );
+        const measure = () =>
+          withServiceCpu(
+            () => target.service.cpuSeconds(),
+            () =>
+              load(
+                protocol,
+                target.service.origin,
+                offset(phase("m"), warmupCount),
+                { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
+                options,
+              ),
+          );
+        const result = await (run.around ? run.around(target, measure) : measure());
         alive = target.service.alive();
         return result;
+      } catch (error) {
+        // A generator fails when the service it loads is gone (or going).
+        alive = !(await diesWithin(() => target.service.alive()));
+        throw error;
       } finally {
         await target.dispose();
       }
