@@ -2,7 +2,7 @@ import test from "ava";
 import type { Db } from "mongodb";
 import { startServerClock } from "../../src/store/server-clock.js";
 
-// A server whose clock is an hour ahead of this machine's, answering after 20 ms.
+// A server whose clock is `offsetMs` ahead of this machine's, answering after 20 ms.
 function serverAhead(offsetMs: number): Db {
   return {
     async command() {
