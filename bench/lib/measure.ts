@@ -112,7 +112,26 @@ export function medianResult(runs: readonly LoadResult[]): LoadResult {
 }
 
 /** A load run with the service's CPU time per successful call over it. */
-export async function withServiceCpu(
+export function withServiceCpu(
+  cpuSeconds: () => number,
+  run: () => Promise<LoadResult>,
+): Promise<LoadResult> {
+  return withCpuPerCall("serviceCpuUs", cpuSeconds, run);
+}
+
+/**
+ * A load run with the load generator's CPU time per successful call over
+ * it (`generatorCpuSeconds`: the bench process and the generators it ran).
+ */
+export function withGeneratorCpu(
+  cpuSeconds: () => number,
+  run: () => Promise<LoadResult>,
+): Promise<LoadResult> {
+  return withCpuPerCall("generatorCpuUs", cpuSeconds, run);
+}
+
+async function withCpuPerCall(
+  field: "serviceCpuUs" | "generatorCpuUs",
   cpuSeconds: () => number,
   run: () => Promise<LoadResult>,
 ): Promise<LoadResult> {
@@ -120,21 +139,5 @@ export async function withServiceCpu(
   const result = await run();
   const used = cpuSeconds() - before;
   // Nothing used means nothing read (no /proc): no figure rather than 0 µs.
-  return result.ok > 0 && used > 0 ? { ...result, serviceCpuUs: (used * 1e6) / result.ok } : result;
-}
-
-/**
- * A load run with the load generator's CPU time per successful call over
- * it (`generatorCpuSeconds`: the bench process and the generators it ran).
- */
-export async function withGeneratorCpu(
-  cpuSeconds: () => number,
-  run: () => Promise<LoadResult>,
-): Promise<LoadResult> {
-  const before = cpuSeconds();
-  const result = await run();
-  const used = cpuSeconds() - before;
-  return result.ok > 0 && used > 0
-    ? { ...result, generatorCpuUs: (used * 1e6) / result.ok }
-    : result;
+  return result.ok > 0 && used > 0 ? { ...result, [field]: (used * 1e6) / result.ok } : result;
 }
