@@ -3,9 +3,14 @@ import test, { type ExecutionContext } from "ava";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { findCustomerByExternalId } from "../../src/store/customers.js";
 import {
+  burstsUntilMixed,
+  identifyOverGrpc,
+  identifyOverRest,
+  type QueuedOutcome,
+} from "../helpers/queued-writes.js";
+import {
   closeGrpcClient,
   connectClient,
-  grpcCall,
   type HttpVersion,
   keys,
   rest,
@@ -23,7 +28,6 @@ import {
  * mostly refused.
  */
 
-const identifyCustomer = CustomersService.method.identifyCustomer;
 const burst = 200;
 
 /**
@@ -40,40 +44,15 @@ async function startWithQueueOfOne(t: ExecutionContext): Promise<TestServer> {
   return server;
 }
 
-/** What one identify of a burst got: success, or refused as unavailable. */
-type Outcome = { externalUserId: string; ok: true } | { externalUserId: string; ok: false };
-
-/**
- * Sends bursts (`send(round)`) until the calls so far include a refused
- * one and a served one, at most 5: a turn's one place in the queue may go
- * to a background write (the webhook workers claim deliveries every
- * second), and calls read in different turns may all be served.
- */
-async function burstsUntilMixed(
-  t: ExecutionContext,
-  send: (round: number) => Promise<Outcome[]>,
-): Promise<Outcome[]> {
-  const outcomes: Outcome[] = [];
-  const mixed = () =>
-    outcomes.some((outcome) => outcome.ok) && outcomes.some((outcome) => !outcome.ok);
-  for (let round = 0; round < 5 && !mixed(); round++) outcomes.push(...(await send(round)));
-  // A burst none of which was refused would prove nothing.
-  t.true(
-    outcomes.some((outcome) => !outcome.ok),
-    "some calls were refused",
-  );
-  t.true(
-    outcomes.some((outcome) => outcome.ok),
-    "some were served",
-  );
-  return outcomes;
-}
-
 /**
  * Checks that the store holds exactly the customers of the calls that
  * succeeded; says how many were refused.
  */
-async function checkStored(t: ExecutionContext, server: TestServer, outcomes: Outcome[]) {
+async function checkStored(
+  t: ExecutionContext,
+  server: TestServer,
+  outcomes: readonly QueuedOutcome[],
+) {
   const refused = outcomes.filter((outcome) => !outcome.ok).length;
   const store = server.app.store;
   const [application] = await store.system.applications.find({}).toArray();
@@ -103,29 +82,17 @@ async function checkStored(t: ExecutionContext, server: TestServer, outcomes: Ou
 }
 
 /** A REST burst: every answer a 201 or a 503 `unavailable` with `Retry-After: 1`. */
-async function restBurst(
+function restBurst(
   t: ExecutionContext,
   server: TestServer,
   prefix: string,
   httpVersion: HttpVersion,
-): Promise<Outcome[]> {
-  const answers = await Promise.all(
+): Promise<QueuedOutcome[]> {
+  return Promise.all(
     Array.from({ length: burst }, (_, index) =>
-      rest(server, "POST", "/customers/identify", {
-        key: keys.public,
-        body: { externalUserId: `${prefix}_${index}`, name: "Queued" },
-        httpVersion,
-      }),
+      identifyOverRest(t, server, `${prefix}_${index}`, httpVersion),
     ),
   );
-  return answers.map((answer, index) => {
-    const externalUserId = `${prefix}_${index}`;
-    if (answer.status === 201) return { externalUserId, ok: true };
-    t.is(answer.status, 503, JSON.stringify(answer.body));
-    t.is(answer.body.code, "unavailable");
-    t.is(answer.headers.get("retry-after"), "1");
-    return { externalUserId, ok: false };
-  });
 }
 
 test("a REST burst over one HTTP/2 connection: 201 or 503 with Retry-After: 1, and only the 201s are stored", async (t) => {
@@ -154,19 +121,9 @@ test("a gRPC burst: OK or UNAVAILABLE (14) with retry-after, and only the OKs ar
   const server = await startWithQueueOfOne(t);
   const grpcBurst = (round: number) =>
     Promise.all(
-      Array.from({ length: burst }, async (_, index): Promise<Outcome> => {
-        const externalUserId = `grpc_${round}_${index}`;
-        const outcome = await grpcCall(
-          server,
-          identifyCustomer,
-          { externalUserId, name: "Queued" },
-          keys.public,
-        );
-        if (outcome.ok) return { externalUserId, ok: true };
-        t.is(outcome.code as number, 14, outcome.details);
-        t.deepEqual(outcome.metadata.get("retry-after"), ["1"]);
-        return { externalUserId, ok: false };
-      }),
+      Array.from({ length: burst }, (_, index) =>
+        identifyOverGrpc(t, server, `grpc_${round}_${index}`),
+      ),
     );
   const outcomes = await burstsUntilMixed(t, grpcBurst);
   const refused = await checkStored(t, server, outcomes);
@@ -178,7 +135,7 @@ test("a Connect burst over HTTP/2: success or unavailable with retry-after, and 
   const client = connectClient(server, CustomersService, { key: keys.public, httpVersion: "2" });
   const connectBurst = (round: number) =>
     Promise.all(
-      Array.from({ length: burst }, async (_, index): Promise<Outcome> => {
+      Array.from({ length: burst }, async (_, index): Promise<QueuedOutcome> => {
         const externalUserId = `connect_${round}_${index}`;
         try {
           await client.identifyCustomer({ externalUserId, name: "Queued" });
