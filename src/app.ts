@@ -159,7 +159,7 @@ export async function buildApp(
   } else {
     metrics.watchDisk(() => storeHealth.diskUsage());
   }
-  if (store.commits) metrics.watchCommits(store.commits);
+  if (store.commits && store.queuedWrites) metrics.watchCommits(store.commits, store.queuedWrites);
   // The store's passing failures (a full disk, ...) are told to its health,
   // which logs them once a second with a count; anything else is logged here.
   const logError = (error: unknown, fields: Record<string, unknown>, message: string) => {
@@ -397,9 +397,9 @@ function writeQueueFull(
 ): (() => number | undefined) | undefined {
   const limit = config.writeQueueLimit;
   if (link) return () => (link.writes.pending >= limit ? limit : undefined);
-  const commits = store.commits;
-  if (!commits) return undefined;
-  return () => (commits().queued >= limit ? limit : undefined);
+  const queued = store.queuedWrites;
+  if (!queued) return undefined;
+  return () => (queued() >= limit ? limit : undefined);
 }
 
 /** WEBHOOK_SECRET_KEY, or on the embedded store the key file in DATA_DIR (config requires the former with MongoDB). */

@@ -211,12 +211,11 @@ export class SqliteDatabase {
    * on the read connection anywhere else (committed data only).
    */
   statement(sql: string): StatementSync {
-    const [connection, kept] = this.inWrite
-      ? [this.writer, this.statements]
-      : [this.reads, this.readStatements];
+    // Every query passes here: no tuple built to choose the connection.
+    const kept = this.inWrite ? this.statements : this.readStatements;
     let statement = kept.get(sql);
     if (!statement) {
-      statement = connection.prepare(sql);
+      statement = (this.inWrite ? this.writer : this.reads).prepare(sql);
       kept.set(sql, statement);
     }
     return statement;

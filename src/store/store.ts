@@ -84,8 +84,10 @@ export interface Store {
    * clock when unset (the embedded store has one machine).
    */
   readonly leaseClock?: () => Date;
-  /** The embedded writer's group commits so far and the writes in them; its queue now. */
-  readonly commits?: () => { groups: number; writes: number; queued: number };
+  /** The embedded writer's writes waiting for their group's commit now (WRITE_QUEUE_LIMIT). */
+  readonly queuedWrites?: () => number;
+  /** The embedded writer's group commits so far and the writes in them. */
+  readonly commits?: () => { groups: number; writes: number };
   /** Releases connections, files and locks. */
   close(): Promise<void>;
 }
@@ -286,20 +288,17 @@ function openEmbedded(
         }
       },
       statsChanged: (listener) => stats.onChange(listener),
+      queuedWrites: () => db.queuedWrites,
       commits: () => ({
         groups: db.groupsCommitted,
         writes: db.writesCommitted,
-        queued: db.queuedWrites,
       }),
       queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();
       },
       probeWrite: () => db.probeWrite(Date.now()),
-      diskUsage() {
-        const disk = statfsSync(config.dataDir);
-        return { freeBytes: disk.bavail * disk.bsize, storeBytes: db.sizeOnDisk() };
-      },
+      diskUsage: () => diskUsageOf(config.dataDir, db),
       async close() {
         db.close();
         releaseLock();
@@ -380,10 +379,7 @@ function openEmbeddedReader(
         db.ping();
       },
       probeWrite: () => writes.run({ kind: "probeWrite" }).then(() => undefined),
-      diskUsage() {
-        const disk = statfsSync(dataDir);
-        return { freeBytes: disk.bavail * disk.bsize, storeBytes: db.sizeOnDisk() };
-      },
+      diskUsage: () => diskUsageOf(dataDir, db),
       async close() {
         db.close();
       },
@@ -392,6 +388,15 @@ function openEmbeddedReader(
     db.close();
     throw error;
   }
+}
+
+/** DATA_DIR's free bytes (for an unprivileged process, as `df` shows them) and the database's size. */
+function diskUsageOf(
+  dataDir: string,
+  db: SqliteDatabase,
+): { freeBytes: number; storeBytes: number } {
+  const disk = statfsSync(dataDir);
+  return { freeBytes: disk.bavail * disk.bsize, storeBytes: db.sizeOnDisk() };
 }
 
 /** Told how long each store operation took (metrics). */

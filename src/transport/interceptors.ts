@@ -128,14 +128,12 @@ function refuseWritesWhileStoreRefuses(
   writeQueueFull: () => number | undefined,
 ): Interceptor {
   return (call, next) => {
+    if (!isWriteRpc(call.rpc.method)) return next(call);
     const reason = writesRefused();
+    if (reason !== undefined) return Promise.reject(storeUnavailableError(reason));
     const queueFull = writeQueueFull();
-    if ((reason === undefined && queueFull === undefined) || !isWriteRpc(call.rpc.method)) {
-      return next(call);
-    }
-    return Promise.reject(
-      reason !== undefined ? storeUnavailableError(reason) : writeQueueFullError(queueFull ?? 0),
-    );
+    if (queueFull !== undefined) return Promise.reject(writeQueueFullError(queueFull));
+    return next(call);
   };
 }
 

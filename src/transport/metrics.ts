@@ -14,8 +14,8 @@ export interface Metrics {
   watchDeliveryQueue(read: () => Promise<{ pending: number; oldestDueAt: Date | null }>): void;
   /** Reports the store's disk at each scrape (embedded engine): free bytes and the database's size. */
   watchDisk(read: () => { freeBytes: number; storeBytes: number } | undefined): void;
-  /** Reports the embedded writer's group commits at each scrape: commits, writes in them, writes waiting. */
-  watchCommits(read: () => { groups: number; writes: number; queued: number }): void;
+  /** Reports the embedded writer's group commits at each scrape: commits and the writes in them, and the writes waiting. */
+  watchCommits(read: () => { groups: number; writes: number }, queued: () => number): void;
 }
 
 // Buckets from 0.5 ms: most calls on the embedded store take a few milliseconds.
@@ -137,7 +137,8 @@ export function createMetrics(
       this.set(oldestDueAt ? Math.max(0, (Date.now() - oldestDueAt.getTime()) / 1000) : 0);
     },
   });
-  let readCommits: (() => { groups: number; writes: number; queued: number }) | undefined;
+  let readCommits: (() => { groups: number; writes: number }) | undefined;
+  let readQueued: (() => number) | undefined;
   const commitCounter = (name: string, help: string, field: "groups" | "writes") => {
     // The store counts; the counter catches up at each scrape.
     let reported = 0;
@@ -167,7 +168,7 @@ export function createMetrics(
     help: "Writes waiting for the embedded store's next commit (at WRITE_QUEUE_LIMIT, calls that would write are refused).",
     registers: [registry],
     collect() {
-      this.set(readCommits?.().queued ?? 0);
+      this.set(readQueued?.() ?? 0);
     },
   });
   let readDisk: (() => { freeBytes: number; storeBytes: number } | undefined) | undefined;
@@ -213,8 +214,9 @@ export function createMetrics(
     watchDisk(read) {
       readDisk = read;
     },
-    watchCommits(read) {
+    watchCommits(read, queued) {
       readCommits = read;
+      readQueued = queued;
     },
   };
 }
