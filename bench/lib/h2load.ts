@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { countFailure, LatencyRecorder, type LoadResult, loadResult } from "./measure.js";
-import { type GrpcRequestSpec, grpcFrame } from "./senders.js";
+import { type GrpcRequestSpec, grpcFrame, type HttpRequestSpec } from "./senders.js";
 
 /** True when h2load (Debian's nghttp2-client) is on the PATH. */
 export function hasH2load(): boolean {
@@ -14,39 +14,88 @@ export function hasH2load(): boolean {
  * A closed-loop gRPC run with h2load: `connections` HTTP/2 connections with
  * `streams` calls in flight on each, every call the same framed request.
  * h2load counts HTTP statuses only (a gRPC error is an HTTP 200), so callers
- * check one call's grpc-status before the run; latencies come from its
- * per-request log, since it prints no percentiles.
+ * check one call's grpc-status before the run.
  */
-export async function h2loadRun(
+export function h2loadRun(
   origin: string,
   spec: GrpcRequestSpec,
   options: { connections: number; streams: number; seconds: number },
 ): Promise<LoadResult> {
+  return runH2load(`${origin}${spec.path}`, {
+    connections: options.connections,
+    streams: options.streams,
+    seconds: options.seconds,
+    headers: { "content-type": "application/grpc", te: "trailers", ...spec.metadata },
+    body: grpcFrame(spec.message(0)),
+  });
+}
+
+/**
+ * A closed-loop HTTP/1.1 run with h2load (`--h1`): `connections` keep-alive
+ * connections, one request in flight on each, every request the same. It
+ * costs the machine a fraction of autocannon's CPU per request, which on a
+ * machine shared with the service is CPU the service gets back.
+ */
+export function h2loadHttp1Run(
+  origin: string,
+  spec: HttpRequestSpec,
+  options: { connections: number; seconds: number },
+): Promise<LoadResult> {
+  return runH2load(`${origin}${spec.path(0)}`, {
+    connections: options.connections,
+    streams: 1,
+    seconds: options.seconds,
+    headers: spec.headers,
+    body: spec.body?.(0),
+    http1: true,
+  });
+}
+
+/** True when h2load can send `spec` as it is: it sends GET without a body, POST with one. */
+export function h2loadCanSend(spec: HttpRequestSpec): boolean {
+  return (spec.method === "GET") === (spec.body === undefined);
+}
+
+/** Latencies come from h2load's per-request log, since it prints no percentiles. */
+async function runH2load(
+  url: string,
+  options: {
+    connections: number;
+    streams: number;
+    seconds: number;
+    headers: Readonly<Record<string, string>>;
+    body?: string | Uint8Array;
+    http1?: boolean;
+  },
+): Promise<LoadResult> {
   const directory = mkdtempSync(join(tmpdir(), "bench-h2load-"));
   try {
-    const bodyFile = join(directory, "request.bin");
     const logFile = join(directory, "requests.log");
-    writeFileSync(bodyFile, grpcFrame(spec.message(0)));
-    const headers = Object.entries({
-      "content-type": "application/grpc",
-      te: "trailers",
-      ...spec.metadata,
-    }).flatMap(([name, value]) => ["-H", `${name}: ${value}`]);
+    const bodyArgs: string[] = [];
+    if (options.body !== undefined) {
+      const bodyFile = join(directory, "request.bin");
+      writeFileSync(bodyFile, options.body);
+      bodyArgs.push("-d", bodyFile);
+    }
+    const headers = Object.entries(options.headers).flatMap(([name, value]) => [
+      "-H",
+      `${name}: ${value}`,
+    ]);
     const stdout = await new Promise<string>((resolve, reject) => {
       execFile(
         "h2load",
         [
+          ...(options.http1 ? ["--h1"] : []),
           "-c",
           String(options.connections),
           "-m",
           String(options.streams),
           "-D",
           String(Math.max(1, Math.round(options.seconds))),
-          "-d",
-          bodyFile,
+          ...bodyArgs,
           ...headers,
           `--log-file=${logFile}`,
-          `${origin}${spec.path}`,
+          url,
         ],
         { maxBuffer: 16 * 1024 * 1024 },
         (error, out, err) =>

@@ -1,6 +1,6 @@
 import { autocannonLoad } from "./autocannon-load.js";
 import { drive } from "./drive.js";
-import { h2loadRun, hasH2load } from "./h2load.js";
+import { h2loadCanSend, h2loadHttp1Run, h2loadRun, hasH2load } from "./h2load.js";
 import type { LoadResult } from "./measure.js";
 import type { BenchOptions } from "./options.js";
 import {
@@ -29,11 +29,18 @@ export function grpcGenerator(): "h2load" | "node:http2" {
   return h2loadChecked ? "h2load" : "node:http2";
 }
 
+/** The generator closed-loop HTTP/1.1 runs of one repeated request use: h2load when installed. */
+export function http1Generator(): "h2load" | "autocannon" {
+  return grpcGenerator() === "h2load" ? "h2load" : "autocannon";
+}
+
 /**
- * Loads `origin` with `scenario` over `protocol`. Closed-loop HTTP/1.1 runs
- * use autocannon; closed-loop gRPC runs of one repeated request use h2load.
- * The bench's own generators take the rest: gRPC calls that differ per
- * request (h2load sends one body file), and every rate-limited run
+ * Loads `origin` with `scenario` over `protocol`. Closed-loop runs of one
+ * repeated request use h2load when it is installed (HTTP/1.1 and gRPC), the
+ * cheapest generator for a machine shared with the service; other closed-loop
+ * HTTP/1.1 runs use autocannon. The bench's own generators take the rest:
+ * gRPC calls that differ per request (h2load sends one body file), and every
+ * rate-limited run
  * (autocannon's rate limit sends each second's quota in a burst, which
  * measures a saturated server, not one at that rate).
  */
@@ -63,6 +70,9 @@ export async function load(
   }
   const spec = protocol === "rest" ? restRequest(scenario) : connectRequest(scenario);
   if (rate === undefined) {
+    if (scenario.constant && http1Generator() === "h2load" && h2loadCanSend(spec)) {
+      return h2loadHttp1Run(origin, spec, { connections: options.concurrency, seconds });
+    }
     return autocannonLoad(origin, spec, { connections: options.concurrency, seconds, limit });
   }
   const sender = await http1Sender(origin, spec, options.concurrency);

@@ -2,7 +2,7 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { availableParallelism, cpus, release, totalmem } from "node:os";
 import { dirname, join } from "node:path";
-import { grpcGenerator } from "./load.js";
+import { grpcGenerator, http1Generator } from "./load.js";
 import type { LoadResult } from "./measure.js";
 import { repoRoot } from "./processes.js";
 import type { Protocol } from "./scenarios.js";
@@ -40,12 +40,14 @@ export function machineInfo(): MachineInfo {
       version: string;
     }
   ).version;
-  let grpc: string = grpcGenerator();
-  if (grpc === "h2load") {
-    try {
-      grpc = execFileSync("h2load", ["--version"], { encoding: "utf8" }).trim();
-    } catch {}
-  }
+  let h2load = "h2load";
+  try {
+    h2load = execFileSync("h2load", ["--version"], { encoding: "utf8" }).trim();
+  } catch {}
+  const autocannon = `autocannon ${autocannonVersion}`;
+  const http1 =
+    http1Generator() === "h2load" ? `${h2load} (${autocannon} where requests differ)` : autocannon;
+  const grpc = grpcGenerator() === "h2load" ? h2load : "node:http2";
   return {
     cpu: cpus()[0]?.model.trim() ?? "unknown",
     cores: availableParallelism(),
@@ -55,7 +57,7 @@ export function machineInfo(): MachineInfo {
     date: new Date().toISOString(),
     commit,
     dirty,
-    generators: { http1: `autocannon ${autocannonVersion}`, grpc },
+    generators: { http1, grpc },
   };
 }
 
