@@ -345,6 +345,7 @@ async function buildTransports(
       operations: serving.operations,
       writesRefused: serving.writesRefused,
       writeQueueFull: serving.writeQueueFull,
+      seeNewCommits: store.seeNewCommits,
     }),
     ...serving.extraInterceptors,
   ]);

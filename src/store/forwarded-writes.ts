@@ -77,8 +77,14 @@ export class ForwardedWrites {
     { resolve: (value: unknown) => void; reject: (error: unknown) => void }
   >();
   private lost: Error | undefined;
+  private readonly answerListeners: (() => void)[] = [];
 
   constructor(private readonly link: WriterLink) {}
+
+  /** `listener` is told of each answer before its waiter resumes: a commit lies behind it. */
+  onAnswer(listener: () => void): void {
+    this.answerListeners.push(listener);
+  }
 
   /** Sends a command; resolves with what the writer's call resolved to. */
   run(command: StoreCommand): Promise<unknown> {
@@ -95,6 +101,7 @@ export class ForwardedWrites {
     const waiter = this.waiting.get(reply.id);
     if (!waiter) return;
     this.waiting.delete(reply.id);
+    for (const listener of this.answerListeners) listener();
     if (reply.error) waiter.reject(receivedError(reply.error));
     else waiter.resolve(reply.result);
   }

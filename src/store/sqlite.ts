@@ -39,6 +39,7 @@ import {
   UnsupportedQueryError,
 } from "./sqlite-query.js";
 import { rewindSignal } from "./sqlite-rewind-signal.js";
+import { WalIndexWatch } from "./wal-index-watch.js";
 
 /**
  * How hard SQLite works to make a commit durable (`PRAGMA synchronous`, in
@@ -87,6 +88,8 @@ export class SqliteDatabase {
   private readonly changes = new Map<string, number>();
   /** A reader's last `PRAGMA data_version`: the versions are read again when it moves. */
   private dataVersion = -1;
+  /** A reader's cheap look at the writer's commits, before the PRAGMA (see `WalIndexWatch`). */
+  private walIndex: WalIndexWatch | undefined;
 
   private constructor(
     db: DatabaseSync | undefined,
@@ -181,7 +184,9 @@ export class SqliteDatabase {
         { cause: error },
       );
     }
-    return new SqliteDatabase(undefined, reads, file, undefined, defaultWriteLimits);
+    const reader = new SqliteDatabase(undefined, reads, file, undefined, defaultWriteLimits);
+    reader.walIndex = WalIndexWatch.open(file);
+    return reader;
   }
 
   /** Whether this process writes the file (false in a cluster's workers). */
@@ -238,26 +243,43 @@ export class SqliteDatabase {
    */
   versionOf(name: string): number {
     if (!this.db && !this.versionsChecked) {
-      // Asked once per task (2.5 µs a time, and a call reads several
-      // versions): whatever the task serves arrived before it began, so
-      // a commit it must see came before this look too.
+      // A reader looks at the file's versions once until told to look
+      // again (see forgetVersionsRead), and in every turn of the event
+      // loop: 2.3 µs a look, and a call reads several versions.
       this.versionsChecked = true;
-      queueMicrotask(() => {
-        this.versionsChecked = false;
-      });
-      const { data_version: now } = this.statement("PRAGMA data_version").get() as {
-        data_version: number;
-      };
-      if (now !== this.dataVersion) {
-        this.dataVersion = now;
-        this.loadVersions();
+      this.forgetNextTurn ??= setImmediate(this.forgetAtTurnEnd);
+      if (this.walIndex?.moved() !== false) {
+        const { data_version: now } = this.statement("PRAGMA data_version").get() as {
+          data_version: number;
+        };
+        if (now !== this.dataVersion) {
+          this.dataVersion = now;
+          this.loadVersions();
+        }
+        this.walIndex?.accept();
       }
     }
     return this.versions.get(name) ?? 0;
   }
 
-  /** Whether a reader looked at the file's versions during the current task. */
+  /**
+   * A reader's next {@link versionOf} looks at the file again. Called as
+   * each call enters the pipeline, and as each answer or word of the
+   * writer arrives, since a commit lies behind it: so a call sees every
+   * write acknowledged before it arrived, and a worker its own writes as
+   * soon as they are answered. Anything else looks again in the next turn.
+   */
+  forgetVersionsRead(): void {
+    this.versionsChecked = false;
+  }
+
+  /** Whether a reader looked at the file's versions since it was last told to look again. */
   private versionsChecked = false;
+  private forgetNextTurn: NodeJS.Immediate | undefined;
+  private readonly forgetAtTurnEnd = () => {
+    this.forgetNextTurn = undefined;
+    this.versionsChecked = false;
+  };
 
   /**
    * How many writes of this process changed `name`, committed or not:
@@ -555,6 +577,7 @@ export class SqliteDatabase {
     this.checkpointer?.close();
     this.readStatements.clear();
     this.reads.close();
+    this.walIndex?.close();
     this.statements.clear();
     this.db?.close();
   }

@@ -79,6 +79,12 @@ export interface Store {
   /** A worker's store: hears the scopes the writer's commits moved. */
   readonly statsChangedElsewhere?: (scopes: ReadonlySet<string>) => void;
   /**
+   * A worker's store: its next read looks for the writer's commits again.
+   * Each call enters the pipeline with it, so it sees every write
+   * acknowledged before it arrived (see `SqliteDatabase.forgetVersionsRead`).
+   */
+  readonly seeNewCommits?: () => void;
+  /**
    * The time leases are taken and compared in (webhook deliveries):
    * MongoDB's own, so instances on different machines agree; the service's
    * clock when unset (the embedded store has one machine).
@@ -352,6 +358,7 @@ function openEmbeddedReader(
   observe: OperationObserver | undefined,
 ): Store {
   const db = SqliteDatabase.openReader(join(dataDir, embeddedDatabaseFile));
+  writes.onAnswer(() => db.forgetVersionsRead());
   try {
     const local = embeddedCollections(db);
     const collections = Object.fromEntries(
@@ -373,7 +380,11 @@ function openEmbeddedReader(
       ...tenantAccess(system, stats, kept),
       engine: "embedded",
       stats,
-      statsChangedElsewhere: (scopes) => stats.changedElsewhere(scopes),
+      statsChangedElsewhere: (scopes) => {
+        db.forgetVersionsRead();
+        stats.changedElsewhere(scopes);
+      },
+      seeNewCommits: () => db.forgetVersionsRead(),
       queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();

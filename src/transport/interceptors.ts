@@ -35,6 +35,8 @@ export function interceptors(deps: {
   writesRefused?: () => string | undefined;
   /** WRITE_QUEUE_LIMIT while that many writes wait for the store; undefined below it. */
   writeQueueFull?: () => number | undefined;
+  /** A cluster worker's store: each call sees the commits before it (`Store.seeNewCommits`). */
+  seeNewCommits?: () => void;
   /**
    * False leaves out the operations steps (request log and id, metrics,
    * rate limits, idempotency keys), so the bench can measure what they
@@ -48,6 +50,7 @@ export function interceptors(deps: {
   const steps: (Interceptor | false)[] = [
     operations && deps.observeCalls,
     normaliseErrors(deps.log),
+    deps.seeNewCommits !== undefined && seeCommitsBefore(deps.seeNewCommits),
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.
     operations && deps.rateLimits.byAddress,
@@ -62,6 +65,17 @@ export function interceptors(deps: {
     operations && unaryOnly(deps.idempotency),
   ];
   return steps.filter((step): step is Interceptor => step !== false);
+}
+
+/**
+ * A worker's reads see every write acknowledged before the call arrived:
+ * before authentication, so a key revoked through another worker is refused.
+ */
+function seeCommitsBefore(seeNewCommits: () => void): Interceptor {
+  return (call, next) => {
+    seeNewCommits();
+    return next(call);
+  };
 }
 
 /**
