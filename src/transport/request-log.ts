@@ -22,6 +22,9 @@ export function logCalls(logger: Logger): CallObserver {
       const offered = call.header(requestIdHeader);
       const requestId = offered && acceptableRequestId.test(offered) ? offered : randomUUID();
       call.responseHeaders.set(requestIdHeader, requestId);
+      // Read now, while the connection is open: the line is written after
+      // the response, and a connection the client closes has no peer by then.
+      if (logger.isLevelEnabled("info")) void call.clientAddress;
     },
     leave(call, code, elapsedMs) {
       if (!logger.isLevelEnabled("info")) return;

@@ -1,3 +1,4 @@
+import { request as httpRequest } from "node:http";
 import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
@@ -164,5 +165,33 @@ test("without TRUSTED_PROXIES, or from a peer not in it, no header is believed",
       closeGrpcClient(server);
       await server.stop();
     }
+  }
+});
+
+test("a call whose connection the client closes is logged with its address", async (t) => {
+  const { server, clients } = await loggingServer(undefined);
+  try {
+    const status = await new Promise<number>((resolve, reject) => {
+      const request = httpRequest(
+        {
+          host: "127.0.0.1",
+          port: server.port,
+          path: "/campaigns",
+          headers: { authorization: keys.public, connection: "close" },
+        },
+        (response) => {
+          response.resume();
+          response.on("end", () => resolve(response.statusCode ?? 0));
+        },
+      );
+      request.on("error", reject);
+      request.end();
+    });
+    t.is(status, 200);
+    // The line is written after the response, by when the connection is gone.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    t.deepEqual(await clients(), ["127.0.0.1"]);
+  } finally {
+    await server.stop();
   }
 });

@@ -145,8 +145,12 @@ class RestCall extends TransportCall {
     super(rpc, "rest", raw.method, raw.url, () => headersOf(raw.headers));
   }
 
+  private address: string | undefined;
+
+  /** Kept once read: a connection closed after the response has no peer address left. */
   get clientAddress(): string {
-    return this.raw.clientAddress;
+    this.address ??= this.raw.clientAddress;
+    return this.address;
   }
 
   header(name: string): string | undefined {
