@@ -96,8 +96,11 @@ seeded store): identify of new customers, create referral and trigger checkpoint
 setups: (a) \`WORKERS=2\` and (b) \`WORKERS=1\` at \`SQLITE_SYNCHRONOUS=full\` (an fsync per commit,
 the default) with group commit, (c) \`WORKERS=1\` at full committing each write alone
 (\`bench/service-variant.ts per-write-commit\`), (d) \`WORKERS=1\` at \`normal\` (the previous
-default); store writes per commit and commits per second from \`/metrics\`
-(\`store_committed_writes_total\` and \`store_group_commits_total\` over the run). Then
+default). Each setup's peak is its best median over 32 and 64 connections: a setup whose
+calls wait longer for their commits with cores to spare is bound at 32 by connections over
+latency, not by what it can do. Store writes per commit and commits per second from
+\`/metrics\` (\`store_committed_writes_total\` and \`store_group_commits_total\` over the peak's
+runs). Then
 identify in (a), open loop at half its median peak. Last, what an fsync takes on the disk
 the stores are on.`,
   },
