@@ -243,9 +243,9 @@ export class SqliteDatabase {
    */
   versionOf(name: string): number {
     if (!this.db && !this.versionsChecked) {
-      // A reader looks at the file's versions once until told to look
-      // again (see forgetVersionsRead), and in every turn of the event
-      // loop: 2.3 µs a look, and a call reads several versions.
+      // A reader looks once until told to look again (forgetVersionsRead)
+      // or the turn ends, not at every version a call reads: a look is a
+      // read of the wal-index header, and SQLite's answer once it moved.
       this.versionsChecked = true;
       this.forgetNextTurn ??= setImmediate(this.forgetAtTurnEnd);
       if (this.walIndex?.moved() !== false) {
