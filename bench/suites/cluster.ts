@@ -419,46 +419,7 @@ async function writeRows(context: BenchContext): Promise<ClusterWriteRow[]> {
       const order = repeat % 2 === 0 ? writeSetups : [...writeSetups].reverse();
       for (const setup of order) {
         for (const connections of connectionCounts) {
-          const what = `${kind} ${setupOf[setup].label}, ${connections} connections`;
-          const key = `${kind}/${writeProtocol}`;
-          const run = await quietRun(
-            context,
-            what,
-            async () => {
-              let run = await writeSetupRun(context, kind, setup, connections);
-              // The best rate so far sizes the next runs' pools, so no setup runs out.
-              context.estimates.set(key, Math.max(context.estimates.get(key) ?? 0, run.result.rps));
-              if (run.result.exhausted) {
-                // Faster than any run before it (the probe runs the default setup):
-                // again, with a pool sized from its own rate.
-                context.log(
-                  `cluster ${what}: used its pool up at ${formatRate(run.result.rps)} req/s; ` +
-                    "measuring again with a larger one",
-                );
-                run = await writeSetupRun(context, kind, setup, connections);
-                context.estimates.set(
-                  key,
-                  Math.max(context.estimates.get(key) ?? 0, run.result.rps),
-                );
-              }
-              return run;
-            },
-            (run) => run.result.otherCores,
-            (run, discarded) => ({
-              ...run,
-              result: { ...run.result, noisyRunsDiscarded: discarded },
-            }),
-          );
-          runs[setup].push(run);
-          const { result, commits } = run;
-          context.log(
-            `cluster ${repeat + 1}/${options.repeats} ${what}: ` +
-              `${formatRate(result.rps)} req/s${failureNote(result)}` +
-              (commits
-                ? `, ${formatRatio(commits.writes / commits.commits)} writes per commit`
-                : "") +
-              `${result.exhausted ? " (pool used up)" : ""}`,
-          );
+          runs[setup].push(await measureWrite(context, kind, setup, connections, repeat));
         }
       }
     }
@@ -494,13 +455,64 @@ async function writeRows(context: BenchContext): Promise<ClusterWriteRow[]> {
 }
 
 /**
+ * One write in one setup at `connections`, on a quiet machine (see
+ * {@link quietRun}), logged; measured again with a larger pool if it used
+ * its own up.
+ */
+async function measureWrite(
+  context: BenchContext,
+  kind: WriteKind,
+  setup: WriteSetup,
+  connections: number,
+  repeat: number,
+): Promise<ClusterWriteRun> {
+  const what = `${kind} ${setupOf[setup].label}, ${connections} connections`;
+  const key = `${kind}/${writeProtocol}`;
+  // The best rate so far sizes the next runs' pools, so no setup runs out.
+  const noteRate = (rps: number) =>
+    context.estimates.set(key, Math.max(context.estimates.get(key) ?? 0, rps));
+  const run = await quietRun(
+    context,
+    what,
+    async () => {
+      let run = await writeSetupRun(context, kind, setup, connections);
+      noteRate(run.result.rps);
+      if (run.result.exhausted) {
+        // Faster than any run before it (the probe runs the default setup):
+        // again, with a pool sized from its own rate.
+        context.log(
+          `cluster ${what}: used its pool up at ${formatRate(run.result.rps)} req/s; ` +
+            "measuring again with a larger one",
+        );
+        run = await writeSetupRun(context, kind, setup, connections);
+        noteRate(run.result.rps);
+      }
+      return run;
+    },
+    (run) => run.result.otherCores,
+    (run, discarded) => ({
+      ...run,
+      result: { ...run.result, noisyRunsDiscarded: discarded },
+    }),
+  );
+  const { result, commits } = run;
+  context.log(
+    `cluster ${repeat + 1}/${context.options.repeats} ${what}: ` +
+      `${formatRate(result.rps)} req/s${failureNote(result)}` +
+      (commits ? `, ${formatRatio(commits.writes / commits.commits)} writes per commit` : "") +
+      `${result.exhausted ? " (pool used up)" : ""}`,
+  );
+  return run;
+}
+
+/**
  * A write's peak is its best rate over these closed-loop connection counts
  * (the usual 32, and twice that): a setup whose calls wait longer for their
  * commits with cores to spare (workers, forwarding every write to the
  * primary) is bound at 32 by connections over latency, not by what it can
  * do; one process on one core is already saturated at 32 and gains nothing.
  */
-export function writeConnectionCounts(options: BenchOptions): number[] {
+function writeConnectionCounts(options: BenchOptions): number[] {
   return [options.concurrency, options.concurrency * 2];
 }
 
