@@ -161,6 +161,8 @@ export interface ClusterHalfPeak {
   readonly kind: WriteKind;
   readonly protocol: Protocol;
   readonly setup: WriteSetup;
+  /** The peak's connections, over which the open loop sends (see {@link halfPeakRun}). */
+  readonly connections: number;
   readonly peakRps: number;
   readonly result: ClusterRun;
   readonly runs: ClusterRun[];
@@ -505,6 +507,11 @@ async function measureWrite(
   return run;
 }
 
+/** The context with its runs over `connections` connections. */
+function withConnections(context: BenchContext, connections: number): BenchContext {
+  return { ...context, options: { ...context.options, concurrency: connections } };
+}
+
 /**
  * A write's peak is its best rate over these closed-loop connection counts
  * (the usual 32, and twice that): a setup whose calls wait longer for their
@@ -527,28 +534,32 @@ async function writeSetupRun(
   connections: number,
 ): Promise<ClusterWriteRun> {
   let commits: CommitCounts | undefined;
-  const withConnections = { ...context, options: { ...context.options, concurrency: connections } };
   // What `around` returns, the run's result, holds the figures `observed` adds.
-  const result: ClusterRun = await writeRun(withConnections, kind, writeProtocol, {
-    env: setupOf[setup].env,
-    variant: setupOf[setup].variant,
-    around: async (target, measure) => {
-      const before = await commitCounts(target.service.origin);
-      const started = performance.now();
-      const measured = await observed(target.service, measure, false);
-      const seconds = (performance.now() - started) / 1000;
-      const after = await commitCounts(target.service.origin);
-      commits =
-        before && after
-          ? {
-              writes: after.writes - before.writes,
-              commits: after.commits - before.commits,
-              seconds,
-            }
-          : undefined;
-      return measured;
+  const result: ClusterRun = await writeRun(
+    withConnections(context, connections),
+    kind,
+    writeProtocol,
+    {
+      env: setupOf[setup].env,
+      variant: setupOf[setup].variant,
+      around: async (target, measure) => {
+        const before = await commitCounts(target.service.origin);
+        const started = performance.now();
+        const measured = await observed(target.service, measure, false);
+        const seconds = (performance.now() - started) / 1000;
+        const after = await commitCounts(target.service.origin);
+        commits =
+          before && after
+            ? {
+                writes: after.writes - before.writes,
+                commits: after.commits - before.commits,
+                seconds,
+              }
+            : undefined;
+        return measured;
+      },
     },
-  });
+  );
   return { result, connections, ...(commits ? { commits } : {}) };
 }
 
@@ -560,6 +571,8 @@ async function halfPeakRun(
   const peak = writes.find((row) => row.kind === halfPeakKind)?.setups[halfPeakSetup];
   if (!peak) return undefined;
   const rate = Math.max(1, Math.round(peak.result.rps / 2));
+  // Over the peak's connections: fewer could not carry the rate at the peak's latency.
+  const overPeakConnections = withConnections(context, peak.connections);
   const runs: ClusterRun[] = [];
   for (let repeat = 0; repeat < context.options.repeats; repeat++) {
     const result = await quietRun(
@@ -567,7 +580,7 @@ async function halfPeakRun(
       `${halfPeakKind} at ${rate}/s`,
       // What `around` returns, the run's result, holds the figures `observed` adds.
       (): Promise<ClusterRun> =>
-        writeRun(context, halfPeakKind, writeProtocol, {
+        writeRun(overPeakConnections, halfPeakKind, writeProtocol, {
           rate,
           env: setupOf[halfPeakSetup].env,
           variant: setupOf[halfPeakSetup].variant,
@@ -587,6 +600,7 @@ async function halfPeakRun(
     kind: halfPeakKind,
     protocol: writeProtocol,
     setup: halfPeakSetup,
+    connections: peak.connections,
     peakRps: peak.result.rps,
     result: medianRun(runs),
     runs,
@@ -982,6 +996,7 @@ function halfPeakTable(half: ClusterHalfPeak): string {
       "setup",
       "peak req/s",
       "rate",
+      "connections",
       "p50 ms",
       "p99 ms",
       `p99 goal ≤ ${halfRateP99GoalMs} ms`,
@@ -992,6 +1007,7 @@ function halfPeakTable(half: ClusterHalfPeak): string {
         setupOf[half.setup].label,
         formatRate(half.peakRps),
         `${formatRate(half.result.targetRate ?? Number.NaN)}/s${failureNote(half.result)}`,
+        String(half.connections),
         formatMs(half.result.p50Ms),
         formatMs(half.result.p99Ms),
         half.result.p99Ms <= halfRateP99GoalMs ? "met" : "missed",
