@@ -31,6 +31,7 @@ import {
   type ServiceRegistration,
 } from "./transport/pipeline.js";
 import { createRateLimits } from "./transport/rate-limit.js";
+import { createReadiness, type Readiness } from "./transport/readiness.js";
 import { logCalls } from "./transport/request-log.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
@@ -138,6 +139,7 @@ export async function buildApp(
   let retention: RetentionSweep | undefined;
   let rewardSweep: RewardSweep | undefined;
   let draining = false;
+  const readiness = createReadiness();
   let setServing: ((serving: boolean) => void) | undefined;
   const writesRefusedListeners: ((reason: string | undefined) => void)[] = [];
   const storeHealth = forwards
@@ -146,19 +148,20 @@ export async function buildApp(
         store,
         minFreeBytes: config.minFreeDiskBytes,
         logger,
-        onChange: (takingWrites) => {
-          if (!draining) setServing?.(takingWrites);
+        onChange: () => {
+          setServing?.(serving());
           const reason = storeHealth.writesRefused();
           for (const listener of writesRefusedListeners) listener(reason);
         },
       });
   if (forwards) {
-    link.onWritesRefused((reason) => {
-      if (!draining) setServing?.(reason === undefined);
-    });
+    link.onWritesRefused(() => setServing?.(serving()));
   } else {
     metrics.watchDisk(() => storeHealth.diskUsage());
   }
+  // gRPC health says SERVING while `/readyz` would answer 200.
+  const serving = () =>
+    readiness.isReady() && !draining && storeHealth.writesRefused() === undefined;
   if (store.commits && store.queuedWrites) metrics.watchCommits(store.commits, store.queuedWrites);
   // The store's passing failures (a full disk, ...) are told to its health,
   // which logs them once a second with a count; anything else is logged here.
@@ -188,6 +191,7 @@ export async function buildApp(
           { authenticator, logger, metrics, logError },
           {
             isDraining: () => draining,
+            readiness,
             writesRefused: () => storeHealth.writesRefused(),
             writeQueueFull: writeQueueFull(config, store, forwards ? link : undefined),
             extraInterceptors: options.extraInterceptors ?? [],
@@ -239,7 +243,18 @@ export async function buildApp(
         })
       : undefined;
     setServing = (serving) => transports?.grpc.setServing(serving);
-    if (storeHealth.writesRefused() !== undefined) setServing(false);
+    setServing(serving());
+    const markReady = () => {
+      readiness.markReady();
+      setServing?.(serving());
+    };
+    // A worker serves once the writer says what it needs is committed, and
+    // looks at the file again before it does.
+    link?.onReady(() => {
+      store.seeNewCommits?.();
+      markReady();
+      link.served();
+    });
     let demo: ProvisionedDemo | undefined;
     let closed: Promise<void> | undefined;
     return {
@@ -266,7 +281,8 @@ export async function buildApp(
       async listen(port, host) {
         // The writer of a cluster binds nothing: its workers serve the port.
         const bound = server ? await server.listen(port, host) : port;
-        // A worker leaves the demo to the primary, which provisions it once.
+        // A worker leaves the demo to the primary, which provisions it once,
+        // and serves once the primary says it is ready.
         if (cluster?.role === "worker") return bound;
         // Only once the port is bound: a start that cannot listen must not
         // create demo keys it never gets to print.
@@ -275,6 +291,7 @@ export async function buildApp(
           bootstrapSecretKey: config.bootstrapSecretKey,
           bootstrapPublicKey: config.bootstrapPublicKey,
         });
+        markReady();
         return bound;
       },
       close() {
@@ -314,6 +331,7 @@ async function buildTransports(
   },
   serving: {
     isDraining: () => boolean;
+    readiness: Readiness;
     writesRefused: () => string | undefined;
     writeQueueFull: (() => number | undefined) | undefined;
     extraInterceptors: readonly Interceptor[];
@@ -343,6 +361,7 @@ async function buildTransports(
       rateLimits,
       idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
       operations: serving.operations,
+      readiness: serving.readiness,
       writesRefused: serving.writesRefused,
       writeQueueFull: serving.writeQueueFull,
       seeNewCommits: store.seeNewCommits,
@@ -370,6 +389,7 @@ async function buildTransports(
     checkCredential: rateLimits.checkCredential,
     maxBodyBytes: config.maxBodyBytes,
     isDraining: serving.isDraining,
+    isReady: serving.readiness.isReady,
     writesRefused: serving.writesRefused,
     corsOrigins: config.corsOrigins,
     clientAddressOf,

@@ -21,6 +21,13 @@ export interface PrimaryLink {
   onKeyRevoked(listener: (hash: string) => void): void;
   onWritesRefused(listener: (reason: string | undefined) => void): void;
   onStatsChanged(listener: (scopes: ReadonlySet<string>) => void): void;
+  /**
+   * Told once the primary says the service is ready (at once if it said so
+   * already); `served` tells it back that this worker serves.
+   */
+  onReady(listener: () => void): void;
+  /** Tells the primary this worker serves every key it committed before it said ready. */
+  served(): void;
   /** The whole service's metrics, as `GET /metrics` shows them. */
   clusterMetrics(): Promise<string>;
   /** How this worker answers the primary's request for its metrics. */
@@ -41,7 +48,9 @@ export function linkToPrimary(workerId: number): PrimaryLink {
   };
   const writes = new ForwardedWrites({ send });
   let refused: string | undefined;
+  let ready = false;
   const listeners = {
+    ready: [] as (() => void)[],
     keyRevoked: [] as ((hash: string) => void)[],
     writesRefused: [] as ((reason: string | undefined) => void)[],
     statsChanged: [] as ((scopes: ReadonlySet<string>) => void)[],
@@ -57,6 +66,9 @@ export function linkToPrimary(workerId: number): PrimaryLink {
     if (!isPrimaryMessage(message)) return;
     handle(message);
   });
+  // What the primary said before this listener existed (a worker loads its
+  // code after the channel opens) is lost: it says it again.
+  send({ type: "linked" });
   // The primary is gone: nothing can be written any more.
   process.on("disconnect", () => writes.writerLost());
 
@@ -90,6 +102,11 @@ export function linkToPrimary(workerId: number): PrimaryLink {
       case "ping":
         send({ type: "pong" });
         return;
+      case "ready":
+        if (ready) return;
+        ready = true;
+        for (const listener of listeners.ready) listener();
+        return;
       case "drain":
         for (const listener of listeners.drain) listener();
         return;
@@ -118,6 +135,11 @@ export function linkToPrimary(workerId: number): PrimaryLink {
     onKeyRevoked: (listener) => listeners.keyRevoked.push(listener),
     onWritesRefused: (listener) => listeners.writesRefused.push(listener),
     onStatsChanged: (listener) => listeners.statsChanged.push(listener),
+    onReady(listener) {
+      if (ready) listener();
+      else listeners.ready.push(listener);
+    },
+    served: () => send({ type: "ready" }),
     onDrain: (listener) => listeners.drain.push(listener),
     provideMetrics(provider) {
       provide = provider;

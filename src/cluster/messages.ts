@@ -18,6 +18,10 @@ export type WorkerMessage =
   | { readonly type: "metrics-json-reply"; readonly id: number; readonly metrics: MetricsJson }
   /** The worker's event loop answered the heartbeat. */
   | { readonly type: "pong" }
+  /** The worker listens to the channel now: the primary tells it what it missed. */
+  | { readonly type: "linked" }
+  /** The worker serves every key and campaign the primary committed before it said ready. */
+  | { readonly type: "ready" }
   | { readonly type: "listening"; readonly port: number }
   /** The worker could not start (the port taken, ...): the operator's message. */
   | { readonly type: "start-failed"; readonly message: string };
@@ -33,6 +37,11 @@ export type PrimaryMessage =
   /** The primary adds up every process's metrics: this worker's, please. */
   | { readonly type: "metrics-json"; readonly id: number }
   | { readonly type: "ping" }
+  /**
+   * The service is ready: everything it needs to serve (the demo keys) is
+   * committed. The worker looks at the file again, then serves, and says so.
+   */
+  | { readonly type: "ready" }
   /** Stop taking calls, finish those in flight, then exit. */
   | { readonly type: "drain" };
 
@@ -45,6 +54,8 @@ const workerTypes = new Set([
   "metrics",
   "metrics-json-reply",
   "pong",
+  "linked",
+  "ready",
   "listening",
   "start-failed",
 ]);
@@ -56,6 +67,7 @@ const primaryTypes = new Set([
   "metrics-reply",
   "metrics-json",
   "ping",
+  "ready",
   "drain",
 ]);
 

@@ -22,6 +22,13 @@ import {
 export interface Primary {
   /** Resolves with the port once every worker serves it; rejects with a worker's start-up failure. */
   readonly started: Promise<number>;
+  /**
+   * Tells the workers the service is ready (what they serve is committed:
+   * the demo keys); resolves once every worker serves, so the banner and
+   * `/readyz` never come before a worker that would refuse a valid key.
+   * Workers started later are told as they link.
+   */
+  ready(): Promise<void>;
   /** Drains the workers (each finishes its calls), then the writer. */
   stop(): Promise<void>;
 }
@@ -46,6 +53,14 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   const runCommand = store.runCommand;
   let stopping = false;
   let writesRefused: string | undefined;
+  let ready = false;
+  /** The workers yet to say they serve, and who waits for them. */
+  const notServing = new Set<number>();
+  let allServing: (() => void) | undefined;
+  const served = (workerId: number) => {
+    notServing.delete(workerId);
+    if (notServing.size === 0) allServing?.();
+  };
   const lastPong = new Map<number, number>();
   const startedAt = new Map<number, number>();
   let failures = 0;
@@ -128,6 +143,14 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
       case "pong":
         lastPong.set(worker.id, Date.now());
         return;
+      case "linked":
+        if (writesRefused !== undefined)
+          send(worker, { type: "writes-refused", reason: writesRefused });
+        if (ready) send(worker, { type: "ready" });
+        return;
+      case "ready":
+        served(worker.id);
+        return;
       case "listening":
         listening.add(worker.id);
         if (phase === "starting" && listening.size >= config.workers) {
@@ -152,13 +175,10 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     worker.on("message", (message: unknown) => {
       if (isWorkerMessage(message)) handle(worker, message);
     });
-    worker.on("online", () => {
-      if (writesRefused !== undefined)
-        send(worker, { type: "writes-refused", reason: writesRefused });
-    });
     worker.on("exit", (code, signal) => {
       lastPong.delete(worker.id);
       listening.delete(worker.id);
+      served(worker.id);
       if (stopping || phase === "failed") return;
       if (phase === "starting") {
         phase = "failed";
@@ -205,6 +225,17 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   let stopped: Promise<void> | undefined;
   return {
     started,
+    ready() {
+      ready = true;
+      const waiting = live().filter((worker) => !worker.isDead());
+      for (const worker of waiting) notServing.add(worker.id);
+      const all = new Promise<void>((resolve) => {
+        allServing = resolve;
+      });
+      if (notServing.size === 0) allServing?.();
+      broadcast({ type: "ready" });
+      return all;
+    },
     stop() {
       stopped ??= (async () => {
         stopping = true;

@@ -11,6 +11,7 @@ import {
 import { isWriteRpc } from "./idempotency.js";
 import type { Call, Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
+import type { Readiness } from "./readiness.js";
 
 /**
  * Every step a call takes before its implementation, in order, for every
@@ -31,6 +32,8 @@ export function interceptors(deps: {
    * outcome, and a stream is a read.
    */
   idempotency: Interceptor;
+  /** Calls wait until the service is ready (see `Readiness`). */
+  readiness?: Readiness;
   /** Why the store refuses writes now, if it does (see `StoreHealth`). */
   writesRefused?: () => string | undefined;
   /** WRITE_QUEUE_LIMIT while that many writes wait for the store; undefined below it. */
@@ -50,6 +53,7 @@ export function interceptors(deps: {
   const steps: (Interceptor | false)[] = [
     operations && deps.observeCalls,
     normaliseErrors(deps.log),
+    deps.readiness !== undefined && waitUntilReady(deps.readiness),
     deps.seeNewCommits !== undefined && seeCommitsBefore(deps.seeNewCommits),
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.
@@ -65,6 +69,17 @@ export function interceptors(deps: {
     operations && unaryOnly(deps.idempotency),
   ];
   return steps.filter((step): step is Interceptor => step !== false);
+}
+
+/**
+ * A call that arrives before the service is ready waits for it, before its
+ * credential is checked or counted: the key it names may not be committed
+ * yet, and a 401 would tell a valid caller its key is wrong. Past the wait
+ * it is refused as the service starting (`unavailable`), changing nothing.
+ */
+function waitUntilReady(readiness: Readiness): Interceptor {
+  return (call, next) =>
+    readiness.isReady() ? next(call) : readiness.whenReady().then(() => next(call));
 }
 
 /**

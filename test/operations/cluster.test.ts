@@ -1,6 +1,7 @@
 import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
 import { request as httpRequest, type IncomingHttpHeaders } from "node:http";
+import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -712,6 +713,80 @@ test.serial("/readyz and gRPC health answer for the whole service on every worke
     t.is(await healthCheck(port, "referral.v1.CustomersService"), "SERVING");
   }
 });
+
+test.serial(
+  "from the first connection a fresh start accepts, valid keys are served on every worker, and /readyz says so only once each serves them",
+  async (t) => {
+    t.timeout(120_000);
+    // Starts with two workers (the window the service once had, a worker
+    // serving its port before the provisioned keys were committed, showed
+    // in 2 of 8), and one with one process, which bound its port before too.
+    for (const [start, workers] of ["2", "2", "1"].entries()) {
+      const dataDir = mkdtempSync(join(tmpdir(), "referrals-cluster-"));
+      t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
+      const port = await freePort();
+      const starting = spawnService({
+        DATA_DIR: dataDir,
+        PORT: String(port),
+        WORKERS: workers,
+        BOOTSTRAP_SECRET_KEY: keys.secret,
+        BOOTSTRAP_PUBLIC_KEY: keys.public,
+      });
+      t.teardown(async () => (await starting).stop());
+      // Calls on new connections, as soon as the port takes them, until
+      // /readyz says ready, then more: each waits for the service to be
+      // ready, none is refused.
+      let exited: unknown;
+      starting.catch((error: unknown) => {
+        exited = error;
+      });
+      const call = async (path: string, key?: string) => {
+        for (;;) {
+          try {
+            return await send(port, "GET", path, { key, timeoutMs: 15_000 });
+          } catch (error) {
+            if (exited) throw exited;
+            if ((error as NodeJS.ErrnoException).code !== "ECONNREFUSED") throw error;
+            await sleep(2);
+          }
+        }
+      };
+      const key = (index: number) => (index % 2 === 0 ? keys.public : keys.secret);
+      const answers: number[] = [];
+      for (;;) {
+        const [ready, ...calls] = await Promise.all([
+          call("/readyz"),
+          ...Array.from({ length: 4 }, (_, i) => call("/campaigns", key(i))),
+        ]);
+        answers.push(...calls.map((answer) => answer.status));
+        if (ready.status === 200) break;
+        t.is(ready.status, 503);
+        t.deepEqual(ready.body, { status: "starting" });
+      }
+      // Ready on the worker that answered means ready on both: new connections land on each.
+      const after = await Promise.all(
+        Array.from({ length: 8 }, (_, i) => call("/campaigns", key(i))),
+      );
+      answers.push(...after.map((answer) => answer.status));
+      t.deepEqual(
+        answers.filter((status) => status !== 200),
+        [],
+        `start ${start + 1} (WORKERS=${workers}): every call with a provisioned key is served`,
+      );
+    }
+  },
+);
+
+/** A port free now on the loopback address (the system's choice). */
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, "127.0.0.1");
+  await once(server, "listening");
+  const { port } = server.address() as AddressInfo;
+  server.close();
+  await once(server, "close");
+  return port;
+}
 
 /** A cluster as the helpers' clients call it (`rest`, `grpcCall`): no app in this process. */
 function asTestServer(t: ExecutionContext, cluster: Cluster): TestServer {
