@@ -19,7 +19,7 @@ import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
 import { rewardTriggerOf } from "../domain/conversion.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
-import { type CurrencyName, toMinorUnits } from "../domain/money.js";
+import { type CurrencyName, rewardAmountMinor } from "../domain/money.js";
 import { isTimeZone, parseDuration } from "../domain/reward-ledger.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { CampaignCheckpointDoc, CampaignDoc } from "../store/documents.js";
@@ -310,17 +310,7 @@ function checkReward(reward: Reward, path: string): void {
     const value = reward[field];
     if (value === undefined) return;
     if (!currency) throw invalidArgument(`${path}.currency`, `is required with ${field}`);
-    // Checked ahead of toMinorUnits, whose own bound is the ledger's, far larger.
-    if (!Number.isFinite(value))
-      throw invalidArgument(`${path}.${field}`, "must be a finite number");
-    if (value < 0) throw invalidArgument(`${path}.${field}`, "must not be negative");
-    if (value > maxAmount) {
-      throw invalidArgument(
-        `${path}.${field}`,
-        `must be at most ${maxAmount.toLocaleString("en")}`,
-      );
-    }
-    const exact = toMinorUnits(value, currency);
+    const exact = rewardAmountMinor(value, currency);
     if ("refused" in exact) throw invalidArgument(`${path}.${field}`, exact.refused);
   };
   if (reward.type === RewardType.PAYOUT) {
