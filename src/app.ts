@@ -67,6 +67,8 @@ export interface App {
   metricsJson(): Promise<MetricObjectWithValues<MetricValue<string>>[]>;
   /** Tells the store's health of a failure a worker's forwarded write met. */
   noteStoreFailure(error: unknown): void;
+  /** Why the store refuses writes now (a disk under MIN_FREE_DISK from the start, ...); undefined while it takes them. */
+  writesRefused(): string | undefined;
   /** Told each time the store starts or stops taking writes (the reason, or undefined). */
   onWritesRefused(listener: (reason: string | undefined) => void): void;
   /**
@@ -148,9 +150,8 @@ export async function buildApp(
         store,
         minFreeBytes: config.minFreeDiskBytes,
         logger,
-        onChange: () => {
+        onChange: (reason) => {
           setServing?.(serving());
-          const reason = storeHealth.writesRefused();
           for (const listener of writesRefusedListeners) listener(reason);
         },
       });
@@ -275,6 +276,7 @@ export async function buildApp(
         transports?.settleCalls();
         return metrics.registry.getMetricsAsJSON();
       },
+      writesRefused: () => storeHealth.writesRefused(),
       onWritesRefused: (listener) => {
         writesRefusedListeners.push(listener);
       },

@@ -52,7 +52,8 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   const store = app.store;
   const runCommand = store.runCommand;
   let stopping = false;
-  let writesRefused: string | undefined;
+  // The store may refuse writes from the start (a disk under its floor).
+  let writesRefused = app.writesRefused();
   let ready = false;
   /** The workers yet to say they serve, and who waits for them. */
   const notServing = new Set<number>();
@@ -107,7 +108,12 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
       send(worker, { type: "metrics-json", id });
     });
   const clusterMetrics = async (): Promise<string> => {
-    const all = await Promise.all([app.metricsJson(), ...live().map(metricsOf)]);
+    // A process whose metrics cannot be read leaves the others' to show.
+    const own = app.metricsJson().catch((error: unknown) => {
+      logger.error({ err: error }, "could not read the primary's metrics");
+      return [];
+    });
+    const all = await Promise.all([own, ...live().map(metricsOf)]);
     return AggregatorRegistry.aggregate(all).metrics();
   };
 
