@@ -9,6 +9,7 @@ import {
 } from "../../gen/referral/v1/insights_pb.js";
 import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { enumWords } from "../contract/options.js";
+import { maskedName } from "../domain/display-name.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import { isTimeZone } from "../domain/reward-ledger.js";
 import {
@@ -367,16 +368,6 @@ async function leadersOf(
     }
     if (rows.length < batch) return shown;
   }
-}
-
-/** "Ada Lovelace" → "Ada L."; a customer without a name shows as "A referrer". */
-export function maskedName(name: string): string {
-  const words = name.trim().split(/\s+/u).filter(Boolean);
-  const [first, ...rest] = words;
-  if (!first) return "A referrer";
-  const last = rest.at(-1);
-  const initial = last ? ` ${[...last][0]?.toLocaleUpperCase() ?? ""}.` : "";
-  return `${first}${initial}`;
 }
 
 /** An export bound: an ISO date (UTC midnight) or time. */
