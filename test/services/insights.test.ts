@@ -524,12 +524,16 @@ test.serial(
     const exported = await campaign();
     at("2026-09-10T10:00:00Z");
     const referrer = await identify('=cmd|"quoted, with a comma"');
+    const semicolons = await identify("x;=cmd|' /C calc'!A0;\"@SUM(1)");
     const kept = await identify();
+    const another = await identify();
     const erased = await identify();
     await refer(exported, referrer, kept);
     await refer(exported, referrer, erased);
+    await refer(exported, semicolons, another);
     at("2026-09-10T11:00:00Z");
     await purchase(kept);
+    await purchase(another);
     expectOk(await secret("DELETE", `/customers/${erased.id}`));
 
     const response = await fetch(
@@ -549,7 +553,20 @@ test.serial(
       lines[0],
       "id,campaignId,environment,status,createdAt,updatedAt,referrerId,referrerExternalUserId,refereeId,refereeExternalUserId,pendingAt,flaggedAt,acceptedAt,rejectedAt,reversedAt,suspectedFrauds",
     );
-    t.is(lines.length, 3, "the header and one referral: the erased referee's is left out");
+    t.is(lines.length, 4, "the header and two referrals: the erased referee's is left out");
+    // Read as a spreadsheet of any locale would, splitting on its delimiter
+    // whatever the file meant: no cell starts a formula.
+    for (const delimiter of [",", ";", "\t", "|"]) {
+      for (const line of lines.slice(1)) {
+        for (const cell of line.split(delimiter)) {
+          t.notRegex(cell, /^[ "]*[=+\-@]/, `split on ${JSON.stringify(delimiter)}: ${line}`);
+        }
+      }
+    }
+    t.true(
+      lines[2]?.includes(`"x;'=cmd|' /C calc'!A0;""'@SUM(1)"`),
+      "a semicolon is quoted, and what follows it defused",
+    );
     const fields = lines[1]?.split(",") ?? [];
     t.is(fields[2], "production");
     t.is(fields[3], "accepted");
