@@ -19,7 +19,7 @@ import {
   statsInstantText,
   statsPeriodOf,
 } from "../domain/stats-time.js";
-import type { Clock } from "../domain/tenancy.js";
+import type { Clock, Ticker } from "../domain/tenancy.js";
 import type { CampaignDoc } from "../store/documents.js";
 import type { LeaderboardSpan, StatsTarget } from "../store/insights.js";
 import type { TenantStore } from "../store/tenant-store.js";
@@ -34,12 +34,15 @@ import { enumWord, environmentName, optionalText, requiredText } from "./validat
 /** What the insights need. */
 export interface InsightsDeps {
   readonly clock: Clock;
+  /**
+   * When a watch looks again without being told of a write: writes of
+   * other instances on the same MongoDB (STREAM_POLL_INTERVAL).
+   */
+  readonly streamTicks: Ticker;
 }
 
 /** The fewest milliseconds between two updates of a watched total. */
 const watchCoalesceMs = 250;
-/** How often a watch looks again without being told: writes of other processes (MongoDB). */
-const watchPollMs = 5_000;
 
 /** Creates the InsightsService implementation. */
 export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof InsightsService> {
@@ -176,12 +179,12 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
           if (!changed) {
             await new Promise<void>((resolve) => {
               const done = () => {
-                clearTimeout(timer);
+                cancelTick();
                 context.signal.removeEventListener("abort", done);
                 wake = undefined;
                 resolve();
               };
-              const timer = setTimeout(done, watchPollMs);
+              const cancelTick = deps.streamTicks.onNextTick(done);
               context.signal.addEventListener("abort", done);
               wake = done;
             });
