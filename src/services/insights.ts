@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
+import { create, equals } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { DateTime } from "luxon";
 import {
@@ -6,6 +7,8 @@ import {
   LeaderboardWindowSchema,
   StatsComparison,
   StatsIntervalSchema,
+  type WatchCampaignStatsResponse,
+  WatchCampaignStatsResponseSchema,
 } from "../../gen/referral/v1/insights_pb.js";
 import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { enumWords } from "../contract/options.js";
@@ -41,7 +44,7 @@ export interface InsightsDeps {
   readonly streamTicks: Ticker;
 }
 
-/** The fewest milliseconds between two updates of a watched total. */
+/** The fewest milliseconds between two looks of a watch at its totals. */
 const watchCoalesceMs = 250;
 
 /** Creates the InsightsService implementation. */
@@ -165,13 +168,22 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
         changed = true;
         wake?.();
       });
+      let sent: WatchCampaignStatsResponse | undefined;
       try {
         for (;;) {
           changed = false;
           // Read again each time: without `to`, the period follows the clock.
           const period = periodOf({ ...request, interval: "day", timeZone, now: deps.clock() });
           const { totals } = await statsOfPeriod(store, target, period, [period], ownZone);
-          yield { ...spanText(period, timeZone), totals };
+          const update = create(WatchCampaignStatsResponseSchema, {
+            ...spanText(period, timeZone),
+            totals,
+          });
+          // A write elsewhere in the application, or a poll, may leave the totals as they were.
+          if (!sent || !equals(WatchCampaignStatsResponseSchema, update, sent)) {
+            sent = update;
+            yield update;
+          }
           await sleep(watchCoalesceMs, undefined, { signal: context.signal }).catch(
             () => undefined,
           );

@@ -1293,8 +1293,8 @@ export const InsightsService: GenService<{
   },
   /**
    * The campaign's totals over a period at once, then again after each
-   * change that moves them (at most a few updates a second). REST serves it
-   * as Server-Sent Events. Secret keys only.
+   * change that moves them (at most a few updates a second), never the same
+   * totals twice. REST serves it as Server-Sent Events. Secret keys only.
    * A key holds at most STREAMS_PER_KEY streams open (RESOURCE_EXHAUSTED
    * past it); revoking the key ends its streams with UNAUTHENTICATED.
    *
