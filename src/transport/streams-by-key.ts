@@ -11,8 +11,8 @@ import type { Call, Interceptor, Next, ResponseStream } from "./pipeline.js";
  */
 export interface StreamsByKey {
   /**
-   * The pipeline's step, after authentication: takes a slot for a key's
-   * stream before it opens (RESOURCE_EXHAUSTED when the key holds the
+   * The pipeline's step, once the request is decoded: takes a slot for a
+   * key's stream before it opens (RESOURCE_EXHAUSTED when the key holds the
    * limit), and gives it back however the stream ends.
    */
   readonly step: Interceptor;
