@@ -4,7 +4,7 @@ import type { PrimaryLink } from "./cluster/link.js";
 import type { Config } from "./config.js";
 import { startWebhookRuntime, type WebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
-import type { Clock } from "./domain/tenancy.js";
+import type { Clock, Ticker } from "./domain/tenancy.js";
 import { type Authenticator, createAuthenticator } from "./services/authentication.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
 import {
@@ -35,6 +35,7 @@ import { createReadiness, type Readiness } from "./transport/readiness.js";
 import { logCalls } from "./transport/request-log.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
+import { localStreamSlots, type StreamsByKey, streamsByKey } from "./transport/streams-by-key.js";
 
 /**
  * The process's part in a cluster (WORKERS above 1). The writer (the
@@ -88,6 +89,11 @@ export async function buildApp(
   config: Config,
   options: {
     clock?: Clock;
+    /**
+     * Tests only: when open streams look again for what they are not told
+     * of (see {@link Ticker}); every STREAM_POLL_INTERVAL when unset.
+     */
+    streamTicks?: Ticker;
     sendWebhook?: WebhookSender;
     /** Where log lines go; stdout when unset (tests read them). */
     logTo?: DestinationStream;
@@ -119,6 +125,7 @@ export async function buildApp(
   } = {},
 ): Promise<App> {
   const clock = options.clock ?? (() => new Date());
+  const streamTicks = options.streamTicks ?? intervalTicker(config.streamPollMs);
   const cluster = options.cluster;
   const workerName = cluster?.role === "worker" ? cluster.link.workerId : "primary";
   const rootLogger = pino({ level: config.logLevel }, options.logTo);
@@ -173,6 +180,25 @@ export async function buildApp(
   try {
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
     const secretBox = createSecretBox(webhookSecretKey(config));
+    const streams = streamsByKey({
+      limit: config.streamsPerKey,
+      // With workers, the primary counts every worker's streams.
+      slots: link
+        ? {
+            take: (keyId) => link.takeStreamSlot(keyId),
+            free: (keyId) => link.freeStreamSlot(keyId),
+          }
+        : localStreamSlots(config.streamsPerKey),
+      isRevoked: (keyId) => authenticator.isRevoked(keyId),
+      ticker: streamTicks,
+      seeNewCommits: store.seeNewCommits,
+      log: (error, where) => logError(error, { where }, "unexpected error"),
+    });
+    // A key revoked through another worker: forgotten here too, and its streams here end.
+    link?.onKeyRevoked((hash) => {
+      authenticator.forget(hash);
+      streams.keyRevoked();
+    });
     const transports = !serves
       ? undefined
       : await buildTransports(
@@ -184,9 +210,11 @@ export async function buildApp(
             secretBox,
             allowPrivateWebhooks: config.webhooks.allowPrivate,
             notifyWebhooks: link ? () => link.notifyWebhooks() : () => webhooks?.notify(),
+            streamTicks,
             onKeyRevoked: (hash) => {
               authenticator.forget(hash);
               link?.keyRevoked(hash);
+              streams.keyRevoked();
             },
           },
           { authenticator, logger, metrics, logError },
@@ -199,6 +227,7 @@ export async function buildApp(
             operations,
             registrations: options.registrations,
             link,
+            streams,
           },
         );
     if (forwards && store.statsChangedElsewhere) link.onStatsChanged(store.statsChangedElsewhere);
@@ -341,6 +370,8 @@ async function buildTransports(
     registrations: ((standard: ServiceRegistration[]) => ServiceRegistration[]) | undefined;
     /** A worker's link to the primary: one rate limit budget and one `/metrics` for all. */
     link: PrimaryLink | undefined;
+    /** The streams each key holds open (see `streamsByKey`). */
+    streams: StreamsByKey;
   },
 ) {
   const { store } = deps;
@@ -361,6 +392,7 @@ async function buildTransports(
       log,
       observeCalls: observedCalls.step,
       rateLimits,
+      streamsByKey: serving.streams.step,
       idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
       operations: serving.operations,
       readiness: serving.readiness,
@@ -423,6 +455,18 @@ function writeQueueFull(
   const queued = store.queuedWrites;
   if (!queued) return undefined;
   return () => (queued() >= limit ? limit : undefined);
+}
+
+/** A {@link Ticker} whose next tick is `intervalMs` after each wait begins. */
+function intervalTicker(intervalMs: number): Ticker {
+  return {
+    onNextTick(listener) {
+      const timer = setTimeout(listener, intervalMs);
+      // A poll keeps no process up that has nothing else to do.
+      timer.unref();
+      return () => clearTimeout(timer);
+    },
+  };
 }
 
 /** WEBHOOK_SECRET_KEY, or on the embedded store the key file in DATA_DIR (config requires the former with MongoDB). */

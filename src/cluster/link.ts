@@ -19,6 +19,13 @@ export interface PrimaryLink {
   notifyWebhooks(): void;
   keyRevoked(hash: string): void;
   onKeyRevoked(listener: (hash: string) => void): void;
+  /**
+   * Asks the primary, which counts every worker's streams, for a slot for
+   * a stream of `keyId`; false when the key holds STREAMS_PER_KEY already.
+   */
+  takeStreamSlot(keyId: string): Promise<boolean>;
+  /** Gives back a slot `takeStreamSlot` granted: the stream ended. */
+  freeStreamSlot(keyId: string): void;
   onWritesRefused(listener: (reason: string | undefined) => void): void;
   onStatsChanged(listener: (scopes: ReadonlySet<string>) => void): void;
   /**
@@ -59,6 +66,8 @@ export function linkToPrimary(workerId: number): PrimaryLink {
   let provide: (() => Promise<MetricsJson>) | undefined;
   let nextMetricsId = 1;
   const metricsWaiting = new Map<number, (text: string) => void>();
+  let nextSlotId = 1;
+  const slotsWaiting = new Map<number, (granted: boolean) => void>();
   // Wakes are sent once per turn however many writes asked.
   let wakeSent = false;
 
@@ -79,6 +88,10 @@ export function linkToPrimary(workerId: number): PrimaryLink {
         return;
       case "key-revoked":
         for (const listener of listeners.keyRevoked) listener(message.hash);
+        return;
+      case "stream-slot-reply":
+        slotsWaiting.get(message.id)?.(message.granted);
+        slotsWaiting.delete(message.id);
         return;
       case "writes-refused":
         refused = message.reason;
@@ -133,6 +146,15 @@ export function linkToPrimary(workerId: number): PrimaryLink {
     },
     keyRevoked: (hash) => send({ type: "key-revoked", hash }),
     onKeyRevoked: (listener) => listeners.keyRevoked.push(listener),
+    takeStreamSlot(keyId) {
+      const id = nextSlotId++;
+      // Without its primary the worker exits (see serve.ts): no answer is awaited for ever.
+      return new Promise((resolve) => {
+        slotsWaiting.set(id, resolve);
+        send({ type: "stream-slot", id, keyId });
+      });
+    },
+    freeStreamSlot: (keyId) => send({ type: "stream-slot-freed", keyId }),
     onWritesRefused: (listener) => listeners.writesRefused.push(listener),
     onStatsChanged: (listener) => listeners.statsChanged.push(listener),
     onReady(listener) {

@@ -13,6 +13,10 @@ export type WorkerMessage =
   | { readonly type: "webhooks" }
   /** A key was revoked through this worker: the others forget it too. */
   | { readonly type: "key-revoked"; readonly hash: string }
+  /** A stream of this key opens on this worker: may it (STREAMS_PER_KEY, for the whole service)? */
+  | { readonly type: "stream-slot"; readonly id: number; readonly keyId: string }
+  /** A stream of this key that the primary let open on this worker ended. */
+  | { readonly type: "stream-slot-freed"; readonly keyId: string }
   /** `GET /metrics` on this worker: the whole service's, added up by the primary. */
   | { readonly type: "metrics"; readonly id: number }
   | { readonly type: "metrics-json-reply"; readonly id: number; readonly metrics: MetricsJson }
@@ -29,6 +33,8 @@ export type WorkerMessage =
 export type PrimaryMessage =
   | StoreReply
   | { readonly type: "key-revoked"; readonly hash: string }
+  /** The answer to a `stream-slot`: false when the key holds STREAMS_PER_KEY streams already. */
+  | { readonly type: "stream-slot-reply"; readonly id: number; readonly granted: boolean }
   /** The store started (undefined) or stopped taking writes, and why. */
   | { readonly type: "writes-refused"; readonly reason: string | undefined }
   /** The scopes whose numbers a commit moved (for the workers' watches). */
@@ -51,6 +57,8 @@ const workerTypes = new Set([
   "store",
   "webhooks",
   "key-revoked",
+  "stream-slot",
+  "stream-slot-freed",
   "metrics",
   "metrics-json-reply",
   "pong",
@@ -62,6 +70,7 @@ const workerTypes = new Set([
 const primaryTypes = new Set([
   "store-reply",
   "key-revoked",
+  "stream-slot-reply",
   "writes-refused",
   "stats-changed",
   "metrics-reply",

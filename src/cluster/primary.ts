@@ -5,6 +5,7 @@ import { RateLimiterClusterMaster } from "rate-limiter-flexible";
 import type { App } from "../app.js";
 import type { Config } from "../config.js";
 import { answerStoreRequest } from "../store/forwarded-writes.js";
+import { StreamCounts } from "../transport/streams-by-key.js";
 import {
   isWorkerMessage,
   type MetricsJson,
@@ -93,6 +94,10 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     broadcast({ type: "writes-refused", reason });
   });
   store.statsChanged?.((scopes) => broadcast({ type: "stats-changed", scopes: [...scopes] }));
+  // Every worker's open streams per key: STREAMS_PER_KEY holds for the whole
+  // service, and a worker that dies gives its slots back.
+  const streamCounts = new StreamCounts(config.streamsPerKey);
+  cluster.on("exit", (worker) => streamCounts.dropHolder(worker.id));
 
   const metricsOf = (worker: Worker): Promise<MetricsJson> =>
     new Promise((resolve) => {
@@ -132,6 +137,16 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
       case "key-revoked":
         app.forgetKey(message.hash);
         broadcast({ type: "key-revoked", hash: message.hash }, worker);
+        return;
+      case "stream-slot":
+        send(worker, {
+          type: "stream-slot-reply",
+          id: message.id,
+          granted: streamCounts.take(worker.id, message.keyId),
+        });
+        return;
+      case "stream-slot-freed":
+        streamCounts.free(worker.id, message.keyId);
         return;
       case "metrics":
         void clusterMetrics().then(

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
+import { create, equals } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { DateTime } from "luxon";
 import {
@@ -6,6 +7,8 @@ import {
   LeaderboardWindowSchema,
   StatsComparison,
   StatsIntervalSchema,
+  type WatchCampaignStatsResponse,
+  WatchCampaignStatsResponseSchema,
 } from "../../gen/referral/v1/insights_pb.js";
 import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { enumWords } from "../contract/options.js";
@@ -20,7 +23,7 @@ import {
   statsInstantText,
   statsPeriodOf,
 } from "../domain/stats-time.js";
-import type { Clock } from "../domain/tenancy.js";
+import type { Clock, Ticker } from "../domain/tenancy.js";
 import type { CampaignDoc } from "../store/documents.js";
 import type { LeaderboardSpan, StatsTarget } from "../store/insights.js";
 import type { TenantStore } from "../store/tenant-store.js";
@@ -35,12 +38,15 @@ import { enumWord, environmentName, optionalText, requiredText } from "./validat
 /** What the insights need. */
 export interface InsightsDeps {
   readonly clock: Clock;
+  /**
+   * When a watch looks again without being told of a write: writes of
+   * other instances on the same MongoDB (STREAM_POLL_INTERVAL).
+   */
+  readonly streamTicks: Ticker;
 }
 
-/** The fewest milliseconds between two updates of a watched total. */
+/** The fewest milliseconds between two looks of a watch at its totals. */
 const watchCoalesceMs = 250;
-/** How often a watch looks again without being told: writes of other processes (MongoDB). */
-const watchPollMs = 5_000;
 
 /** Creates the InsightsService implementation. */
 export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof InsightsService> {
@@ -163,13 +169,22 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
         changed = true;
         wake?.();
       });
+      let sent: WatchCampaignStatsResponse | undefined;
       try {
         for (;;) {
           changed = false;
           // Read again each time: without `to`, the period follows the clock.
           const period = periodOf({ ...request, interval: "day", timeZone, now: deps.clock() });
           const { totals } = await statsOfPeriod(store, target, period, [period], ownZone);
-          yield { ...spanText(period, timeZone), totals };
+          const update = create(WatchCampaignStatsResponseSchema, {
+            ...spanText(period, timeZone),
+            totals,
+          });
+          // A write elsewhere in the application, or a poll, may leave the totals as they were.
+          if (!sent || !equals(WatchCampaignStatsResponseSchema, update, sent)) {
+            sent = update;
+            yield update;
+          }
           await sleep(watchCoalesceMs, undefined, { signal: context.signal }).catch(
             () => undefined,
           );
@@ -177,12 +192,12 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
           if (!changed) {
             await new Promise<void>((resolve) => {
               const done = () => {
-                clearTimeout(timer);
+                cancelTick();
                 context.signal.removeEventListener("abort", done);
                 wake = undefined;
                 resolve();
               };
-              const timer = setTimeout(done, watchPollMs);
+              const cancelTick = deps.streamTicks.onNextTick(done);
               context.signal.addEventListener("abort", done);
               wake = done;
             });

@@ -26,6 +26,8 @@ export function interceptors(deps: {
   /** The request log and the call metrics (`observeCalls`). */
   observeCalls: Interceptor;
   rateLimits: RateLimits;
+  /** The streams each key holds open (see `streamsByKey`): capped, and ended when the key is revoked. */
+  streamsByKey: Interceptor;
   /**
    * Idempotency keys (see `idempotency.ts`): last, as it needs the caller
    * and the request. Unary calls only: a stream's first message is not its
@@ -66,6 +68,8 @@ export function interceptors(deps: {
     deps.writesRefused !== undefined &&
       refuseWritesWhileStoreRefuses(deps.writesRefused, deps.writeQueueFull ?? (() => undefined)),
     decodeRequest,
+    // After decoding: a malformed request is told so, and takes no slot.
+    deps.streamsByKey,
     operations && unaryOnly(deps.idempotency),
   ];
   return steps.filter((step): step is Interceptor => step !== false);

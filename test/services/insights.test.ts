@@ -1,7 +1,12 @@
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import test from "ava";
+import { InsightsService } from "../../gen/referral/v1/insights_pb.js";
+import { wireProtocols } from "../helpers/callers.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { keepStreamOpen } from "../helpers/streams.js";
+import { manualTicker } from "../helpers/ticker.js";
+import { eventually, within } from "../helpers/wait.js";
 
 /**
  * InsightsService over REST on a server whose clock is ours: every number
@@ -14,7 +19,13 @@ const clock = () => new Date(now);
 const at = (iso: string) => {
   now = new Date(iso).getTime();
 };
-const server = useServer({ clock, env: { REFERRAL_VELOCITY_LIMIT: "100000" } });
+// The watches poll when the test ticks.
+const ticker = manualTicker();
+const server = useServer({
+  clock,
+  streamTicks: ticker,
+  env: { REFERRAL_VELOCITY_LIMIT: "100000" },
+});
 
 function expectOk<T = Json>(response: { status: number; body: Json }, status = 200): T {
   if (response.status !== status) {
@@ -515,6 +526,72 @@ test.serial(
     t.is(update.totals.referralsReached.accepted, 1);
     t.is(update.totals.referralsCreated, 1);
     await reader.cancel();
+  },
+);
+
+test.serial(
+  "the live totals are sent again only when they change, not at each poll or write elsewhere, on every protocol",
+  async (t) => {
+    const live = await campaign();
+    const elsewhere = await campaign();
+    at("2026-09-01T10:00:00Z");
+    const [referrer, referee, otherReferrer, otherReferee] = [
+      await identify(),
+      await identify(),
+      await identify(),
+      await identify(),
+    ];
+    // Streams of the tests before have ended: nothing waits for a tick.
+    await eventually("no stream open", () => ticker.waiting === 0);
+    const request = { id: live.id, from: "2026-09-01", to: "2026-10-01" };
+    const streams = wireProtocols.map((protocol) =>
+      keepStreamOpen(
+        server,
+        protocol,
+        InsightsService.method.watchCampaignStats,
+        request,
+        keys.secret,
+      ),
+    );
+    try {
+      const firsts = await within(
+        Promise.all(streams.map((stream) => stream.received(1))),
+        10_000,
+        "every first message",
+      );
+      t.deepEqual(
+        firsts.map((first) => first.totals.referralsCreated),
+        streams.map(() => 0),
+      );
+      // Each watch waits for its next look; so does the check of the streams' keys.
+      const watches = streams.length;
+      await eventually("every watch waiting for a poll", () => ticker.waiting === watches + 1);
+
+      // A poll: every watch looks again, finds the same totals, and waits again.
+      let begun = ticker.begun;
+      ticker.tick();
+      await eventually("every watch polled", () => ticker.begun >= begun + watches + 1);
+      // A write in another campaign of the application wakes every watch of it: the same totals.
+      begun = ticker.begun;
+      await refer(elsewhere, otherReferrer, otherReferee);
+      await eventually("every watch woken", () => ticker.begun >= begun + watches);
+
+      await refer(live, referrer, referee);
+      const seconds = await within(
+        Promise.all(streams.map((stream) => stream.received(2))),
+        10_000,
+        "every second message",
+      );
+      for (const [index, second] of seconds.entries()) {
+        t.is(
+          second.totals.referralsCreated,
+          1,
+          `${wireProtocols[index]}: the change, nothing before`,
+        );
+      }
+    } finally {
+      for (const stream of streams) stream.stop();
+    }
   },
 );
 

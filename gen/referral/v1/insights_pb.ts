@@ -1293,8 +1293,10 @@ export const InsightsService: GenService<{
   },
   /**
    * The campaign's totals over a period at once, then again after each
-   * change that moves them (at most a few updates a second). REST serves it
-   * as Server-Sent Events. Secret keys only.
+   * change that moves them (at most a few updates a second), never the same
+   * totals twice. REST serves it as Server-Sent Events. Secret keys only.
+   * A key holds at most STREAMS_PER_KEY streams open (RESOURCE_EXHAUSTED
+   * past it); revoking the key ends its streams with UNAUTHENTICATED.
    *
    * @generated from rpc referral.v1.InsightsService.WatchCampaignStats
    */
@@ -1308,6 +1310,7 @@ export const InsightsService: GenService<{
    * first, streamed in chunks in constant memory. Referrals of erased
    * customers are left out. Secret keys only. The chunks are HttpBody (as
    * gRPC transcoding gateways expect), so REST writes them as they are.
+   * Counted with the watches against STREAMS_PER_KEY.
    * buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
    *
    * @generated from rpc referral.v1.InsightsService.ExportReferrals
