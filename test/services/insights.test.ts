@@ -640,17 +640,20 @@ test.serial(
         }
       }
     }
+    // Both referrals were made at the same time: their order is their ids'.
+    const defused = lines.find((line) => line.includes(semicolons.id));
     t.true(
-      lines[2]?.includes(`"x;'=cmd|' /C calc'!A0;""'@SUM(1)"`),
+      defused?.includes(`"x;'=cmd|' /C calc'!A0;""'@SUM(1)"`),
       "a semicolon is quoted, and what follows it defused",
     );
-    const fields = lines[1]?.split(",") ?? [];
+    const first = lines.find((line) => line.includes(referrer.id)) ?? "";
+    const fields = first.split(",");
     t.is(fields[2], "production");
     t.is(fields[3], "accepted");
     t.is(fields[4], "2026-09-10T10:00:00.000Z");
     // The formula-like external id: an apostrophe first, quoted, quotes doubled.
-    t.true(lines[1]?.includes(`"'=cmd|""quoted, with a comma"""`));
-    t.true(lines[1]?.endsWith(",2026-09-10T10:00:00.000Z,,2026-09-10T11:00:00.000Z,,,"));
+    t.true(first.includes(`"'=cmd|""quoted, with a comma"""`));
+    t.true(first.endsWith(",2026-09-10T10:00:00.000Z,,2026-09-10T11:00:00.000Z,,,"));
 
     const accepted = await fetch(
       `${server.baseUrl}/referrals/export?campaignId=${exported.id}&status=pending`,
