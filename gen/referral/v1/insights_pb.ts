@@ -64,7 +64,9 @@ export type GetCampaignStatsRequest = Message<"referral.v1.GetCampaignStatsReque
   interval: StatsInterval;
 
   /**
-   * The IANA time zone of the calendar; the campaign's when unset.
+   * The time zone of the calendar, the campaign's when unset: an IANA name
+   * in any case (the report names it in the database's spelling), or a UTC
+   * offset such as "+05:45" in whole quarter hours.
    *
    * @generated from field: optional string time_zone = 6;
    */
@@ -141,7 +143,7 @@ export type GetApplicationStatsRequest = Message<"referral.v1.GetApplicationStat
   interval: StatsInterval;
 
   /**
-   * The IANA time zone of the calendar; UTC when unset.
+   * As in GetCampaignStatsRequest; UTC when unset.
    *
    * @generated from field: optional string time_zone = 5;
    */
@@ -204,7 +206,7 @@ export type ProgramStatsReport = Message<"referral.v1.ProgramStatsReport"> & {
   environment: Environment;
 
   /**
-   * The time zone of the calendar.
+   * The time zone of the calendar, in its canonical spelling.
    *
    * @generated from field: string time_zone = 3;
    */
@@ -1016,7 +1018,7 @@ export type WatchCampaignStatsRequest = Message<"referral.v1.WatchCampaignStatsR
   to?: string | undefined;
 
   /**
-   * The IANA time zone of the calendar; the campaign's when unset.
+   * As in GetCampaignStatsRequest.
    *
    * @generated from field: optional string time_zone = 5;
    */
