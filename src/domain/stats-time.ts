@@ -17,6 +17,22 @@ export type BucketSize = (typeof bucketSeconds)[number];
 /** The finest counter. */
 export const quarterHourMs = 900_000;
 
+/**
+ * The first instant the numbers can be asked about: 1972-01-01T00:00Z.
+ * Before 1972 some zones kept local mean time (Paris +0:09:21 until 1911,
+ * Monrovia -0:44:30 until 1972-01-07), whose days do not start on a
+ * quarter hour; from 1972 on, only Monrovia's first week does, and the
+ * periods that reach into it are refused where they meet it.
+ */
+export const earliestStatsMs = Date.UTC(1972, 0, 1);
+
+/**
+ * The last instant the numbers can be asked about: 9999-12-31T00:00Z, so
+ * that every instant shown, in any zone (UTC-12 to UTC+14), is in a year
+ * of four digits, as ISO 8601 writes it without an agreed expansion.
+ */
+export const latestStatsMs = Date.UTC(9999, 11, 31);
+
 /** The counter of each size an instant falls in. */
 export function bucketsOf(atMs: number): { size: BucketSize; bucket: number }[] {
   const seconds = Math.floor(atMs / 1000);
@@ -366,17 +382,23 @@ const unitOf: Record<StatsIntervalName, string> = {
 /** An instant in UTC as a message shows it: `1972-01-01T00:00:00Z`. */
 const utcText = (atMs: number) => isoString(atMs).replace(".000Z", "Z");
 
+const representable = `between ${utcText(earliestStatsMs)} and ${utcText(latestStatsMs)}, the times the counters represent`;
+
 /**
  * Why the counters cannot represent an instant, as a problem of `field`:
- * it is off the quarter hour, given so or because the zone's offset then
- * is not a whole number of quarter hours (a zone given as such an offset
- * is then the field to blame).
+ * it is outside [{@link earliestStatsMs}, {@link latestStatsMs}], or off
+ * the quarter hour, given so or because the zone's offset then is not a
+ * whole number of quarter hours (a zone given as such an offset is then
+ * the field to blame).
  */
 function uncountable(
   atMs: number,
   field: string,
   timeZone: string,
 ): StatsPeriodProblem | undefined {
+  if (!(atMs >= earliestStatsMs && atMs <= latestStatsMs)) {
+    return new StatsPeriodProblem(field, `must be ${representable}`);
+  }
   if (atMs % quarterHourMs === 0) return undefined;
   const offset = offsetAt(atMs, timeZone);
   if (offset % 15 === 0) {
@@ -397,7 +419,8 @@ const anHourEast = FixedOffsetZone.instance(60);
 /**
  * An instant from a request, in milliseconds: an ISO date is that day's
  * midnight in `timeZone`; an ISO time without an offset is read in
- * `timeZone`. It must be one the counters represent: on a quarter hour.
+ * `timeZone`. It must be one the counters represent: from 1972 to 9999, on
+ * a quarter hour.
  */
 export function parseStatsInstant(text: string, field: string, timeZone: string): number {
   const read = DateTime.fromISO(text, { zone: FixedOffsetZone.utcInstance });
@@ -409,6 +432,10 @@ export function parseStatsInstant(text: string, field: string, timeZone: string)
   }
   const asUtc = read.toMillis();
   const ownOffset = DateTime.fromISO(text, { zone: anHourEast }).toMillis() === asUtc;
+  // A wall clock far out of range may have no instant a Date can hold.
+  if (!ownOffset && !(asUtc > earliestStatsMs - dayMs && asUtc < latestStatsMs + dayMs)) {
+    throw new StatsPeriodProblem(field, `must be ${representable}`);
+  }
   const at = ownOffset ? asUtc : utcOf(asUtc, timeZone);
   const problem = uncountable(at, field, timeZone);
   if (problem) throw problem;
@@ -422,9 +449,9 @@ export function parseStatsInstant(text: string, field: string, timeZone: string)
  * `to` is the end of the interval that holds `now`; unset `from` is 30
  * intervals before it. The calendar is worked out on the wall clock with
  * the zone's offsets (Intl's, kept per quarter hour): a year of days costs
- * no date library call per day. Every instant of the period is one the
- * counters represent (see {@link parseStatsInstant}), or the field that
- * leads to it is refused.
+ * no date library call per day. Every instant of the period, and of the
+ * period before when `compare` asks for it, is one the counters represent
+ * (see {@link parseStatsInstant}), or the field that leads to it is refused.
  */
 export function statsPeriodOf(request: {
   from?: string | undefined;
@@ -432,6 +459,7 @@ export function statsPeriodOf(request: {
   interval: StatsIntervalName;
   timeZone: string;
   now: Date;
+  compare?: boolean;
 }): StatsPeriod {
   const { interval, timeZone } = request;
   const given =
@@ -449,6 +477,12 @@ export function statsPeriodOf(request: {
       stepLocal(floorLocal(localOf(to - 1, timeZone), interval), interval, -29),
       timeZone,
     );
+    if (from < earliestStatsMs) {
+      throw new StatsPeriodProblem(
+        "from",
+        `must be given: the 30 ${unitOf[interval]} up to \`to\` start at ${utcText(from)}, not ${representable}`,
+      );
+    }
     const problem = uncountable(from, "from", timeZone);
     if (problem) throw problem;
   }
@@ -473,6 +507,16 @@ export function statsPeriodOf(request: {
     start = end;
   }
   const previous = previousOf({ from, to }, points.length, interval, timeZone);
+  if (request.compare) {
+    if (previous.from < earliestStatsMs) {
+      throw new StatsPeriodProblem(
+        "compare",
+        `the period before starts at ${utcText(previous.from)}, not ${representable}`,
+      );
+    }
+    const problem = uncountable(previous.from, "compare", timeZone);
+    if (problem) throw problem;
+  }
   return { from, to, timeZone, points, previous };
 }
 

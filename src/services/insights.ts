@@ -307,8 +307,8 @@ async function reportOf(
   ) {
     throw invalidArgument("compare", "must be previous_period");
   }
-  const period = periodOf({ ...request, interval, now });
   const compare = request.compare === StatsComparison.PREVIOUS_PERIOD;
+  const period = periodOf({ ...request, interval, now, compare });
   const [current, previous] = await Promise.all([
     statsOfPeriod(store, target, period, period.points, keptTimeZone),
     compare

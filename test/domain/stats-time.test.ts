@@ -268,6 +268,38 @@ test("a zone whose offset is off the quarter hour is refused where the period me
   t.is(statsInstantText(kathmandu.from, "+05:45"), "2026-01-01T00:00:00+05:45");
 });
 
+test("the counters represent 1972 to 9999: times outside are refused, naming the field", (t) => {
+  const problem = (request: Partial<Parameters<typeof statsPeriodOf>[0]>) =>
+    t.throws(
+      () => statsPeriodOf({ interval: "day", timeZone: "UTC", now: new Date(), ...request }),
+      { instanceOf: StatsPeriodProblem },
+    )?.field;
+  t.is(
+    problem({ from: "+275760-01-01", to: "+275760-09-13", interval: "month" }),
+    "from",
+    "past the last year",
+  );
+  t.is(problem({ from: "2026-01-01", to: "+275760-09-13", interval: "month" }), "to");
+  t.is(problem({ from: "2026-01-01", to: "+010000-01-01", interval: "month" }), "to");
+  t.is(problem({ from: "9999-12-31T00:15:00Z", to: "9999-12-31T01:00:00Z" }), "from");
+  t.is(problem({ from: "-000001-01-01", to: "2026-01-01", interval: "month" }), "from");
+  t.is(problem({ from: "1971-12-31T23:45:00Z", to: "1972-01-02" }), "from");
+  // Paris kept local mean time (+0:09:21) until 1911.
+  t.is(problem({ from: "1900-01-01", to: "1900-02-01", timeZone: "Europe/Paris" }), "from");
+  // Unset, `from` is 30 days before `to`; before 1972 it must be given.
+  t.is(problem({ to: "1972-01-15" }), "from");
+  // The period before, asked for, must be countable too.
+  t.is(problem({ from: "1972-01-01", to: "1972-02-01", compare: true }), "compare");
+
+  const at = (request: Partial<Parameters<typeof statsPeriodOf>[0]>) =>
+    statsPeriodOf({ interval: "day", timeZone: "UTC", now: new Date(), ...request });
+  const first = at({ from: "1972-01-01", to: "1972-02-01" });
+  t.is(statsInstantText(first.from, "UTC"), "1972-01-01T00:00:00Z");
+  const last = at({ from: "9999-12-01", to: "9999-12-31", compare: true });
+  t.is(statsInstantText(last.to, "UTC"), "9999-12-31T00:00:00Z");
+  t.is(last.points.length, 30);
+});
+
 test("an instant is shown with its zone's offset, seconds and all: never a fraction of a minute", (t) => {
   t.is(statsInstantText(Date.UTC(1900, 0, 1), "Europe/Paris"), "1900-01-01T00:09:21+00:09:21");
   t.is(statsInstantText(Date.UTC(1971, 5, 1), "Africa/Monrovia"), "1971-05-31T23:15:30-00:44:30");

@@ -15,7 +15,8 @@ import { type Json, keys, rest, useServer } from "../helpers/server.js";
 
 const server = useServer();
 const protocols: readonly WireProtocol[] = ["rest", "connect", "grpc-web", "grpc"];
-const { getCampaignStats, getApplicationStats, watchCampaignStats } = InsightsService.method;
+const { getCampaignStats, getApplicationStats, watchCampaignStats, listTopReferrers } =
+  InsightsService.method;
 
 let campaignId = "";
 
@@ -54,6 +55,32 @@ async function refusedEverywhere(
 
 /** Refusals of a period, each with the field it names. */
 const periodRefusals: { why: string; request: Json; field: string }[] = [
+  {
+    why: "a period past the year 9999",
+    request: { from: "+275760-01-01", to: "+275760-09-13", interval: "month" },
+    field: "from",
+  },
+  {
+    why: "an end past the year 9999",
+    request: { from: "2026-01-01", to: "+010000-01-01" },
+    field: "to",
+  },
+  { why: "a start before 1972", request: { from: "1971-12-31", to: "1972-01-02" }, field: "from" },
+  {
+    why: "a day of local mean time (+0:09:21 in Paris)",
+    request: { from: "1900-01-01", to: "1900-02-01", timeZone: "Europe/Paris" },
+    field: "from",
+  },
+  {
+    why: "an unset start that would be before 1972",
+    request: { to: "1972-01-15" },
+    field: "from",
+  },
+  {
+    why: "a previous period before 1972",
+    request: { from: "1972-01-01", to: "1972-02-01", compare: "previous_period" },
+    field: "compare",
+  },
   { why: "an offset off the quarter hour", request: { timeZone: "+00:07" }, field: "timeZone" },
   { why: "an unknown zone", request: { timeZone: "Mars/Olympus" }, field: "timeZone" },
 ];
@@ -69,6 +96,11 @@ for (const { why, request, field } of periodRefusals) {
     }
   });
 }
+
+test("a leaderboard's own window is refused outside what the counters represent", async (t) => {
+  await refusedEverywhere(t, listTopReferrers, { id: campaignId, from: "1900-01-01" }, "from");
+  await refusedEverywhere(t, listTopReferrers, { id: campaignId, to: "+275760-09-13" }, "to");
+});
 
 /** The same call on every protocol: all answered. */
 async function answeredEverywhere(
@@ -88,6 +120,14 @@ async function answeredEverywhere(
     }
   }
 }
+
+test("the first and last times the counters represent are answered", async (t) => {
+  await answeredEverywhere(t, [
+    { from: "1972-01-01", to: "1972-02-01", timeZone: "UTC" },
+    { from: "1972-02-01", to: "1972-03-01", compare: "previous_period", interval: "month" },
+    { from: "9999-12-01", to: "9999-12-31", compare: "previous_period" },
+  ]);
+});
 
 test("offsets of whole quarter hours are answered, named as ±HH:MM", async (t) => {
   await answeredEverywhere(t, [
