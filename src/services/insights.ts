@@ -14,12 +14,14 @@ import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/r
 import { enumWords } from "../contract/options.js";
 import { maskedName } from "../domain/display-name.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
-import { isTimeZone } from "../domain/reward-ledger.js";
 import {
+  calendarIntervalOf,
+  canonicalTimeZone,
   parseStatsInstant,
   type StatsIntervalName,
   StatsPeriodProblem,
   type StatsSpan,
+  sameTimeZone,
   statsInstantText,
   statsPeriodOf,
 } from "../domain/stats-time.js";
@@ -56,7 +58,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const campaign = await campaignOf(store, request.id, request.environment);
       const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
       const target = { environment: campaign.environment, campaignId: campaign._id };
-      const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
+      const ownZone = keptZoneOf([timeZoneOfCampaign(campaign)], timeZone);
       return {
         report: await reportOf(store, target, { ...request, timeZone }, deps.clock(), ownZone),
       };
@@ -68,9 +70,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const timeZone = requestedTimeZone(request.timeZone, "UTC");
       const target = { environment, campaignId: null };
       // UTC's days, and those of the zones the environment's campaigns have, are kept.
-      const keptZone = (await store.insights.keptZones(environment)).includes(timeZone)
-        ? timeZone
-        : undefined;
+      const keptZone = keptZoneOf(await store.insights.keptZones(environment), timeZone);
       return {
         report: await reportOf(store, target, { ...request, timeZone }, deps.clock(), keptZone),
       };
@@ -92,11 +92,13 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
         const timeZone = timeZoneOfCampaign(campaign);
         const start = from === undefined ? undefined : instantOf(from, "from", timeZone);
         const end = to === undefined ? undefined : instantOf(to, "to", timeZone);
-        if (start && end && end <= start) throw invalidArgument("to", "must be after from");
-        span = { from: start?.toMillis() ?? -8.64e15, to: end?.toMillis() ?? 8.64e15 };
+        if (start !== undefined && end !== undefined && end <= start) {
+          throw invalidArgument("to", "must be after from");
+        }
+        span = { from: start ?? -8.64e15, to: end ?? 8.64e15 };
         shown = {
-          ...(start ? { from: statsInstantText(start.toMillis(), timeZone) } : {}),
-          ...(end ? { to: statsInstantText(end.toMillis(), timeZone) } : {}),
+          ...(start === undefined ? {} : { from: statsInstantText(start, timeZone) }),
+          ...(end === undefined ? {} : { to: statsInstantText(end, timeZone) }),
         };
       } else {
         const window = windowOf(windowWord ?? "all", campaign, deps.clock());
@@ -162,7 +164,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const campaign = await campaignOf(store, request.id, request.environment);
       const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
       const target = { environment: campaign.environment, campaignId: campaign._id };
-      const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
+      const ownZone = keptZoneOf([timeZoneOfCampaign(campaign)], timeZone);
       let changed = false;
       let wake: (() => void) | undefined;
       const stop = store.insights.onChange(target, () => {
@@ -257,37 +259,46 @@ async function campaignOf(
   return campaign;
 }
 
+/**
+ * The request's time zone in its canonical spelling (`eUrOpE/pArIs` is
+ * `Europe/Paris`), so that no spelling is kept apart from another's, or
+ * `fallback` when it has none.
+ */
 function requestedTimeZone(raw: string | undefined, fallback: string): string {
   const timeZone = optionalText(raw, "timeZone");
   if (timeZone === undefined) return fallback;
-  if (!isTimeZone(timeZone)) {
-    throw invalidArgument("timeZone", "must be an IANA time zone such as Europe/Paris");
-  }
-  return timeZone;
+  return statsRule(() => canonicalTimeZone(timeZone, "timeZone"));
 }
 
-/** {@link parseStatsInstant}, its problems as INVALID_ARGUMENT. */
-function instantOf(text: string, field: string, timeZone: string): DateTime {
+/** The zone among those whose days a target keeps that is `timeZone`, under any of its names. */
+function keptZoneOf(kept: readonly string[], timeZone: string): string | undefined {
+  return kept.find((zone) => sameTimeZone(zone, timeZone));
+}
+
+/** A rule of the stats calendar applied, its problems as INVALID_ARGUMENT. */
+function statsRule<T>(rule: () => T): T {
   try {
-    return parseStatsInstant(text, field, timeZone);
+    return rule();
   } catch (error) {
     if (error instanceof StatsPeriodProblem) throw invalidArgument(error.field, error.message);
     throw error;
   }
+}
+
+/** {@link parseStatsInstant}, its problems as INVALID_ARGUMENT. */
+function instantOf(text: string, field: string, timeZone: string): number {
+  return statsRule(() => parseStatsInstant(text, field, timeZone));
 }
 
 /** {@link statsPeriodOf}, its problems as INVALID_ARGUMENT. */
 function periodOf(request: Parameters<typeof statsPeriodOf>[0]) {
-  try {
-    return statsPeriodOf({
+  return statsRule(() =>
+    statsPeriodOf({
       ...request,
       from: optionalText(request.from, "from"),
       to: optionalText(request.to, "to"),
-    });
-  } catch (error) {
-    if (error instanceof StatsPeriodProblem) throw invalidArgument(error.field, error.message);
-    throw error;
-  }
+    }),
+  );
 }
 
 /** A stats report: totals, series and the previous period when asked. */
@@ -312,8 +323,8 @@ async function reportOf(
   ) {
     throw invalidArgument("compare", "must be previous_period");
   }
-  const period = periodOf({ ...request, interval, now });
   const compare = request.compare === StatsComparison.PREVIOUS_PERIOD;
+  const period = periodOf({ ...request, interval, now, compare });
   const [current, previous] = await Promise.all([
     statsOfPeriod(store, target, period, period.points, keptTimeZone),
     compare
@@ -346,11 +357,8 @@ function leaderboardLimitOf(limit: number | undefined): number {
 /** A leaderboard window by its word: every acceptance, or a calendar month of the campaign. */
 function windowOf(word: string, campaign: CampaignDoc, now: Date): "all" | StatsSpan {
   if (word !== "month" && word !== "previous_month") return "all";
-  const thisMonth = DateTime.fromJSDate(now, { zone: timeZoneOfCampaign(campaign) }).startOf(
-    "month",
-  );
-  const from = word === "month" ? thisMonth : thisMonth.minus({ months: 1 });
-  return { from: from.toMillis(), to: from.plus({ months: 1 }).toMillis() };
+  const before = word === "month" ? 0 : -1;
+  return calendarIntervalOf(now.getTime(), "month", timeZoneOfCampaign(campaign), before);
 }
 
 /**
