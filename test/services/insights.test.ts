@@ -184,7 +184,11 @@ test.serial(
     t.true(clean.recordsRead > 0);
 
     // Corrupt the kept numbers behind the service's back: one counter, one leaderboard row.
-    const database = new DatabaseSync(join(server.dataDir, "referrals.sqlite"));
+    // The service's writer may be committing (the reward sweep, a checkpoint):
+    // wait for its lock rather than fail.
+    const database = new DatabaseSync(join(server.dataDir, "referrals.sqlite"), {
+      timeout: 5_000,
+    });
     database.exec(
       "UPDATE stat_counts SET n = n + 5 WHERE (scope, size, bucket, metric) = (SELECT scope, size, bucket, metric FROM stat_counts WHERE metric = 'created' AND size = 86400 LIMIT 1)",
     );
