@@ -69,10 +69,18 @@ export interface ServerOptions {
    * Above 1, the service runs as `npm start` runs it with WORKERS set, in
    * child processes (a primary and its workers): `app` is not available,
    * and `clock`, `streamTicks`, `registrations`, `logTo` and `operations`
-   * do not apply.
+   * do not apply. `"auto"` is the default configuration, as a user runs
+   * it: WORKERS unset, one worker per core (see {@link asUsersRunIt}).
    */
-  readonly workers?: number;
+  readonly workers?: number | "auto";
 }
+
+/**
+ * The end-to-end suites (the docs' examples, the browser, the CLI) run the
+ * service as a user does, on its default configuration: a primary and a
+ * worker per core, not one process.
+ */
+export const asUsersRunIt = { workers: "auto" } as const satisfies ServerOptions;
 
 /**
  * A throwaway self-signed certificate for `localhost` and 127.0.0.1, made
@@ -139,8 +147,12 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
       : {}),
     ...options.env,
   };
-  if ((options.workers ?? 1) > 1) {
-    const service = await spawnService({ ...env, WORKERS: String(options.workers) });
+  const { workers = 1 } = options;
+  if (workers === "auto" || workers > 1) {
+    // Unset, WORKERS is `auto`: the service's default.
+    const service = await spawnService(
+      workers === "auto" ? env : { ...env, WORKERS: String(workers) },
+    );
     return {
       get app(): App {
         throw new Error("a test server with workers runs in other processes: it has no app here");
