@@ -64,7 +64,7 @@ export async function checkAfterStep(
   ]);
   report(invariant.export, exportDifferences(snapshot));
   const erased = model.erased();
-  report(invariant.erasure, [
+  reportLeaks(system, [
     ...erasedDataFound(
       snapshot.texts,
       erased.map((slot) => slot.token),
@@ -84,6 +84,34 @@ export async function checkAfterStep(
     report(invariant.lost, lostWrites(model.snapshot, snapshot));
   system.throwViolations();
   model.learn(snapshot);
+}
+
+/**
+ * Reports where erased data was found, one violation per kind of place
+ * (each is kept by other code, so a fix of one leaves the others).
+ */
+export function reportLeaks(system: System, found: readonly string[]): void {
+  const byKind = new Map<string, string[]>();
+  for (const where of found) {
+    const kind = leakKind(where);
+    byKind.set(kind, [...(byKind.get(kind) ?? []), where]);
+  }
+  for (const [kind, places] of byKind) {
+    const more = places.length > quoted ? ` (${places.length - quoted} more)` : "";
+    system.violated(invariant.erasure, `${places.slice(0, quoted).join("; ")}${more}`, kind);
+  }
+}
+
+/** The kind of place a leak was found in, from its description. */
+function leakKind(where: string): string {
+  if (where.includes("Idempotency-Key")) return "an idempotent replay";
+  if (where.startsWith("the redelivery")) return "a webhook redelivery";
+  if (where.startsWith("the webhook delivery")) return "a webhook delivery";
+  if (/\/customers\/[^/ ]+\/export/.test(where)) return "a customer export";
+  if (where.includes("/referrals/export")) return "the referrals export";
+  if (where.includes("leaderboard")) return "a leaderboard";
+  if (where.includes("stream")) return "the stats stream";
+  return "a read of the API";
 }
 
 /**

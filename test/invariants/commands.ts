@@ -7,7 +7,7 @@ import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import type { WireProtocol } from "../helpers/callers.js";
 import type { Json } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
-import { checkAfterStep, invariant } from "./checks.js";
+import { checkAfterStep, invariant, reportLeaks } from "./checks.js";
 import { erasedDataFound } from "./invariants.js";
 import { type Model, slotCount } from "./model.js";
 import { inPool } from "./snapshot.js";
@@ -581,7 +581,7 @@ export class Erase extends Step {
       }
     }
     leaks.push(...(await redeliverWhatHeld(system, model, customer.token, customer.erasedAt)));
-    if (leaks.length > 0) system.violated(invariant.erasure, leaks.slice(0, 5).join("; "));
+    reportLeaks(system, leaks);
   }
 
   toString(): string {
@@ -1161,8 +1161,18 @@ export class Replay extends Step {
     });
     expect(system, mode, this.toString(), replay, ["ok"]);
     const tokens = model.erased().map((slot) => slot.token);
-    const leaks = erasedDataFound([{ where: `${this}`, text: replay.text }], tokens);
-    if (leaks.length > 0) system.violated(invariant.erasure, leaks.join("; "));
+    reportLeaks(
+      system,
+      erasedDataFound(
+        [
+          {
+            where: `${write.path} sent again with Idempotency-Key ${write.idempotencyKey}`,
+            text: replay.text,
+          },
+        ],
+        tokens,
+      ),
+    );
     const heldErased = erasedDataFound([{ where: "", text: write.text }], tokens).length > 0;
     if (replay.headers?.get("idempotent-replayed") === "true" && !heldErased) {
       if (replay.status !== write.status || replay.text !== write.text) {

@@ -11,7 +11,12 @@ import { checkInvariants, optionsOf } from "./runner.js";
  */
 test("every invariant holds through random steps, kills and restarts", async (t) => {
   // ava passes what follows `--` on its command line to the test's process.
-  const options = optionsOf(process.argv.slice(2), (line) => t.log(line));
+  const argv = process.argv.slice(2);
+  // A long check says how it goes as it goes; in the suite, with the test's result.
+  const log = argv.includes("--minutes")
+    ? (line: string) => process.stderr.write(`${line}\n`)
+    : (line: string) => t.log(line);
+  const options = optionsOf(argv, log);
   // The runs, the shrinking of a failure, and the starts and stops around them.
   t.timeout(options.runForMs + options.shrinkForMs + 120_000);
   const report = await checkInvariants(options);

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { checkAfterStep } from "./checks.js";
-import { stepArbitraries } from "./commands.js";
+import { type Step, stepArbitraries } from "./commands.js";
 import { Model } from "./model.js";
 import {
   type Credential,
@@ -86,73 +86,141 @@ export async function checkInvariants(options: CheckerOptions): Promise<CheckerR
     options.rateLimits === "off" ? unlimitedRateLimits : defaultRateLimits,
     options.log,
   );
-  const findings: string[] = [];
+  const check = new Check(system, options);
   try {
-    // The first start's check of its keys (see System.start) belongs to no run.
-    try {
-      system.throwViolations();
-    } catch (error) {
-      findings.push(`On the first start of the service: ${(error as Error).message}`);
-      // What the refusals left behind (counted failures) is not the runs' to inherit.
-      await system.killPrimary();
-      await system.restart([]);
-      system.throwViolations();
-    }
-    let runs = 0;
-    let steps = 0;
-    const started = performance.now();
-    let failedAt: number | undefined;
-    const replaying = options.path !== undefined;
-    // With --keep-going, each invariant is reported (and shrunk) once.
-    const reported = new Set<string>();
-    const property = fc.asyncProperty(
+    await check.firstStart();
+    if (options.path === undefined) await check.generate();
+    else await check.replay();
+    return check.report();
+  } finally {
+    await system.stop();
+  }
+}
+
+/** One check: its runs, and what they found. */
+class Check {
+  private runs = 0;
+  private steps = 0;
+  private readonly findings: string[] = [];
+  /** The invariants reported so far (with --keep-going, each is reported once). */
+  private readonly reported = new Set<string>();
+  /** While a failure is shrunk: the invariant it broke (a shorter run must break the same) and since when. */
+  private shrinking: { invariant: string; since: number } | undefined;
+  /** Other invariants broken by runs tried while shrinking, with their steps: reported unshrunk. */
+  private readonly metWhileShrinking = new Map<string, string>();
+  private readonly property: fc.IAsyncProperty<[Iterable<Step>]>;
+
+  constructor(
+    private readonly system: System,
+    private readonly options: CheckerOptions,
+  ) {
+    this.property = fc.asyncProperty(
       fc.commands(stepArbitraries(), {
         maxCommands: options.maxSteps,
         size: "medium",
         ...(options.replayPath ? { replayPath: options.replayPath } : {}),
-      }),
-      async (sequence) => {
-        // Past its time, a shrink passes at once: the shortest failure found so far stands.
-        if (failedAt !== undefined && performance.now() > failedAt + options.shrinkForMs) return;
-        runs += 1;
-        try {
-          const model = await setUpRun(system, runs);
-          await fc.asyncModelRun(() => ({ model, real: system }), sequence);
-          steps += model.steps;
-          if (failedAt === undefined)
-            options.log(`run ${runs}: ${model.steps} steps, every invariant held`);
-        } catch (error) {
-          options.log(`run ${runs} failed: ${(error as Error).message.slice(0, 300)}`);
-          const logged = system.logTail(5);
-          if (logged) options.log(`the service's last log lines:\n${logged}`);
-          if (reported.has(invariantOf(error))) return;
-          failedAt ??= performance.now();
-          throw error;
-        }
-      },
+      }) as fc.Arbitrary<Iterable<Step>>,
+      (sequence) => this.run(sequence),
     );
-    // One fast-check run per seed, seed after seed, so each failure replays from its own seed.
-    for (let offset = 0; ; offset++) {
-      if (!replaying && performance.now() > started + options.runForMs) break;
-      failedAt = undefined;
-      const details = await fc.check(property, {
-        seed: options.seed + offset,
-        numRuns: 1,
-        ...(replaying ? { path: options.path, endOnFailure: true } : {}),
-      });
-      if (details.failed) {
-        const logged = system.logTail();
-        findings.push(
-          `${failureReport(details, options)}${logged ? `\nThe service's last log lines:\n${logged}` : ""}`,
-        );
-        reported.add(invariantOf(details.errorInstance));
-        if (!options.keepGoing) break;
-      }
-      if (replaying) break;
+  }
+
+  /**
+   * The first start's check of its keys (see System.start) belongs to no
+   * run; after a refusal the service is started again, so that what the
+   * refusals left behind (counted failed authentications) fails no run.
+   */
+  async firstStart(): Promise<void> {
+    try {
+      this.system.throwViolations();
+    } catch (error) {
+      this.findings.push(`On the first start of the service: ${(error as Error).message}`);
+      await this.system.restartClean();
     }
-    return { runs, steps, ...(findings.length > 0 ? { failure: findings.join("\n\n") } : {}) };
-  } finally {
-    await system.stop();
+  }
+
+  /** Runs seed after seed (one fast-check run each, so each failure replays from its seed) for the time given. */
+  async generate(): Promise<void> {
+    const started = performance.now();
+    for (let offset = 0; performance.now() < started + this.options.runForMs; offset++) {
+      const details = await fc.check(this.property, {
+        seed: this.options.seed + offset,
+        numRuns: 1,
+      });
+      const found = this.record(details);
+      if (found && !this.options.keepGoing) return;
+      // A run that broke something may have left the service broken: the next starts clean.
+      if (found) await this.system.restartClean();
+    }
+  }
+
+  /** Runs the one sequence `--seed` and `--path` name. */
+  async replay(): Promise<void> {
+    const details = await fc.check(this.property, {
+      seed: this.options.seed,
+      path: this.options.path,
+      endOnFailure: true,
+    });
+    this.record(details);
+  }
+
+  report(): CheckerReport {
+    return {
+      runs: this.runs,
+      steps: this.steps,
+      ...(this.findings.length > 0 ? { failure: this.findings.join("\n\n") } : {}),
+    };
+  }
+
+  /** One run: a new application, the steps, every invariant after each. */
+  private async run(sequence: Iterable<Step>): Promise<void> {
+    const { options, system } = this;
+    // Past its time, a shrink passes at once: the shortest failure found so far stands.
+    if (this.shrinking && performance.now() > this.shrinking.since + options.shrinkForMs) return;
+    this.runs += 1;
+    const run = this.runs;
+    try {
+      const model = await setUpRun(system, run);
+      await fc.asyncModelRun(() => ({ model, real: system }), sequence);
+      this.steps += model.steps;
+      if (!this.shrinking) options.log(`run ${run}: ${model.steps} steps, every invariant held`);
+    } catch (error) {
+      options.log(`run ${run} failed: ${(error as Error).message.slice(0, 300)}`);
+      const logged = system.logTail(5);
+      if (logged) options.log(`the service's last log lines:\n${logged}`);
+      const broken = invariantOf(error);
+      if (this.reported.has(broken)) return;
+      if (this.shrinking && broken !== this.shrinking.invariant) {
+        if (!this.metWhileShrinking.has(broken)) {
+          this.metWhileShrinking.set(broken, unshrunkReport(error, String(sequence), system));
+        }
+        return;
+      }
+      this.shrinking ??= { invariant: broken, since: performance.now() };
+      throw error;
+    }
+  }
+
+  /** Takes in what a fast-check run found; whether it found anything. */
+  private record(details: fc.RunDetails<[Iterable<Step>]>): boolean {
+    const shrunk = this.shrinking;
+    this.shrinking = undefined;
+    let found = false;
+    if (details.failed && shrunk) {
+      const logged = this.system.logTail();
+      this.findings.push(
+        `${failureReport(details, this.options)}${logged ? `\nThe service's last log lines:\n${logged}` : ""}`,
+      );
+      this.reported.add(shrunk.invariant);
+      found = true;
+    }
+    for (const [invariant, report] of this.metWhileShrinking) {
+      if (this.reported.has(invariant)) continue;
+      this.findings.push(report);
+      this.reported.add(invariant);
+      found = true;
+    }
+    this.metWhileShrinking.clear();
+    return found;
   }
 }
 
@@ -231,21 +299,47 @@ async function setUpRun(system: System, run: number): Promise<Model> {
 
 /** The invariant an error of a run broke; any other error is one kind of its own. */
 function invariantOf(error: unknown): string {
-  return error instanceof InvariantViolation
-    ? error.invariant
-    : "an error of the checker or the service";
+  if (!(error instanceof InvariantViolation)) return "an error of the checker or the service";
+  return error.kind ? `${error.invariant} (${error.kind})` : error.invariant;
+}
+
+/** The report of a failure met while another was shrunk: its steps as run, not shrunk, not replayable alone. */
+function unshrunkReport(error: unknown, sequence: string, system: System): string {
+  const steps = stepsOf(sequence);
+  const logged = system.logTail();
+  return [
+    "The invariant checker found a violation while it shrank another (not shrunk itself):",
+    `  ${describe(error)}`,
+    ...(steps.length === 0
+      ? ["in the set-up of a run, before its first step (what broke it may be an earlier run's)"]
+      : [
+          "after these steps, in a new application of the running service:",
+          ...steps.map((step, index) => `  ${index + 1}. ${step}`),
+        ]),
+    ...(logged ? [`The service's last log lines:\n${logged}`] : []),
+  ].join("\n");
+}
+
+/** The steps of a sequence as fast-check prints it (its replay path left out). */
+function stepsOf(sequence: string): string[] {
+  const text = sequence.replace(/\s*\/\*replayPath=.*\*\/\s*$/, "");
+  return text === "" ? [] : text.split(/,(?=[A-Z][A-Za-z]*\()/);
+}
+
+/** The invariant and what broke it, or an error's stack. */
+function describe(error: unknown): string {
+  if (!(error instanceof InvariantViolation))
+    return String((error as Error | undefined)?.stack ?? error);
+  const invariant = invariantOf(error);
+  return `${invariant}\n  ${error.message.slice(invariant.length + 2)}`;
 }
 
 /** The report of a failed check: the invariant, the shrunk sequence, and the command that replays it. */
-function failureReport(
-  details: fc.RunDetails<[Iterable<fc.AsyncCommand<Model, System, boolean>>]>,
-  options: CheckerOptions,
-): string {
-  const error = details.errorInstance;
+function failureReport(details: fc.RunDetails<[Iterable<Step>]>, options: CheckerOptions): string {
   const [sequence] = details.counterexample ?? [];
-  const text = sequence ? String(sequence) : "(no sequence)";
+  const text = sequence ? String(sequence) : "";
   const replayPath = /replayPath="([^"]*)"/.exec(text)?.[1];
-  const steps = text.replace(/\s*\/\*replayPath=.*\*\/\s*$/, "").split(/,(?=[A-Z][A-Za-z]*\()/);
+  const steps = stepsOf(text);
   const replay = [
     "npm run check:invariants --",
     `--seed ${details.seed}`,
@@ -253,22 +347,15 @@ function failureReport(
     ...(replayPath ? [`--replay-path '${replayPath}'`] : []),
     ...(options.rateLimits === "off" ? ["--rate-limits off"] : []),
   ].join(" ");
-  const broken =
-    error instanceof InvariantViolation
-      ? `${error.invariant}\n  ${error.message.slice(error.invariant.length + 2)}`
-      : String((error as Error | undefined)?.stack ?? error);
   return [
     `The invariant checker found a violation (seed ${details.seed}, shrunk ${details.numShrinks} times):`,
-    `  ${broken}`,
-    ...(steps.length === 0 || steps[0] === ""
-      ? ["in the set-up of a run, before its first step"]
+    `  ${describe(details.errorInstance)}`,
+    ...(steps.length === 0
+      ? ["in the set-up of a run, before its first step (what broke it may be an earlier run's)"]
       : [
           "after these steps, in a new application of the running service:",
           ...steps.map((step, index) => `  ${index + 1}. ${step}`),
         ]),
     `Replay it with: ${replay}`,
-    options.path === undefined ? "" : "(this was a replay)",
   ].join("\n");
 }
-
-export { InvariantViolation };

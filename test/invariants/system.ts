@@ -61,8 +61,10 @@ export class InvariantViolation extends Error {
   constructor(
     readonly invariant: string,
     detail: string,
+    /** Where it was broken, when one invariant can be broken in places of different causes. */
+    readonly kind?: string,
   ) {
-    super(`${invariant}: ${detail}`);
+    super(`${invariant}${kind ? ` (${kind})` : ""}: ${detail}`);
     this.name = "InvariantViolation";
   }
 }
@@ -171,6 +173,10 @@ export class System {
   private killing = false;
   /** Killed and not started again (a run failed in between). */
   private down = false;
+  /** How many times the service was started: a watch of a worker's replacement ends with its start. */
+  private starts = 0;
+  /** The watch of the replacement of the workers killed, if any. */
+  private replacing: Promise<void> = Promise.resolve();
   /** When the service (or a new worker) last answered ready, for the text of a refusal. */
   private readyAt = 0;
 
@@ -360,12 +366,20 @@ export class System {
     const what = `GET ${path.split("?")[0]}`;
     await this.reserve(credential);
     const aborted = new AbortController();
-    const response = await answeredWithin(
-      fetch(`${this.server.baseUrl}${path}`, {
-        headers: { authorization: credential.token },
-        signal: aborted.signal,
-      }),
-    );
+    let response: Response;
+    try {
+      response = await answeredWithin(
+        fetch(`${this.server.baseUrl}${path}`, {
+          headers: { authorization: credential.token },
+          signal: aborted.signal,
+        }),
+      );
+    } catch (error) {
+      aborted.abort();
+      this.unanswered(what, error);
+      this.throwViolations();
+      throw error;
+    }
     if (!response.ok || !response.body) {
       const text = await response.text();
       this.judge(credential, what, {
@@ -391,12 +405,15 @@ export class System {
   }
 
   /** Records a violation found outside a call (a check of what was read). */
-  violated(invariant: string, detail: string): void {
-    this.violations.push(new InvariantViolation(invariant, detail));
+  violated(invariant: string, detail: string, kind?: string): void {
+    this.violations.push(new InvariantViolation(invariant, detail, kind));
   }
 
   /** kill -9 of the primary: its workers end with it. Nothing is restarted. */
   async killPrimary(): Promise<void> {
+    // A worker's replacement is not watched across the primary's death.
+    this.starts += 1;
+    await this.replacing;
     const cluster = this.clusterOf();
     const workers = cluster.workerPids();
     this.killing = true;
@@ -417,6 +434,17 @@ export class System {
     this.down = false;
   }
 
+  /**
+   * kill -9 of the primary and a start on the same data directory: what a
+   * failed run left behind (a broken process, rate-limit windows, counted
+   * failures) is gone; what it wrote stays.
+   */
+  async restartClean(): Promise<void> {
+    if (!this.down) await this.killPrimary();
+    await this.restart([]);
+    this.violations.splice(0);
+  }
+
   /** Starts the service again if a failed run left it killed; forgets that run's violations. */
   async recover(): Promise<void> {
     if (this.down) await this.restart([]);
@@ -425,29 +453,44 @@ export class System {
   }
 
   /**
-   * kill -9 of one worker (`which` picks it); resolves once the primary has
-   * started another, checking meanwhile that every valid credential is
-   * served on new connections, which the new worker takes once it listens.
+   * kill -9 of one worker (`which` picks it); resolves once it is gone. The
+   * primary starts another, after a delay that doubles with each worker
+   * that died young, up to 30 s (its crash-loop backoff), so that is
+   * watched in the background while the run goes on with the other
+   * worker: once the new process is there, every valid credential is
+   * tried on new connections (which it takes once it listens) for 1.5 s.
    */
   async killWorker(which: number, credentials: readonly Credential[]): Promise<void> {
     const cluster = this.clusterOf();
     const workers = cluster.workerPids();
     const victim = workers[which % workers.length];
     if (victim === undefined) throw new Error("the service has no worker to kill");
-    this.killing = true;
     process.kill(victim, "SIGKILL");
     await waitGone([victim]);
-    await eventually(
-      "a new worker in place of the killed one",
-      () => {
-        const now = cluster.workerPids();
-        return now.length === workers.length && !now.includes(victim);
-      },
-      { timeoutMs: 30_000 },
+    const started = this.starts;
+    const replaced = async () => {
+      await eventually(
+        "a new worker in place of the killed one",
+        () => {
+          if (this.starts !== started) return true;
+          const now = cluster.workerPids();
+          return now.length === workers.length && !now.includes(victim);
+        },
+        { timeoutMs: 75_000, intervalMs: 20 },
+      );
+      if (this.starts !== started) return;
+      this.readyAt = performance.now();
+      await this.probeCredentials(this.server.port, credentials, 1_500);
+    };
+    this.replacing = Promise.all([this.replacing, replaced()]).then(
+      () => undefined,
+      (error: unknown) => this.violated("a killed worker is replaced", (error as Error).message),
     );
-    this.killing = false;
-    this.readyAt = performance.now();
-    await this.probeCredentials(this.server.port, credentials, 1_500);
+  }
+
+  /** Resolves once no replacement of a killed worker is being watched. */
+  async settled(): Promise<void> {
+    await this.replacing;
   }
 
   /** The last lines the service (each process since its last start) logged. */
@@ -459,6 +502,8 @@ export class System {
 
   /** Stops the service and removes its data directory and the receiver. */
   async stop(): Promise<void> {
+    this.starts += 1;
+    await this.replacing;
     closeGrpcClient(this.server);
     await this.server.stop().catch(() => {});
     rmSync(this.dataDir, { recursive: true, force: true });
@@ -503,9 +548,10 @@ export class System {
 
   private unanswered(what: string, error: unknown): Outcome {
     if (!this.killing) {
+      const cause = (error as { cause?: Error }).cause?.message;
       this.violated(
         "every call is answered",
-        `${what}: ${(error as Error).message} ${(error as { cause?: Error }).cause?.message ?? ""}`,
+        `${what}: ${(error as Error).message}${cause ? ` (${cause})` : ""}`,
       );
     }
     return { ok: false, status: 0, code: "no_answer", text: "" };
@@ -523,6 +569,7 @@ export class System {
    * every valid credential is tried at once on new connections.
    */
   private async startReady(credentials: readonly Credential[]): Promise<TestServer> {
+    this.starts += 1;
     const port = await freePort();
     const starting = startServer({
       workers: 2,
@@ -542,7 +589,8 @@ export class System {
     });
     for (;;) {
       if (failed) throw failed;
-      if ((await rawGet(port, "/readyz").catch(() => 0)) === 200) break;
+      const ready = await rawGet(port, "/readyz").catch(() => undefined);
+      if (ready?.status === 200) break;
       await sleep(2);
     }
     this.readyAt = performance.now();
@@ -587,14 +635,16 @@ export class System {
       metrics: "/metrics",
     }[credential.kind];
     await this.reserve(credential);
-    const status = await rawGet(port, path, credential.token).catch(() => 0);
-    if (status === 401) this.budget.charge("unauthenticated", "127.0.0.1");
-    if (status !== 200) {
+    const answer = await rawGet(port, path, credential.token).catch((error: Error) => ({
+      status: 0,
+      body: `no answer (${error.message})`,
+    }));
+    if (answer.status === 401) this.budget.charge("unauthenticated", "127.0.0.1");
+    if (answer.status !== 200) {
+      const after = Math.round(performance.now() - this.readyAt);
       this.violated(
-        "no valid key refused once ready",
-        `GET ${path.split("?")[0]} on a new connection with the ${credential.label}, ${Math.round(
-          performance.now() - this.readyAt,
-        )} ms after /readyz first answered 200: ${status || "no answer"}`,
+        answer.status === 0 ? "every call is answered" : "no valid key refused once ready",
+        `GET ${path.split("?")[0]} on a new connection with the ${credential.label}, ${after} ms after the service (or a new worker) was ready: ${answer.status || ""} ${answer.body.slice(0, 300)}`,
       );
     }
   }
@@ -731,8 +781,12 @@ function freePort(): Promise<number> {
   });
 }
 
-/** A GET on a connection of its own, closed after the answer: its status. */
-function rawGet(port: number, path: string, authorization?: string): Promise<number> {
+/** A GET on a connection of its own, closed after the answer: its status and body. */
+function rawGet(
+  port: number,
+  path: string,
+  authorization?: string,
+): Promise<{ status: number; body: string }> {
   return new Promise((resolve, reject) => {
     const request = httpRequest(
       {
@@ -744,8 +798,12 @@ function rawGet(port: number, path: string, authorization?: string): Promise<num
         signal: AbortSignal.timeout(20_000),
       },
       (response) => {
-        response.resume();
-        response.on("end", () => resolve(response.statusCode ?? 0));
+        let body = "";
+        response.setEncoding("utf8");
+        response.on("data", (chunk: string) => {
+          body += chunk;
+        });
+        response.on("end", () => resolve({ status: response.statusCode ?? 0, body }));
         response.on("error", reject);
       },
     );
