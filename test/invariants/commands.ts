@@ -540,10 +540,24 @@ export class Erase extends Step {
     return model.liveSlots().length > 0;
   }
 
+  /**
+   * The customer erased: an even pick takes a referrer when there is one
+   * (its referees hold its data: the harder erasure), an odd one anyone.
+   */
+  private erased(model: Readonly<Model>): number | undefined {
+    const live = model.liveSlots();
+    const referrers = live.filter((slot) =>
+      [...model.referrals.values()].some(
+        (referral) => referral.referrerId === model.slots[slot]?.id,
+      ),
+    );
+    const among = this.pick % 2 === 0 && referrers.length > 0 ? referrers : live;
+    return among[Math.floor(this.pick / 2) % Math.max(1, among.length)];
+  }
+
   async act(model: Model, system: System, mode: Mode): Promise<void> {
     const app = appOf(model);
-    const live = model.liveSlots();
-    const customer = model.slots[live[this.pick % live.length] ?? -1];
+    const customer = model.slots[this.erased(model) ?? -1];
     if (!customer?.id) return;
     const outcome = await system.call(app.secret, this.via, CustomersService.method.eraseCustomer, {
       id: customer.id,
@@ -585,7 +599,7 @@ export class Erase extends Step {
   }
 
   toString(): string {
-    return `Erase(live #${this.pick}, ${this.via})`;
+    return `Erase(#${this.pick}: ${this.pick % 2 === 0 ? "a referrer, if any" : "anyone"} live, ${this.via})`;
   }
 }
 

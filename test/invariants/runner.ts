@@ -134,7 +134,25 @@ class Check {
       this.system.throwViolations();
     } catch (error) {
       this.findings.push(`On the first start of the service: ${(error as Error).message}`);
+      await this.cleanStart();
+    }
+  }
+
+  /**
+   * Starts the service again on its data directory, to leave a failure's
+   * traces behind; what that start breaks is a finding of its own, and
+   * the service is started once more (a few times at most).
+   */
+  private async cleanStart(): Promise<void> {
+    for (let attempt = 1; attempt <= 3; attempt++) {
       await this.system.restartClean();
+      try {
+        this.system.throwViolations();
+        return;
+      } catch (error) {
+        const finding = `On a start of the service on its data directory: ${(error as Error).message}`;
+        if (!this.findings.includes(finding)) this.findings.push(finding);
+      }
     }
   }
 
@@ -149,7 +167,7 @@ class Check {
       const found = this.record(details);
       if (found && !this.options.keepGoing) return;
       // A run that broke something may have left the service broken: the next starts clean.
-      if (found) await this.system.restartClean();
+      if (found) await this.cleanStart();
     }
   }
 
@@ -185,8 +203,6 @@ class Check {
       if (!this.shrinking) options.log(`run ${run}: ${model.steps} steps, every invariant held`);
     } catch (error) {
       options.log(`run ${run} failed: ${(error as Error).message.slice(0, 300)}`);
-      const logged = system.logTail(5);
-      if (logged) options.log(`the service's last log lines:\n${logged}`);
       const broken = invariantOf(error);
       if (this.reported.has(broken)) return;
       if (this.shrinking && broken !== this.shrinking.invariant) {

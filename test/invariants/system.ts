@@ -175,6 +175,8 @@ export class System {
   private down = false;
   /** How many times the service was started: a watch of a worker's replacement ends with its start. */
   private starts = 0;
+  /** Whether a worker was killed since the last start. */
+  private workerKilled = false;
   /** The watch of the replacement of the workers killed, if any. */
   private replacing: Promise<void> = Promise.resolve();
   /** When the service (or a new worker) last answered ready, for the text of a refusal. */
@@ -437,17 +439,27 @@ export class System {
   /**
    * kill -9 of the primary and a start on the same data directory: what a
    * failed run left behind (a broken process, rate-limit windows, counted
-   * failures) is gone; what it wrote stays.
+   * failures) is gone; what it wrote stays. What the start itself breaks
+   * is recorded, as after any start.
    */
   async restartClean(): Promise<void> {
+    this.violations.splice(0);
     if (!this.down) await this.killPrimary();
     await this.restart([]);
-    this.violations.splice(0);
   }
 
-  /** Starts the service again if a failed run left it killed; forgets that run's violations. */
+  /**
+   * Before a run: starts the service again if the last run killed it or
+   * one of its workers, and forgets that run's violations.
+   */
   async recover(): Promise<void> {
+    await this.replacing;
+    // Each run starts with both workers serving (a new worker serves some
+    // seconds after its process starts, and nothing says when): a worker
+    // killed in one run is not the next one's.
+    if (this.workerKilled && !this.down) await this.killPrimary();
     if (this.down) await this.restart([]);
+    this.workerKilled = false;
     this.killing = false;
     this.violations.splice(0);
   }
@@ -465,6 +477,7 @@ export class System {
     const workers = cluster.workerPids();
     const victim = workers[which % workers.length];
     if (victim === undefined) throw new Error("the service has no worker to kill");
+    this.workerKilled = true;
     process.kill(victim, "SIGKILL");
     await waitGone([victim]);
     const started = this.starts;
