@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { checkAfterStep } from "./checks.js";
 import { type Step, stepArbitraries } from "./commands.js";
+import { exampleRuns } from "./examples.js";
 import { Model } from "./model.js";
 import {
   type Credential,
@@ -89,8 +90,8 @@ export async function checkInvariants(options: CheckerOptions): Promise<CheckerR
   const check = new Check(system, options);
   try {
     await check.firstStart();
-    if (options.path === undefined) await check.generate();
-    else await check.replay();
+    if (options.path !== undefined) await check.replay();
+    else if (await check.examples()) await check.generate();
     return check.report();
   } finally {
     await system.stop();
@@ -101,6 +102,8 @@ export async function checkInvariants(options: CheckerOptions): Promise<CheckerR
 class Check {
   private runs = 0;
   private steps = 0;
+  /** When the runs began: the examples and the random runs share the time given. */
+  private readonly started = performance.now();
   private readonly findings: string[] = [];
   /** The invariants reported so far (with --keep-going, each is reported once). */
   private readonly reported = new Set<string>();
@@ -156,10 +159,40 @@ class Check {
     }
   }
 
+  /**
+   * Runs the example sequences (examples.ts), each once, unshrunk; with
+   * the service started again after each failure. Whether the check goes
+   * on (nothing found, or --keep-going).
+   */
+  async examples(): Promise<boolean> {
+    let found = false;
+    for (const example of exampleRuns) {
+      const steps = example.steps();
+      try {
+        await this.runSteps(steps);
+      } catch (error) {
+        this.options.log(
+          `the example "${example.name}" failed: ${(error as Error).message.slice(0, 300)}`,
+        );
+        this.reported.add(invariantOf(error));
+        this.findings.push(
+          runReport(
+            `The invariant checker found a violation in its example run "${example.name}":`,
+            error,
+            steps.map(String),
+            this.system,
+          ),
+        );
+        found = true;
+        await this.cleanStart();
+      }
+    }
+    return !found || this.options.keepGoing;
+  }
+
   /** Runs seed after seed (one fast-check run each, so each failure replays from its seed) for the time given. */
   async generate(): Promise<void> {
-    const started = performance.now();
-    for (let offset = 0; performance.now() < started + this.options.runForMs; offset++) {
+    for (let offset = 0; performance.now() < this.started + this.options.runForMs; offset++) {
       const details = await fc.check(this.property, {
         seed: this.options.seed + offset,
         numRuns: 1,
@@ -190,24 +223,37 @@ class Check {
   }
 
   /** One run: a new application, the steps, every invariant after each. */
+  private async runSteps(sequence: Iterable<Step>): Promise<void> {
+    this.runs += 1;
+    const model = await setUpRun(this.system, this.runs);
+    await fc.asyncModelRun(() => ({ model, real: this.system }), sequence);
+    this.steps += model.steps;
+    if (!this.shrinking)
+      this.options.log(`run ${this.runs}: ${model.steps} steps, every invariant held`);
+  }
+
+  /** A run of fast-check's: while a failure is shrunk, only the same failure counts. */
   private async run(sequence: Iterable<Step>): Promise<void> {
     const { options, system } = this;
     // Past its time, a shrink passes at once: the shortest failure found so far stands.
     if (this.shrinking && performance.now() > this.shrinking.since + options.shrinkForMs) return;
-    this.runs += 1;
-    const run = this.runs;
     try {
-      const model = await setUpRun(system, run);
-      await fc.asyncModelRun(() => ({ model, real: system }), sequence);
-      this.steps += model.steps;
-      if (!this.shrinking) options.log(`run ${run}: ${model.steps} steps, every invariant held`);
+      await this.runSteps(sequence);
     } catch (error) {
-      options.log(`run ${run} failed: ${(error as Error).message.slice(0, 300)}`);
+      options.log(`run ${this.runs} failed: ${(error as Error).message.slice(0, 300)}`);
       const broken = invariantOf(error);
       if (this.reported.has(broken)) return;
       if (this.shrinking && broken !== this.shrinking.invariant) {
         if (!this.metWhileShrinking.has(broken)) {
-          this.metWhileShrinking.set(broken, unshrunkReport(error, String(sequence), system));
+          this.metWhileShrinking.set(
+            broken,
+            runReport(
+              "The invariant checker found a violation while it shrank another (not shrunk itself):",
+              error,
+              stepsOf(String(sequence)),
+              system,
+            ),
+          );
         }
         return;
       }
@@ -319,12 +365,16 @@ function invariantOf(error: unknown): string {
   return error.kind ? `${error.invariant} (${error.kind})` : error.invariant;
 }
 
-/** The report of a failure met while another was shrunk: its steps as run, not shrunk, not replayable alone. */
-function unshrunkReport(error: unknown, sequence: string, system: System): string {
-  const steps = stepsOf(sequence);
+/** The report of a run that failed and was not shrunk (an example, or one met while shrinking). */
+function runReport(
+  title: string,
+  error: unknown,
+  steps: readonly string[],
+  system: System,
+): string {
   const logged = system.logTail();
   return [
-    "The invariant checker found a violation while it shrank another (not shrunk itself):",
+    title,
     `  ${describe(error)}`,
     ...(steps.length === 0
       ? ["in the set-up of a run, before its first step (what broke it may be an earlier run's)"]
