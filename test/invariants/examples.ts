@@ -2,6 +2,7 @@ import {
   Burst,
   Convert,
   CreateKey,
+  EditCampaign,
   Erase,
   GrantManually,
   Identify,
@@ -65,6 +66,17 @@ export const exampleRuns: readonly { readonly name: string; readonly steps: () =
   {
     name: "a few calls at once with a made-up key",
     steps: () => [new WrongKeys(6)],
+  },
+  {
+    name: "a one-word name on the public leaderboard",
+    steps: () => [
+      new Identify(0, "free", false, "rest"),
+      // The last customer's name is its email, one word.
+      new Identify(7, "free", false, "rest"),
+      new EditCampaign({ kind: "public leaderboard" }),
+      new Refer(1, 0, "rest"),
+      new Convert([0], true, "rest"),
+    ],
   },
   {
     name: "a key revoked while a stream it opened is open",
