@@ -22,7 +22,7 @@ import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
 import type { Clock, Ticker } from "../../src/domain/tenancy.js";
 import type { ServiceRegistration } from "../../src/transport/pipeline.js";
-import { spawnService } from "./cluster.js";
+import { type SpawnedService, spawnService } from "./cluster.js";
 import { dropDatabase, type EngineName, freshDatabaseName, mongodbUri } from "./engines.js";
 import { checkRestResponse } from "./openapi.js";
 
@@ -41,6 +41,8 @@ export interface TestServer {
   readonly dataDir: string;
   /** With `tls`, the self-signed certificate clients must trust (PEM). */
   readonly ca?: Buffer;
+  /** With `workers` above 1, its processes: to kill the primary or a worker as a crash would. */
+  readonly cluster?: SpawnedService;
   /** Stops the service; `keepData` leaves the directory for a restart. */
   stop(options?: { keepData?: boolean }): Promise<void>;
 }
@@ -163,6 +165,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
         : `http://127.0.0.1:${service.port}`,
       dataDir,
       ...(certificate ? { ca: readFileSync(certificate.certFile) } : {}),
+      cluster: service,
       async stop({ keepData = false } = {}) {
         await service.stop();
         if (keepData) return;
