@@ -774,11 +774,16 @@ test.serial(
   "a worker slower to load than WORKER_STUCK_TIMEOUT is not taken for a stuck one",
   async (t) => {
     t.timeout(90_000);
-    // Each worker's event loop is held for 3 s before its code loads (as a
-    // cold disk or a busy machine would), past a timeout of 1 s.
+    // Each worker's event loop is held for 3 s, past a timeout of 1 s (as a
+    // cold disk or a busy machine would): before its code loads, and again
+    // once it has heard the primary, while it builds its app.
     const holdWorkers = [
       'import cluster from "node:cluster";',
-      "if (cluster.isWorker) { const end = Date.now() + 3000; while (Date.now() < end); }",
+      "const hold = () => { const end = Date.now() + 3000; while (Date.now() < end); };",
+      "if (cluster.isWorker) {",
+      "  hold();",
+      '  process.once("message", () => setImmediate(hold));',
+      "}",
     ].join("\n");
     const { port, service } = await startCluster(t, {
       WORKER_STUCK_TIMEOUT: "1s",
