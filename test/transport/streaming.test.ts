@@ -36,6 +36,7 @@ import {
   restPathOf,
   type StreamOutcome,
 } from "../helpers/streams.js";
+import { eventually } from "../helpers/wait.js";
 
 /**
  * Server-streaming RPCs on every protocol and HTTP version, written once in
@@ -715,11 +716,14 @@ test.serial(
       keys.secret,
     );
     t.is(watched.error?.code, "failed_precondition");
-    // The observers are told after the responses of this turn are written.
-    await new Promise((resolve) => setTimeout(resolve, 20));
-    const records = lines
-      .map((line) => JSON.parse(line) as Json)
-      .filter((r) => r.rpc?.endsWith("/WatchCampaignStats"));
+    // The observers are told after the responses of this turn are written:
+    // the client may have the stream's end before the log has its line.
+    const records = await eventually("the stream's end in the request log", () => {
+      const logged = lines
+        .map((line) => JSON.parse(line) as Json)
+        .filter((r) => r.rpc?.endsWith("/WatchCampaignStats"));
+      return logged.some((r) => r.msg === "stream ended") && logged;
+    });
     t.deepEqual(
       records.map(({ msg, code, messages }) => ({ msg, code, messages })),
       [
