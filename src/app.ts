@@ -4,7 +4,7 @@ import type { PrimaryLink } from "./cluster/link.js";
 import type { Config } from "./config.js";
 import { startWebhookRuntime, type WebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
-import type { Clock } from "./domain/tenancy.js";
+import type { Clock, Ticker } from "./domain/tenancy.js";
 import { type Authenticator, createAuthenticator } from "./services/authentication.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
 import {
@@ -31,9 +31,11 @@ import {
   type ServiceRegistration,
 } from "./transport/pipeline.js";
 import { createRateLimits } from "./transport/rate-limit.js";
+import { createReadiness, type Readiness } from "./transport/readiness.js";
 import { logCalls } from "./transport/request-log.js";
 import { createServiceRegistrations, type ServiceDeps } from "./transport/routes.js";
 import { createSharedPortServer } from "./transport/server.js";
+import { localStreamSlots, type StreamsByKey, streamsByKey } from "./transport/streams-by-key.js";
 
 /**
  * The process's part in a cluster (WORKERS above 1). The writer (the
@@ -66,6 +68,8 @@ export interface App {
   metricsJson(): Promise<MetricObjectWithValues<MetricValue<string>>[]>;
   /** Tells the store's health of a failure a worker's forwarded write met. */
   noteStoreFailure(error: unknown): void;
+  /** Why the store refuses writes now (a disk under MIN_FREE_DISK from the start, ...); undefined while it takes them. */
+  writesRefused(): string | undefined;
   /** Told each time the store starts or stops taking writes (the reason, or undefined). */
   onWritesRefused(listener: (reason: string | undefined) => void): void;
   /**
@@ -85,6 +89,11 @@ export async function buildApp(
   config: Config,
   options: {
     clock?: Clock;
+    /**
+     * Tests only: when open streams look again for what they are not told
+     * of (see {@link Ticker}); every STREAM_POLL_INTERVAL when unset.
+     */
+    streamTicks?: Ticker;
     sendWebhook?: WebhookSender;
     /** Where log lines go; stdout when unset (tests read them). */
     logTo?: DestinationStream;
@@ -116,6 +125,7 @@ export async function buildApp(
   } = {},
 ): Promise<App> {
   const clock = options.clock ?? (() => new Date());
+  const streamTicks = options.streamTicks ?? intervalTicker(config.streamPollMs);
   const cluster = options.cluster;
   const workerName = cluster?.role === "worker" ? cluster.link.workerId : "primary";
   const rootLogger = pino({ level: config.logLevel }, options.logTo);
@@ -138,6 +148,7 @@ export async function buildApp(
   let retention: RetentionSweep | undefined;
   let rewardSweep: RewardSweep | undefined;
   let draining = false;
+  const readiness = createReadiness();
   let setServing: ((serving: boolean) => void) | undefined;
   const writesRefusedListeners: ((reason: string | undefined) => void)[] = [];
   const storeHealth = forwards
@@ -146,19 +157,19 @@ export async function buildApp(
         store,
         minFreeBytes: config.minFreeDiskBytes,
         logger,
-        onChange: (takingWrites) => {
-          if (!draining) setServing?.(takingWrites);
-          const reason = storeHealth.writesRefused();
+        onChange: (reason) => {
+          setServing?.(serving());
           for (const listener of writesRefusedListeners) listener(reason);
         },
       });
   if (forwards) {
-    link.onWritesRefused((reason) => {
-      if (!draining) setServing?.(reason === undefined);
-    });
+    link.onWritesRefused(() => setServing?.(serving()));
   } else {
     metrics.watchDisk(() => storeHealth.diskUsage());
   }
+  // gRPC health says SERVING while `/readyz` would answer 200.
+  const serving = () =>
+    readiness.isReady() && !draining && storeHealth.writesRefused() === undefined;
   if (store.commits && store.queuedWrites) metrics.watchCommits(store.commits, store.queuedWrites);
   // The store's passing failures (a full disk, ...) are told to its health,
   // which logs them once a second with a count; anything else is logged here.
@@ -169,6 +180,25 @@ export async function buildApp(
   try {
     const authenticator = createAuthenticator({ store, adminToken: config.adminToken });
     const secretBox = createSecretBox(webhookSecretKey(config));
+    const streams = streamsByKey({
+      limit: config.streamsPerKey,
+      // With workers, the primary counts every worker's streams.
+      slots: link
+        ? {
+            take: (keyId) => link.takeStreamSlot(keyId),
+            free: (keyId) => link.freeStreamSlot(keyId),
+          }
+        : localStreamSlots(config.streamsPerKey),
+      isRevoked: (keyId) => authenticator.isRevoked(keyId),
+      ticker: streamTicks,
+      seeNewCommits: store.seeNewCommits,
+      log: (error, where) => logError(error, { where }, "unexpected error"),
+    });
+    // A key revoked through another worker: forgotten here too, and its streams here end.
+    link?.onKeyRevoked((hash) => {
+      authenticator.forget(hash);
+      streams.keyRevoked();
+    });
     const transports = !serves
       ? undefined
       : await buildTransports(
@@ -180,20 +210,24 @@ export async function buildApp(
             secretBox,
             allowPrivateWebhooks: config.webhooks.allowPrivate,
             notifyWebhooks: link ? () => link.notifyWebhooks() : () => webhooks?.notify(),
+            streamTicks,
             onKeyRevoked: (hash) => {
               authenticator.forget(hash);
               link?.keyRevoked(hash);
+              streams.keyRevoked();
             },
           },
           { authenticator, logger, metrics, logError },
           {
             isDraining: () => draining,
+            readiness,
             writesRefused: () => storeHealth.writesRefused(),
             writeQueueFull: writeQueueFull(config, store, forwards ? link : undefined),
             extraInterceptors: options.extraInterceptors ?? [],
             operations,
             registrations: options.registrations,
             link,
+            streams,
           },
         );
     if (forwards && store.statsChangedElsewhere) link.onStatsChanged(store.statsChangedElsewhere);
@@ -239,7 +273,18 @@ export async function buildApp(
         })
       : undefined;
     setServing = (serving) => transports?.grpc.setServing(serving);
-    if (storeHealth.writesRefused() !== undefined) setServing(false);
+    setServing(serving());
+    const markReady = () => {
+      readiness.markReady();
+      setServing?.(serving());
+    };
+    // A worker serves once the writer says what it needs is committed, and
+    // looks at the file again before it does.
+    link?.onReady(() => {
+      store.seeNewCommits?.();
+      markReady();
+      link.served();
+    });
     let demo: ProvisionedDemo | undefined;
     let closed: Promise<void> | undefined;
     return {
@@ -260,13 +305,15 @@ export async function buildApp(
         transports?.settleCalls();
         return metrics.registry.getMetricsAsJSON();
       },
+      writesRefused: () => storeHealth.writesRefused(),
       onWritesRefused: (listener) => {
         writesRefusedListeners.push(listener);
       },
       async listen(port, host) {
         // The writer of a cluster binds nothing: its workers serve the port.
         const bound = server ? await server.listen(port, host) : port;
-        // A worker leaves the demo to the primary, which provisions it once.
+        // A worker leaves the demo to the primary, which provisions it once,
+        // and serves once the primary says it is ready.
         if (cluster?.role === "worker") return bound;
         // Only once the port is bound: a start that cannot listen must not
         // create demo keys it never gets to print.
@@ -275,6 +322,7 @@ export async function buildApp(
           bootstrapSecretKey: config.bootstrapSecretKey,
           bootstrapPublicKey: config.bootstrapPublicKey,
         });
+        markReady();
         return bound;
       },
       close() {
@@ -314,6 +362,7 @@ async function buildTransports(
   },
   serving: {
     isDraining: () => boolean;
+    readiness: Readiness;
     writesRefused: () => string | undefined;
     writeQueueFull: (() => number | undefined) | undefined;
     extraInterceptors: readonly Interceptor[];
@@ -321,6 +370,8 @@ async function buildTransports(
     registrations: ((standard: ServiceRegistration[]) => ServiceRegistration[]) | undefined;
     /** A worker's link to the primary: one rate limit budget and one `/metrics` for all. */
     link: PrimaryLink | undefined;
+    /** The streams each key holds open (see `streamsByKey`). */
+    streams: StreamsByKey;
   },
 ) {
   const { store } = deps;
@@ -341,8 +392,10 @@ async function buildTransports(
       log,
       observeCalls: observedCalls.step,
       rateLimits,
+      streamsByKey: serving.streams.step,
       idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
       operations: serving.operations,
+      readiness: serving.readiness,
       writesRefused: serving.writesRefused,
       writeQueueFull: serving.writeQueueFull,
       seeNewCommits: store.seeNewCommits,
@@ -370,6 +423,7 @@ async function buildTransports(
     checkCredential: rateLimits.checkCredential,
     maxBodyBytes: config.maxBodyBytes,
     isDraining: serving.isDraining,
+    isReady: serving.readiness.isReady,
     writesRefused: serving.writesRefused,
     corsOrigins: config.corsOrigins,
     clientAddressOf,
@@ -401,6 +455,18 @@ function writeQueueFull(
   const queued = store.queuedWrites;
   if (!queued) return undefined;
   return () => (queued() >= limit ? limit : undefined);
+}
+
+/** A {@link Ticker} whose next tick is `intervalMs` after each wait begins. */
+function intervalTicker(intervalMs: number): Ticker {
+  return {
+    onNextTick(listener) {
+      const timer = setTimeout(listener, intervalMs);
+      // A poll keeps no process up that has nothing else to do.
+      timer.unref();
+      return () => clearTimeout(timer);
+    },
+  };
 }
 
 /** WEBHOOK_SECRET_KEY, or on the embedded store the key file in DATA_DIR (config requires the former with MongoDB). */

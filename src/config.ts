@@ -38,6 +38,14 @@ export interface Config {
   readonly eventRetentionMs: number;
   /** Calls allowed per window, per API key and per client address. */
   readonly rateLimits: RateLimitConfig;
+  /** Server streams (watches, exports) one API key may hold open at once (STREAMS_PER_KEY). */
+  readonly streamsPerKey: number;
+  /**
+   * How often an open stream looks again for what this process is not told
+   * of: numbers other instances moved, its key revoked through another
+   * instance (STREAM_POLL_INTERVAL).
+   */
+  readonly streamPollMs: number;
   /** The origins browsers may call from (CORS_ORIGINS). */
   readonly corsOrigins: CorsOrigins;
   /**
@@ -175,6 +183,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       admin: rateLimit(env, "RATE_LIMIT_ADMIN", "60/1m"),
       unauthenticated: rateLimit(env, "RATE_LIMIT_UNAUTHENTICATED", "30/1m"),
     },
+    streamsPerKey: integer(env, "STREAMS_PER_KEY", 20, 1, 1_000_000),
+    streamPollMs: streamPollInterval(env),
     eventRetentionMs: eventRetention(env),
     corsOrigins: corsOrigins(env),
     fraudPolicy: {
@@ -271,6 +281,15 @@ function connectionConfig(env: NodeJS.ProcessEnv): ConnectionConfig {
     keepaliveTimeMs: duration(env, "HTTP2_KEEPALIVE_TIME", 60_000),
     keepaliveTimeoutMs: duration(env, "HTTP2_KEEPALIVE_TIMEOUT", 20_000),
   };
+}
+
+/** STREAM_POLL_INTERVAL: up to an hour, so a key revoked elsewhere ends its streams within one. */
+function streamPollInterval(env: NodeJS.ProcessEnv): number {
+  const value = duration(env, "STREAM_POLL_INTERVAL", 5_000);
+  if (value > 3_600_000) {
+    throw new Error(`STREAM_POLL_INTERVAL must be at most 1h, got "${env.STREAM_POLL_INTERVAL}"`);
+  }
+  return value;
 }
 
 /** A variable that, when set, must start with `prefix` (an API key of one kind). */

@@ -63,6 +63,7 @@ async function serveAsPrimary(config: Config, buildApp: BuildApp): Promise<void>
   });
   // Binds nothing: provisions the demo tenant, once the workers serve the port.
   await app.listen(port, config.host);
+  await primary.ready();
   printBanner(config, port, app);
 }
 

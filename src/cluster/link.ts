@@ -19,8 +19,22 @@ export interface PrimaryLink {
   notifyWebhooks(): void;
   keyRevoked(hash: string): void;
   onKeyRevoked(listener: (hash: string) => void): void;
+  /**
+   * Asks the primary, which counts every worker's streams, for a slot for
+   * a stream of `keyId`; false when the key holds STREAMS_PER_KEY already.
+   */
+  takeStreamSlot(keyId: string): Promise<boolean>;
+  /** Gives back a slot `takeStreamSlot` granted: the stream ended. */
+  freeStreamSlot(keyId: string): void;
   onWritesRefused(listener: (reason: string | undefined) => void): void;
   onStatsChanged(listener: (scopes: ReadonlySet<string>) => void): void;
+  /**
+   * Told once the primary says the service is ready (at once if it said so
+   * already); `served` tells it back that this worker serves.
+   */
+  onReady(listener: () => void): void;
+  /** Tells the primary this worker serves every key it committed before it said ready. */
+  served(): void;
   /** The whole service's metrics, as `GET /metrics` shows them. */
   clusterMetrics(): Promise<string>;
   /** How this worker answers the primary's request for its metrics. */
@@ -41,7 +55,9 @@ export function linkToPrimary(workerId: number): PrimaryLink {
   };
   const writes = new ForwardedWrites({ send });
   let refused: string | undefined;
+  let ready = false;
   const listeners = {
+    ready: [] as (() => void)[],
     keyRevoked: [] as ((hash: string) => void)[],
     writesRefused: [] as ((reason: string | undefined) => void)[],
     statsChanged: [] as ((scopes: ReadonlySet<string>) => void)[],
@@ -50,6 +66,8 @@ export function linkToPrimary(workerId: number): PrimaryLink {
   let provide: (() => Promise<MetricsJson>) | undefined;
   let nextMetricsId = 1;
   const metricsWaiting = new Map<number, (text: string) => void>();
+  let nextSlotId = 1;
+  const slotsWaiting = new Map<number, (granted: boolean) => void>();
   // Wakes are sent once per turn however many writes asked.
   let wakeSent = false;
 
@@ -57,6 +75,9 @@ export function linkToPrimary(workerId: number): PrimaryLink {
     if (!isPrimaryMessage(message)) return;
     handle(message);
   });
+  // What the primary said before this listener existed (a worker loads its
+  // code after the channel opens) is lost: it says it again.
+  send({ type: "linked" });
   // The primary is gone: nothing can be written any more.
   process.on("disconnect", () => writes.writerLost());
 
@@ -67,6 +88,10 @@ export function linkToPrimary(workerId: number): PrimaryLink {
         return;
       case "key-revoked":
         for (const listener of listeners.keyRevoked) listener(message.hash);
+        return;
+      case "stream-slot-reply":
+        slotsWaiting.get(message.id)?.(message.granted);
+        slotsWaiting.delete(message.id);
         return;
       case "writes-refused":
         refused = message.reason;
@@ -89,6 +114,11 @@ export function linkToPrimary(workerId: number): PrimaryLink {
         return;
       case "ping":
         send({ type: "pong" });
+        return;
+      case "ready":
+        if (ready) return;
+        ready = true;
+        for (const listener of listeners.ready) listener();
         return;
       case "drain":
         for (const listener of listeners.drain) listener();
@@ -116,8 +146,22 @@ export function linkToPrimary(workerId: number): PrimaryLink {
     },
     keyRevoked: (hash) => send({ type: "key-revoked", hash }),
     onKeyRevoked: (listener) => listeners.keyRevoked.push(listener),
+    takeStreamSlot(keyId) {
+      const id = nextSlotId++;
+      // Without its primary the worker exits (see serve.ts): no answer is awaited for ever.
+      return new Promise((resolve) => {
+        slotsWaiting.set(id, resolve);
+        send({ type: "stream-slot", id, keyId });
+      });
+    },
+    freeStreamSlot: (keyId) => send({ type: "stream-slot-freed", keyId }),
     onWritesRefused: (listener) => listeners.writesRefused.push(listener),
     onStatsChanged: (listener) => listeners.statsChanged.push(listener),
+    onReady(listener) {
+      if (ready) listener();
+      else listeners.ready.push(listener);
+    },
+    served: () => send({ type: "ready" }),
     onDrain: (listener) => listeners.drain.push(listener),
     provideMetrics(provider) {
       provide = provider;

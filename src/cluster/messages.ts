@@ -13,11 +13,19 @@ export type WorkerMessage =
   | { readonly type: "webhooks" }
   /** A key was revoked through this worker: the others forget it too. */
   | { readonly type: "key-revoked"; readonly hash: string }
+  /** A stream of this key opens on this worker: may it (STREAMS_PER_KEY, for the whole service)? */
+  | { readonly type: "stream-slot"; readonly id: number; readonly keyId: string }
+  /** A stream of this key that the primary let open on this worker ended. */
+  | { readonly type: "stream-slot-freed"; readonly keyId: string }
   /** `GET /metrics` on this worker: the whole service's, added up by the primary. */
   | { readonly type: "metrics"; readonly id: number }
   | { readonly type: "metrics-json-reply"; readonly id: number; readonly metrics: MetricsJson }
   /** The worker's event loop answered the heartbeat. */
   | { readonly type: "pong" }
+  /** The worker listens to the channel now: the primary tells it what it missed. */
+  | { readonly type: "linked" }
+  /** The worker serves every key and campaign the primary committed before it said ready. */
+  | { readonly type: "ready" }
   | { readonly type: "listening"; readonly port: number }
   /** The worker could not start (the port taken, ...): the operator's message. */
   | { readonly type: "start-failed"; readonly message: string };
@@ -25,6 +33,8 @@ export type WorkerMessage =
 export type PrimaryMessage =
   | StoreReply
   | { readonly type: "key-revoked"; readonly hash: string }
+  /** The answer to a `stream-slot`: false when the key holds STREAMS_PER_KEY streams already. */
+  | { readonly type: "stream-slot-reply"; readonly id: number; readonly granted: boolean }
   /** The store started (undefined) or stopped taking writes, and why. */
   | { readonly type: "writes-refused"; readonly reason: string | undefined }
   /** The scopes whose numbers a commit moved (for the workers' watches). */
@@ -33,6 +43,11 @@ export type PrimaryMessage =
   /** The primary adds up every process's metrics: this worker's, please. */
   | { readonly type: "metrics-json"; readonly id: number }
   | { readonly type: "ping" }
+  /**
+   * The service is ready: everything it needs to serve (the demo keys) is
+   * committed. The worker looks at the file again, then serves, and says so.
+   */
+  | { readonly type: "ready" }
   /** Stop taking calls, finish those in flight, then exit. */
   | { readonly type: "drain" };
 
@@ -42,20 +57,26 @@ const workerTypes = new Set([
   "store",
   "webhooks",
   "key-revoked",
+  "stream-slot",
+  "stream-slot-freed",
   "metrics",
   "metrics-json-reply",
   "pong",
+  "linked",
+  "ready",
   "listening",
   "start-failed",
 ]);
 const primaryTypes = new Set([
   "store-reply",
   "key-revoked",
+  "stream-slot-reply",
   "writes-refused",
   "stats-changed",
   "metrics-reply",
   "metrics-json",
   "ping",
+  "ready",
   "drain",
 ]);
 

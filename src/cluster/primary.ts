@@ -5,6 +5,7 @@ import { RateLimiterClusterMaster } from "rate-limiter-flexible";
 import type { App } from "../app.js";
 import type { Config } from "../config.js";
 import { answerStoreRequest } from "../store/forwarded-writes.js";
+import { StreamCounts } from "../transport/streams-by-key.js";
 import {
   isWorkerMessage,
   type MetricsJson,
@@ -22,6 +23,13 @@ import {
 export interface Primary {
   /** Resolves with the port once every worker serves it; rejects with a worker's start-up failure. */
   readonly started: Promise<number>;
+  /**
+   * Tells the workers the service is ready (what they serve is committed:
+   * the demo keys); resolves once every worker serves, so the banner and
+   * `/readyz` never come before a worker that would refuse a valid key.
+   * Workers started later are told as they link.
+   */
+  ready(): Promise<void>;
   /** Drains the workers (each finishes its calls), then the writer. */
   stop(): Promise<void>;
 }
@@ -45,7 +53,16 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   const store = app.store;
   const runCommand = store.runCommand;
   let stopping = false;
-  let writesRefused: string | undefined;
+  // The store may refuse writes from the start (a disk under its floor).
+  let writesRefused = app.writesRefused();
+  let ready = false;
+  /** The workers yet to say they serve, and who waits for them. */
+  const notServing = new Set<number>();
+  let allServing: (() => void) | undefined;
+  const served = (workerId: number) => {
+    notServing.delete(workerId);
+    if (notServing.size === 0) allServing?.();
+  };
   /** When each serving worker was sent the ping it has not answered yet. */
   const pingedAt = new Map<number, number>();
   const startedAt = new Map<number, number>();
@@ -78,6 +95,10 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     broadcast({ type: "writes-refused", reason });
   });
   store.statsChanged?.((scopes) => broadcast({ type: "stats-changed", scopes: [...scopes] }));
+  // Every worker's open streams per key: STREAMS_PER_KEY holds for the whole
+  // service, and a worker that dies gives its slots back.
+  const streamCounts = new StreamCounts(config.streamsPerKey);
+  cluster.on("exit", (worker) => streamCounts.dropHolder(worker.id));
 
   const metricsOf = (worker: Worker): Promise<MetricsJson> =>
     new Promise((resolve) => {
@@ -93,7 +114,12 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
       send(worker, { type: "metrics-json", id });
     });
   const clusterMetrics = async (): Promise<string> => {
-    const all = await Promise.all([app.metricsJson(), ...live().map(metricsOf)]);
+    // A process whose metrics cannot be read leaves the others' to show.
+    const own = app.metricsJson().catch((error: unknown) => {
+      logger.error({ err: error }, "could not read the primary's metrics");
+      return [];
+    });
+    const all = await Promise.all([own, ...live().map(metricsOf)]);
     return AggregatorRegistry.aggregate(all).metrics();
   };
 
@@ -113,6 +139,16 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
         app.forgetKey(message.hash);
         broadcast({ type: "key-revoked", hash: message.hash }, worker);
         return;
+      case "stream-slot":
+        send(worker, {
+          type: "stream-slot-reply",
+          id: message.id,
+          granted: streamCounts.take(worker.id, message.keyId),
+        });
+        return;
+      case "stream-slot-freed":
+        streamCounts.free(worker.id, message.keyId);
+        return;
       case "metrics":
         void clusterMetrics().then(
           (text) => send(worker, { type: "metrics-reply", id: message.id, text }),
@@ -128,6 +164,14 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
         return;
       case "pong":
         pingedAt.delete(worker.id);
+        return;
+      case "linked":
+        if (writesRefused !== undefined)
+          send(worker, { type: "writes-refused", reason: writesRefused });
+        if (ready) send(worker, { type: "ready" });
+        return;
+      case "ready":
+        served(worker.id);
         return;
       case "listening":
         listening.add(worker.id);
@@ -153,13 +197,10 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     worker.on("message", (message: unknown) => {
       if (isWorkerMessage(message)) handle(worker, message);
     });
-    worker.on("online", () => {
-      if (writesRefused !== undefined)
-        send(worker, { type: "writes-refused", reason: writesRefused });
-    });
     worker.on("exit", (code, signal) => {
       pingedAt.delete(worker.id);
       listening.delete(worker.id);
+      served(worker.id);
       if (stopping || phase === "failed") return;
       if (phase === "starting") {
         phase = "failed";
@@ -216,6 +257,17 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   let stopped: Promise<void> | undefined;
   return {
     started,
+    ready() {
+      ready = true;
+      const waiting = live().filter((worker) => !worker.isDead());
+      for (const worker of waiting) notServing.add(worker.id);
+      const all = new Promise<void>((resolve) => {
+        allServing = resolve;
+      });
+      if (notServing.size === 0) allServing?.();
+      broadcast({ type: "ready" });
+      return all;
+    },
     stop() {
       stopped ??= (async () => {
         stopping = true;

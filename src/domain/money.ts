@@ -1,3 +1,5 @@
+import { limits } from "./limits.js";
+
 /**
  * Money as the reward ledger keeps it: whole numbers of a currency's minor
  * unit (cents), so sums and limits are exact. The API shows amounts in
@@ -63,4 +65,22 @@ export function fromMinorUnits(minor: number, currency: CurrencyName | null): nu
   // Division by a power of ten rounds to the double nearest the decimal,
   // which is the one that prints as it.
   return digits === 0 ? minor : minor / 10 ** digits;
+}
+
+/**
+ * The minor units of one reward's amount, or why it is refused: what
+ * {@link toMinorUnits} takes, not negative, and at most
+ * `limits.campaign.maxAmount`. A campaign's rewards and a manual grant's
+ * own value are checked alike.
+ */
+export function rewardAmountMinor(
+  amount: number,
+  currency: CurrencyName | null,
+): { minor: number } | { refused: string } {
+  // Checked ahead of toMinorUnits, whose own bound is the ledger's, far larger.
+  if (!Number.isFinite(amount)) return { refused: "must be a finite number" };
+  if (amount < 0) return { refused: "must not be negative" };
+  const max = limits.campaign.maxAmount;
+  if (amount > max) return { refused: `must be at most ${max.toLocaleString("en")}` };
+  return toMinorUnits(amount, currency);
 }

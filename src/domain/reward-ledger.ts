@@ -1,4 +1,5 @@
 import { hash } from "node:crypto";
+import { zoneDayOf } from "./stats-time.js";
 
 /**
  * The reward ledger's rules, pure: where a grant may move, which grants
@@ -85,39 +86,15 @@ export function roomFor(unit: LimitUnitName, max: number, used: number, requeste
   return Math.max(0, Math.min(requested, max - used));
 }
 
-const dateParts = new Map<string, Intl.DateTimeFormat>();
-
-/** Year, month and day of an instant on the calendar of a time zone. */
+/**
+ * Year, month and day of an instant on the calendar of a time zone, from
+ * the stats calendar's offsets (kept per quarter hour, for a bounded number
+ * of zones).
+ */
 function calendarDate(at: Date, timeZone: string): { year: number; month: number; day: number } {
-  // Most campaigns keep UTC: its calendar needs no formatter.
-  if (timeZone === "UTC") {
-    return { year: at.getUTCFullYear(), month: at.getUTCMonth() + 1, day: at.getUTCDate() };
-  }
-  let format = dateParts.get(timeZone);
-  if (!format) {
-    format = new Intl.DateTimeFormat("en-US", {
-      timeZone,
-      year: "numeric",
-      month: "numeric",
-      day: "numeric",
-    });
-    dateParts.set(timeZone, format);
-  }
-  const parts: Record<string, number> = {};
-  for (const part of format.formatToParts(at)) {
-    if (part.type !== "literal") parts[part.type] = Number(part.value);
-  }
-  return { year: parts.year as number, month: parts.month as number, day: parts.day as number };
-}
-
-/** True when the runtime knows the IANA time zone. */
-export function isTimeZone(name: string): boolean {
-  try {
-    new Intl.DateTimeFormat("en-US", { timeZone: name });
-    return true;
-  } catch {
-    return false;
-  }
+  // Most campaigns keep UTC: its calendar needs no offset.
+  const local = timeZone === "UTC" ? at : new Date(zoneDayOf(at.getTime(), timeZone) * dayMs);
+  return { year: local.getUTCFullYear(), month: local.getUTCMonth() + 1, day: local.getUTCDate() };
 }
 
 const pad = (value: number) => String(value).padStart(2, "0");

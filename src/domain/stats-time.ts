@@ -1,4 +1,4 @@
-import { DateTime, IANAZone } from "luxon";
+import { DateTime, FixedOffsetZone } from "luxon";
 import { isoString } from "../contract/iso-time.js";
 
 /**
@@ -16,6 +16,22 @@ export type BucketSize = (typeof bucketSeconds)[number];
 
 /** The finest counter. */
 export const quarterHourMs = 900_000;
+
+/**
+ * The first instant the numbers can be asked about: 1972-01-01T00:00Z.
+ * Before 1972 some zones kept local mean time (Paris +0:09:21 until 1911,
+ * Monrovia -0:44:30 until 1972-01-07), whose days do not start on a
+ * quarter hour; from 1972 on, only Monrovia's first week does, and the
+ * periods that reach into it are refused where they meet it.
+ */
+export const earliestStatsMs = Date.UTC(1972, 0, 1);
+
+/**
+ * The last instant the numbers can be asked about: 9999-12-31T00:00Z, so
+ * that every instant shown, in any zone (UTC-12 to UTC+14), is in a year
+ * of four digits, as ISO 8601 writes it without an agreed expansion.
+ */
+export const latestStatsMs = Date.UTC(9999, 11, 31);
 
 /** The counter of each size an instant falls in. */
 export function bucketsOf(atMs: number): { size: BucketSize; bucket: number }[] {
@@ -38,29 +54,180 @@ export interface BucketRun {
   readonly to: number;
 }
 
-/** Per zone, its UTC offset in minutes by quarter hour (offsets change on quarter hours). */
-const offsets = new Map<string, { zone: IANAZone; byQuarter: Map<number, number> }>();
+/** Why a period cannot be served: the field and the problem. */
+export class StatsPeriodProblem extends Error {
+  constructor(
+    readonly field: string,
+    problem: string,
+  ) {
+    super(problem);
+  }
+}
+
+/** A zone written as its UTC offset, as Intl names it: `+05:45`. */
+const fixedOffset = /^[+-]\d\d:(\d\d)$/;
+
+/** The zone Intl knows by `name` (in any case, or an alias), as Intl names it; undefined when unknown. */
+function zoneIdOf(name: string): string | undefined {
+  try {
+    return new Intl.DateTimeFormat("en-US", { timeZone: name }).resolvedOptions().timeZone;
+  } catch {
+    return undefined;
+  }
+}
 
 /**
- * A zone's UTC offset at an instant, in minutes. Luxon asks Intl for it
- * each time (about 10 µs); a write's counters ask for every campaign move,
- * so it is kept per quarter hour, the grain at which offsets change.
+ * A time zone as the numbers use and show it, or a {@link StatsPeriodProblem}
+ * naming `field`: an IANA name in the database's spelling (`europe/paris`
+ * is `Europe/Paris`; an alias such as `Asia/Kolkata` or `Etc/UTC` stays as
+ * given, the zone it names being the same), or a UTC offset written
+ * `+05:45` (`+0545` and `+05` are `+05:45` and `+05:00`), which must be a
+ * whole number of quarter hours: the counters' resolution.
+ */
+export function canonicalTimeZone(name: string, field: string): string {
+  const id = zoneIdOf(name);
+  if (id === undefined) {
+    throw new StatsPeriodProblem(field, "must be an IANA time zone such as Europe/Paris");
+  }
+  const offset = fixedOffset.exec(id);
+  if (offset) {
+    if (Number(offset[1]) % 15 !== 0) {
+      throw new StatsPeriodProblem(
+        field,
+        "must be a whole number of quarter hours from UTC (+05:45, not +05:40): the counters' resolution",
+      );
+    }
+    return id;
+  }
+  return id.toLowerCase() === name.toLowerCase() ? id : name;
+}
+
+/** True when two known zone names (`Asia/Kolkata`, `Asia/Calcutta`) name the same zone. */
+export function sameTimeZone(a: string, b: string): boolean {
+  return a === b || keptZoneIdOf(a) === keptZoneIdOf(b);
+}
+
+/** A zone's wall clock as Intl writes it, and its UTC offsets in minutes by quarter hour. */
+interface ZoneCalendar {
+  readonly wallClock: Intl.DateTimeFormat;
+  readonly byQuarter: Map<number, number>;
+}
+
+/**
+ * The most zones whose calendars are kept (an Intl formatter, about 40 kB,
+ * and the offsets asked for), the least recently used dropped first: any
+ * number of zones, and any number of spellings of one, cost at most these.
+ * An environment's writes ask for every zone its campaigns have.
+ */
+const maxKeptZones = 64;
+/** The most offsets kept per zone: a year of days, or 1,000 hours, asks for about 2,000. */
+const maxKeptQuarters = 2_048;
+/** The most zone names kept with the zone they name: a few bytes each. */
+const maxKeptNames = 1_000;
+
+/** Per zone, by Intl's name for it, its calendar; the least recently used first. */
+const calendars = new Map<string, ZoneCalendar>();
+/** The zone each name asked for lately names, by Intl's name for it. */
+const zoneIds = new Map<string, string>();
+let lastName: string | undefined;
+let lastCalendar: ZoneCalendar | undefined;
+
+/** How many zones, and names of zones, the calendar keeps: for the tests of its bounds. */
+export function keptTimeZones(): { zones: number; names: number } {
+  return { zones: calendars.size, names: zoneIds.size };
+}
+
+/** {@link zoneIdOf} a known zone name, kept: asking Intl costs about 0.3 ms. */
+function keptZoneIdOf(name: string): string {
+  let id = zoneIds.get(name);
+  if (id === undefined) {
+    id = zoneIdOf(name);
+    if (id === undefined) throw new RangeError(`unknown time zone ${name}`);
+    if (zoneIds.size >= maxKeptNames) zoneIds.clear();
+    zoneIds.set(name, id);
+  }
+  return id;
+}
+
+/** The calendar of a zone, whichever of its names it is asked by. */
+function calendarOf(timeZone: string): ZoneCalendar {
+  // A write's counters ask for the same zone many times in a row.
+  if (timeZone === lastName && lastCalendar) return lastCalendar;
+  const id = keptZoneIdOf(timeZone);
+  let calendar = calendars.get(id);
+  if (calendar) {
+    calendars.delete(id);
+  } else {
+    calendar = {
+      wallClock: new Intl.DateTimeFormat("en-US", {
+        timeZone: id,
+        hourCycle: "h23",
+        era: "short",
+        year: "numeric",
+        month: "numeric",
+        day: "numeric",
+        hour: "numeric",
+        minute: "numeric",
+        second: "numeric",
+      }),
+      byQuarter: new Map(),
+    };
+    if (calendars.size >= maxKeptZones) {
+      const oldest = calendars.keys().next().value;
+      if (oldest !== undefined) calendars.delete(oldest);
+    }
+  }
+  calendars.set(id, calendar);
+  lastName = timeZone;
+  lastCalendar = calendar;
+  return calendar;
+}
+
+/**
+ * A zone's UTC offset at an instant on a whole second, in minutes, from its
+ * wall clock then (with a fraction for local mean time: Paris's +9.35).
+ */
+function offsetFromWallClock(wallClock: Intl.DateTimeFormat, atMs: number): number {
+  const parts: Record<string, string> = {};
+  for (const { type, value } of wallClock.formatToParts(atMs)) parts[type] = value;
+  const year = Number(parts.year);
+  const local = new Date(0);
+  // setUTCFullYear, not Date.UTC: years 0 to 99 are not 1900 to 1999.
+  local.setUTCFullYear(
+    parts.era === "BC" ? 1 - year : year,
+    Number(parts.month) - 1,
+    Number(parts.day),
+  );
+  local.setUTCHours(Number(parts.hour), Number(parts.minute), Number(parts.second));
+  return (local.getTime() - atMs) / 60_000;
+}
+
+/**
+ * A zone's UTC offset at an instant, in minutes. Intl is asked once per
+ * quarter hour (about 10 µs each time); a write's counters ask for every
+ * campaign move, and offsets change on quarter hours.
  */
 function offsetAt(atMs: number, timeZone: string): number {
-  let entry = offsets.get(timeZone);
-  if (!entry) {
-    entry = { zone: IANAZone.create(timeZone) as IANAZone, byQuarter: new Map() };
-    offsets.set(timeZone, entry);
-  }
+  const { wallClock, byQuarter } = calendarOf(timeZone);
   const quarter = Math.floor(atMs / quarterHourMs);
-  let offset = entry.byQuarter.get(quarter);
+  let offset = byQuarter.get(quarter);
   if (offset === undefined) {
-    if (entry.byQuarter.size >= 10_000) entry.byQuarter.clear();
-    offset = entry.zone.offset(quarter * quarterHourMs);
-    entry.byQuarter.set(quarter, offset);
+    if (byQuarter.size >= maxKeptQuarters) byQuarter.clear();
+    offset = offsetFromWallClock(wallClock, quarter * quarterHourMs);
+    byQuarter.set(quarter, offset);
   }
   return offset;
 }
+
+/** An offset in minutes as ISO 8601 writes it: `+05:45`, with seconds when it has some (`-00:44:30`). */
+function offsetText(minutes: number): string {
+  const sign = minutes < 0 ? "-" : "+";
+  const seconds = Math.round(Math.abs(minutes) * 60);
+  const text = `${sign}${pad(Math.floor(seconds / 3600))}:${pad(Math.floor(seconds / 60) % 60)}`;
+  return seconds % 60 === 0 ? text : `${text}:${pad(seconds % 60)}`;
+}
+
+const pad = (value: number) => String(value).padStart(2, "0");
 
 /** The local calendar day of an instant in `timeZone`, as days since 1970-01-01. */
 export function zoneDayOf(atMs: number, timeZone: string): number {
@@ -99,16 +266,31 @@ function localOf(atMs: number, timeZone: string): number {
 
 /**
  * The instant whose local wall-clock time in `timeZone` is `local`; for a
- * wall-clock time a daylight-saving change skips, the one Luxon gives (the
- * time moved forward by the gap).
+ * wall-clock time a daylight-saving change skips, the time moved forward
+ * by the gap (as Luxon's `keepLocalTime` gives it).
  */
 function utcOf(local: number, timeZone: string): number {
-  let at = local - offsetAt(local, timeZone) * 60_000;
-  at = local - offsetAt(at, timeZone) * 60_000;
-  if (localOf(at, timeZone) === local) return at;
-  return DateTime.fromMillis(local, { zone: "UTC" })
-    .setZone(timeZone, { keepLocalTime: true })
-    .toMillis();
+  const guess = offsetAt(local, timeZone);
+  const corrected = offsetAt(local - guess * 60_000, timeZone);
+  const at = local - corrected * 60_000;
+  const settled = offsetAt(at, timeZone);
+  if (settled === corrected) return at;
+  // In the gap: read with the offset before it, which is the smaller.
+  return local - Math.min(corrected, settled) * 60_000;
+}
+
+/**
+ * The interval of `timeZone`'s calendar that holds an instant, or with
+ * `count` the one that many intervals after it (-1: the one before).
+ */
+export function calendarIntervalOf(
+  atMs: number,
+  interval: StatsIntervalName,
+  timeZone: string,
+  count = 0,
+): StatsSpan {
+  const start = stepLocal(floorLocal(localOf(atMs, timeZone), interval), interval, count);
+  return { from: utcOf(start, timeZone), to: utcOf(stepLocal(start, interval, 1), timeZone) };
 }
 
 /** The local start of the interval holding a local wall-clock time (a Monday for weeks). */
@@ -190,17 +372,6 @@ export interface StatsPeriod extends StatsSpan {
 /** The most points a series may hold. */
 export const maxStatsPoints = 1000;
 
-/** Why a period cannot be served: the field and the problem. */
-export class StatsPeriodProblem extends Error {
-  constructor(
-    readonly field: string,
-    problem: string,
-  ) {
-    super(problem);
-  }
-}
-
-const isoDate = /^\d{4}-\d{2}-\d{2}$/;
 const unitOf: Record<StatsIntervalName, string> = {
   hour: "hours",
   day: "days",
@@ -208,25 +379,67 @@ const unitOf: Record<StatsIntervalName, string> = {
   month: "months",
 };
 
+/** An instant in UTC as a message shows it: `1972-01-01T00:00:00Z`. */
+const utcText = (atMs: number) => isoString(atMs).replace(".000Z", "Z");
+
+const representable = `between ${utcText(earliestStatsMs)} and ${utcText(latestStatsMs)}, the times the counters represent`;
+
 /**
- * An instant from a request: an ISO date is that day's midnight in
- * `timeZone`; an ISO time without an offset is read in `timeZone`.
+ * Why the counters cannot represent an instant, as a problem of `field`:
+ * it is outside [{@link earliestStatsMs}, {@link latestStatsMs}], or off
+ * the quarter hour, given so or because the zone's offset then is not a
+ * whole number of quarter hours (a zone given as such an offset is then
+ * the field to blame).
  */
-export function parseStatsInstant(text: string, field: string, timeZone: string): DateTime {
-  const value = DateTime.fromISO(text, { zone: timeZone, setZone: false }).setZone(timeZone);
-  if (!value.isValid) {
+function uncountable(
+  atMs: number,
+  field: string,
+  timeZone: string,
+): StatsPeriodProblem | undefined {
+  if (!(atMs >= earliestStatsMs && atMs <= latestStatsMs)) {
+    return new StatsPeriodProblem(field, `must be ${representable}`);
+  }
+  if (atMs % quarterHourMs === 0) return undefined;
+  const offset = offsetAt(atMs, timeZone);
+  if (offset % 15 === 0) {
+    return new StatsPeriodProblem(
+      field,
+      "must fall on a quarter hour (:00, :15, :30 or :45): the counters' resolution",
+    );
+  }
+  return new StatsPeriodProblem(
+    fixedOffset.test(timeZone) ? "timeZone" : field,
+    `cannot be counted in ${timeZone}: its UTC offset at ${utcText(atMs)} is ${offsetText(offset)}, not a whole number of quarter hours, the counters' resolution`,
+  );
+}
+
+/** An hour east of UTC: a time read there too tells whether it carries its own offset. */
+const anHourEast = FixedOffsetZone.instance(60);
+
+/**
+ * An instant from a request, in milliseconds: an ISO date is that day's
+ * midnight in `timeZone`; an ISO time without an offset is read in
+ * `timeZone`. It must be one the counters represent: from 1972 to 9999, on
+ * a quarter hour.
+ */
+export function parseStatsInstant(text: string, field: string, timeZone: string): number {
+  const read = DateTime.fromISO(text, { zone: FixedOffsetZone.utcInstance });
+  if (!read.isValid) {
     throw new StatsPeriodProblem(
       field,
       "must be an ISO date (2026-11-01) or time (2026-11-01T09:00:00Z)",
     );
   }
-  if (!isoDate.test(text) && value.toMillis() % quarterHourMs !== 0) {
-    throw new StatsPeriodProblem(
-      field,
-      "must fall on a quarter hour (:00, :15, :30 or :45): the counters' resolution",
-    );
+  const asUtc = read.toMillis();
+  const ownOffset = DateTime.fromISO(text, { zone: anHourEast }).toMillis() === asUtc;
+  // A wall clock far out of range may have no instant a Date can hold.
+  if (!ownOffset && !(asUtc > earliestStatsMs - dayMs && asUtc < latestStatsMs + dayMs)) {
+    throw new StatsPeriodProblem(field, `must be ${representable}`);
   }
-  return value;
+  const at = ownOffset ? asUtc : utcOf(asUtc, timeZone);
+  const problem = uncountable(at, field, timeZone);
+  if (problem) throw problem;
+  return at;
 }
 
 /**
@@ -236,7 +449,9 @@ export function parseStatsInstant(text: string, field: string, timeZone: string)
  * `to` is the end of the interval that holds `now`; unset `from` is 30
  * intervals before it. The calendar is worked out on the wall clock with
  * the zone's offsets (Intl's, kept per quarter hour): a year of days costs
- * no date library call per day.
+ * no date library call per day. Every instant of the period, and of the
+ * period before when `compare` asks for it, is one the counters represent
+ * (see {@link parseStatsInstant}), or the field that leads to it is refused.
  */
 export function statsPeriodOf(request: {
   from?: string | undefined;
@@ -244,17 +459,33 @@ export function statsPeriodOf(request: {
   interval: StatsIntervalName;
   timeZone: string;
   now: Date;
+  compare?: boolean;
 }): StatsPeriod {
   const { interval, timeZone } = request;
+  const given =
+    request.from === undefined ? undefined : parseStatsInstant(request.from, "from", timeZone);
   const current = floorLocal(localOf(request.now.getTime(), timeZone), interval);
   const to =
     request.to !== undefined
-      ? parseStatsInstant(request.to, "to", timeZone).toMillis()
+      ? parseStatsInstant(request.to, "to", timeZone)
       : utcOf(stepLocal(current, interval, 1), timeZone);
-  const from =
-    request.from !== undefined
-      ? parseStatsInstant(request.from, "from", timeZone).toMillis()
-      : utcOf(stepLocal(floorLocal(localOf(to - 1, timeZone), interval), interval, -29), timeZone);
+  let from: number;
+  if (given !== undefined) {
+    from = given;
+  } else {
+    from = utcOf(
+      stepLocal(floorLocal(localOf(to - 1, timeZone), interval), interval, -29),
+      timeZone,
+    );
+    if (from < earliestStatsMs) {
+      throw new StatsPeriodProblem(
+        "from",
+        `must be given: the 30 ${unitOf[interval]} up to \`to\` start at ${utcText(from)}, not ${representable}`,
+      );
+    }
+    const problem = uncountable(from, "from", timeZone);
+    if (problem) throw problem;
+  }
   if (to <= from) throw new StatsPeriodProblem("to", "must be after from");
   const points: StatsSpan[] = [];
   let start = from;
@@ -270,9 +501,22 @@ export function statsPeriodOf(request: {
         `the period holds more than ${maxStatsPoints} ${unitOf[interval]}: choose a longer interval or a shorter period`,
       );
     }
+    // Monrovia's days of early 1972 start at 00:44:30 UTC.
+    const problem = uncountable(end, "from", timeZone);
+    if (problem) throw problem;
     start = end;
   }
   const previous = previousOf({ from, to }, points.length, interval, timeZone);
+  if (request.compare) {
+    if (previous.from < earliestStatsMs) {
+      throw new StatsPeriodProblem(
+        "compare",
+        `the period before starts at ${utcText(previous.from)}, not ${representable}`,
+      );
+    }
+    const problem = uncountable(previous.from, "compare", timeZone);
+    if (problem) throw problem;
+  }
   return { from, to, timeZone, points, previous };
 }
 
@@ -298,8 +542,6 @@ function previousOf(
   return { from: period.from - (period.to - period.from), to: period.from };
 }
 
-const pad = (value: number) => String(value).padStart(2, "0");
-
 /**
  * An instant as the API shows a period's bounds: ISO 8601 in the zone, with
  * its offset (`Z` in the zone named UTC, as Luxon writes it), milliseconds
@@ -311,9 +553,7 @@ export function statsInstantText(atMs: number, timeZone: string): string {
   const local = isoString(atMs + offset * 60_000);
   const wallClock = local.endsWith(".000Z") ? local.slice(0, -5) : local.slice(0, -1);
   if (timeZone === "UTC") return `${wallClock}Z`;
-  const sign = offset < 0 ? "-" : "+";
-  const minutes = Math.abs(offset);
-  return `${wallClock}${sign}${pad(Math.floor(minutes / 60))}:${pad(minutes % 60)}`;
+  return `${wallClock}${offsetText(offset)}`;
 }
 
 /**
@@ -360,10 +600,3 @@ export function conversionBinRange(bin: number): { from: number; to: number | nu
 
 /** The histogram the API shows: under an hour, a day, a week, 30 days, and longer. */
 export const conversionHistogramEdges = [0, 3600, 86_400, 604_800, 2_592_000] as const;
-
-/** A leaderboard window's span in ms ([from, to)); null for every acceptance (`all`). */
-export function leaderboardWindowRange(window: string, timeZone: string): [number, number] | null {
-  if (window === "all") return null;
-  const start = DateTime.fromISO(window, { zone: timeZone }).startOf("month");
-  return [start.toMillis(), start.plus({ months: 1 }).toMillis()];
-}

@@ -16,3 +16,13 @@ export interface Tenant {
 
 /** A source of the current time, injectable for tests. */
 export type Clock = () => Date;
+
+/**
+ * What open streams wait on to look again for what nobody tells them of
+ * (STREAM_POLL_INTERVAL): numbers another instance moved, a key another
+ * instance revoked. Injectable, so tests tick by hand.
+ */
+export interface Ticker {
+  /** Calls `listener` once, at the next tick; the function returned cancels that. */
+  onNextTick(listener: () => void): () => void;
+}

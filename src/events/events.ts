@@ -160,6 +160,7 @@ export async function eventOf(
     data = { ...data, rewards: await rewardsOf(db, String(data.campaignId)) };
   }
   const customerId = subjectCustomerOf(holder, type);
+  const referredBy = (data?.referredBy as { id?: unknown } | null | undefined)?.id;
   return {
     _id: entry.id,
     organizationId: holder.organizationId,
@@ -169,6 +170,7 @@ export async function eventOf(
     payload: JSON.stringify({ type, timestamp: entry.occurredAt.toISOString(), data: data ?? {} }),
     createdAt: entry.occurredAt,
     ...(customerId ? { customerId } : {}),
+    ...(customerId && typeof referredBy === "string" ? { referredById: referredBy } : {}),
   };
 }
 

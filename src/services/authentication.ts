@@ -4,7 +4,7 @@ import { Access } from "../../gen/referral/v1/options_pb.js";
 import { methodAccess } from "../contract/options.js";
 import { hashApiKey, secretsEqual } from "../domain/api-keys.js";
 import type { Store } from "../store/store.js";
-import { findApiKeyByHash, tenantOfApplication } from "../store/tenants.js";
+import { findApiKey, findApiKeyByHash, tenantOfApplication } from "../store/tenants.js";
 import type { Caller } from "./context.js";
 
 /** Checks a call's credential against its RPC's `(referral.v1.access)`. */
@@ -21,6 +21,12 @@ export interface Authenticator {
   ): Promise<Caller | undefined>;
   /** Forgets a cached key at once (called when it is revoked). */
   forget(hash: string): void;
+  /**
+   * Whether the key with this id is revoked (or gone) now, read from the
+   * store past the cache: an open stream's key revoked through another
+   * instance, which nothing tells this one of.
+   */
+  isRevoked(keyId: string): Promise<boolean>;
 }
 
 // Authenticated keys are cached briefly so a hot path does not hit the store
@@ -101,6 +107,10 @@ export function createAuthenticator(deps: {
     },
     forget(hash) {
       cache.delete(hash);
+    },
+    async isRevoked(keyId) {
+      const doc = await findApiKey(deps.store.system, keyId);
+      return !doc || Boolean(doc.revokedAt);
     },
   };
 }

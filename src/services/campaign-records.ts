@@ -19,8 +19,9 @@ import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
 import { rewardTriggerOf } from "../domain/conversion.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
-import { type CurrencyName, toMinorUnits } from "../domain/money.js";
-import { isTimeZone, parseDuration } from "../domain/reward-ledger.js";
+import { type CurrencyName, rewardAmountMinor } from "../domain/money.js";
+import { parseDuration } from "../domain/reward-ledger.js";
+import { canonicalTimeZone, StatsPeriodProblem } from "../domain/stats-time.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { CampaignCheckpointDoc, CampaignDoc } from "../store/documents.js";
 import { checkCampaignContent } from "./campaign-content.js";
@@ -278,9 +279,13 @@ function checkCampaign(campaign: Campaign, environment: EnvironmentName): void {
  * time zone are written as their defaults (automatic, UTC).
  */
 function checkRewardTerms(campaign: Campaign): void {
-  campaign.timeZone = requiredText(campaign.timeZone || "UTC", "campaign.timeZone");
-  if (!isTimeZone(campaign.timeZone)) {
-    throw invalidArgument("campaign.timeZone", "must be an IANA time zone such as Europe/Paris");
+  const timeZone = requiredText(campaign.timeZone || "UTC", "campaign.timeZone");
+  try {
+    // One spelling per zone: its counters and calendars are kept under it.
+    campaign.timeZone = canonicalTimeZone(timeZone, "campaign.timeZone");
+  } catch (error) {
+    if (error instanceof StatsPeriodProblem) throw invalidArgument(error.field, error.message);
+    throw error;
   }
   for (const [index, reward] of campaign.rewards.entries()) {
     checkReward(reward, `campaign.rewards[${index}]`);
@@ -310,17 +315,7 @@ function checkReward(reward: Reward, path: string): void {
     const value = reward[field];
     if (value === undefined) return;
     if (!currency) throw invalidArgument(`${path}.currency`, `is required with ${field}`);
-    // Checked ahead of toMinorUnits, whose own bound is the ledger's, far larger.
-    if (!Number.isFinite(value))
-      throw invalidArgument(`${path}.${field}`, "must be a finite number");
-    if (value < 0) throw invalidArgument(`${path}.${field}`, "must not be negative");
-    if (value > maxAmount) {
-      throw invalidArgument(
-        `${path}.${field}`,
-        `must be at most ${maxAmount.toLocaleString("en")}`,
-      );
-    }
-    const exact = toMinorUnits(value, currency);
+    const exact = rewardAmountMinor(value, currency);
     if ("refused" in exact) throw invalidArgument(`${path}.${field}`, exact.refused);
   };
   if (reward.type === RewardType.PAYOUT) {

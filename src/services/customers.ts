@@ -1,11 +1,9 @@
-import { fromBinary, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   type CustomersService,
-  CustomersService as CustomersServiceDesc,
   GetCustomerResponseSchema,
-  IdentifyCustomerResponseSchema,
 } from "../../gen/referral/v1/customers_pb.js";
 import {
   CheckpointSchema,
@@ -48,33 +46,39 @@ export async function eraseCustomerOf(
   const at = deps.clock();
   const erased = await store.customers.erase(id, at, [customerErased(id, at)]);
   if (!erased) throw notFound(`customer ${id}`);
-  await forgetIdentifyResponses(store, id, deps.secretBox);
+  await forgetOutcomesAbout(store, id, deps.secretBox);
   if (erased.erasedNow) deps.notifyWebhooks();
   const [customer] = await store.customers.messages([erased.tombstone]);
   if (!customer) throw notFound(`customer ${id}`);
   return customer;
 }
 
-/** The RPC whose kept responses hold a customer as it was identified. */
-const identifyRpc = `${CustomersServiceDesc.typeName}/${CustomersServiceDesc.method.identifyCustomer.name}`;
-
 /**
- * Forgets the identifies kept for replay (sealed, for a day) whose response
- * is the erased customer: a retry with such a key would answer its data.
- * Those calls then run again if retried, as someone new.
+ * Forgets the calls kept for replay (sealed, for a day) whose outcome
+ * names the erased customer, whatever the call: its own identify, a
+ * referee's identify whose `referredBy` was this customer, a referral.
+ * Found by what holds it: the customer's id in the outcome's bytes (a
+ * protobuf string is its UTF-8 bytes, and ids are unique), not by who
+ * refers whom today. A retry with such a key then runs again, and answers
+ * what the service holds now.
  */
-async function forgetIdentifyResponses(
+async function forgetOutcomesAbout(
   store: TenantStore,
   id: string,
   secretBox: SecretBox,
 ): Promise<void> {
-  for (const record of await store.idempotency.recordsOf(identifyRpc)) {
+  const mark = Buffer.from(id);
+  for (const record of await store.idempotency.records()) {
     const outcome = record.outcome;
-    if (!outcome || !("responseSealed" in outcome)) continue;
-    const bytes = Buffer.from(secretBox.open(outcome.responseSealed), "base64");
-    if (fromBinary(IdentifyCustomerResponseSchema, bytes).customer?.id === id) {
-      await store.idempotency.forget(record);
-    }
+    if (!outcome) continue;
+    const held =
+      "responseSealed" in outcome
+        ? [Buffer.from(secretBox.open(outcome.responseSealed), "base64")]
+        : [
+            Buffer.from(outcome.message),
+            ...outcome.details.map((detail) => Buffer.from(detail.value, "base64")),
+          ];
+    if (held.some((bytes) => bytes.includes(mark))) await store.idempotency.forget(record);
   }
 }
 

@@ -98,18 +98,26 @@ function iso(value: Date | null): string {
   return value ? isoString(new Date(value).getTime()) : "";
 }
 
-/** One CSV record: each field quoted when it must be, quotes doubled. */
+/**
+ * One CSV record (RFC 4180): a field holding a quote, a line break or any
+ * common delimiter (comma, semicolon, tab) is quoted, quotes doubled, so a
+ * reader that splits on a semicolon or a tab (a spreadsheet in another
+ * locale) does not cut it either.
+ */
 export function csvRow(fields: readonly string[]): string {
   return fields
-    .map((field) => (/[",\r\n]/.test(field) ? `"${field.replaceAll('"', '""')}"` : field))
+    .map((field) => (/[",;\t\r\n]/.test(field) ? `"${field.replaceAll('"', '""')}"` : field))
     .join(",");
 }
 
 /**
- * A caller's text a spreadsheet would run as a formula (`=`, `+`, `-`,
- * `@`, a tab or carriage return first) gets a leading apostrophe, as
- * OWASP's advice on CSV injection has it.
+ * A caller's text a spreadsheet could run as a formula gets an apostrophe
+ * before it (OWASP's advice on CSV injection): where it starts, and after
+ * every comma, semicolon, tab or pipe in it, since a reader that splits on
+ * that character (whatever the file meant) starts a cell there. A cell
+ * starts a formula with `=`, `+`, `-` or `@` (after spaces), or with a tab
+ * or carriage return.
  */
 export function spreadsheetSafe(text: string): string {
-  return /^[=+\-@\t\r]/.test(text) ? `'${text}` : text;
+  return text.replace(/(^|[,;\t|])([ "]*)(?=[=+\-@\t\r])/g, "$1$2'");
 }

@@ -1,4 +1,5 @@
 import { setTimeout as sleep } from "node:timers/promises";
+import { create, equals } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { DateTime } from "luxon";
 import {
@@ -6,20 +7,25 @@ import {
   LeaderboardWindowSchema,
   StatsComparison,
   StatsIntervalSchema,
+  type WatchCampaignStatsResponse,
+  WatchCampaignStatsResponseSchema,
 } from "../../gen/referral/v1/insights_pb.js";
 import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { enumWords } from "../contract/options.js";
+import { maskedName } from "../domain/display-name.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
-import { isTimeZone } from "../domain/reward-ledger.js";
 import {
+  calendarIntervalOf,
+  canonicalTimeZone,
   parseStatsInstant,
   type StatsIntervalName,
   StatsPeriodProblem,
   type StatsSpan,
+  sameTimeZone,
   statsInstantText,
   statsPeriodOf,
 } from "../domain/stats-time.js";
-import type { Clock } from "../domain/tenancy.js";
+import type { Clock, Ticker } from "../domain/tenancy.js";
 import type { CampaignDoc } from "../store/documents.js";
 import type { LeaderboardSpan, StatsTarget } from "../store/insights.js";
 import type { TenantStore } from "../store/tenant-store.js";
@@ -34,12 +40,15 @@ import { enumWord, environmentName, optionalText, requiredText } from "./validat
 /** What the insights need. */
 export interface InsightsDeps {
   readonly clock: Clock;
+  /**
+   * When a watch looks again without being told of a write: writes of
+   * other instances on the same MongoDB (STREAM_POLL_INTERVAL).
+   */
+  readonly streamTicks: Ticker;
 }
 
-/** The fewest milliseconds between two updates of a watched total. */
+/** The fewest milliseconds between two looks of a watch at its totals. */
 const watchCoalesceMs = 250;
-/** How often a watch looks again without being told: writes of other processes (MongoDB). */
-const watchPollMs = 5_000;
 
 /** Creates the InsightsService implementation. */
 export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof InsightsService> {
@@ -49,7 +58,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const campaign = await campaignOf(store, request.id, request.environment);
       const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
       const target = { environment: campaign.environment, campaignId: campaign._id };
-      const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
+      const ownZone = keptZoneOf([timeZoneOfCampaign(campaign)], timeZone);
       return {
         report: await reportOf(store, target, { ...request, timeZone }, deps.clock(), ownZone),
       };
@@ -61,9 +70,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const timeZone = requestedTimeZone(request.timeZone, "UTC");
       const target = { environment, campaignId: null };
       // UTC's days, and those of the zones the environment's campaigns have, are kept.
-      const keptZone = (await store.insights.keptZones(environment)).includes(timeZone)
-        ? timeZone
-        : undefined;
+      const keptZone = keptZoneOf(await store.insights.keptZones(environment), timeZone);
       return {
         report: await reportOf(store, target, { ...request, timeZone }, deps.clock(), keptZone),
       };
@@ -85,11 +92,13 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
         const timeZone = timeZoneOfCampaign(campaign);
         const start = from === undefined ? undefined : instantOf(from, "from", timeZone);
         const end = to === undefined ? undefined : instantOf(to, "to", timeZone);
-        if (start && end && end <= start) throw invalidArgument("to", "must be after from");
-        span = { from: start?.toMillis() ?? -8.64e15, to: end?.toMillis() ?? 8.64e15 };
+        if (start !== undefined && end !== undefined && end <= start) {
+          throw invalidArgument("to", "must be after from");
+        }
+        span = { from: start ?? -8.64e15, to: end ?? 8.64e15 };
         shown = {
-          ...(start ? { from: statsInstantText(start.toMillis(), timeZone) } : {}),
-          ...(end ? { to: statsInstantText(end.toMillis(), timeZone) } : {}),
+          ...(start === undefined ? {} : { from: statsInstantText(start, timeZone) }),
+          ...(end === undefined ? {} : { to: statsInstantText(end, timeZone) }),
         };
       } else {
         const window = windowOf(windowWord ?? "all", campaign, deps.clock());
@@ -155,20 +164,29 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
       const campaign = await campaignOf(store, request.id, request.environment);
       const timeZone = requestedTimeZone(request.timeZone, timeZoneOfCampaign(campaign));
       const target = { environment: campaign.environment, campaignId: campaign._id };
-      const ownZone = timeZone === timeZoneOfCampaign(campaign) ? timeZone : undefined;
+      const ownZone = keptZoneOf([timeZoneOfCampaign(campaign)], timeZone);
       let changed = false;
       let wake: (() => void) | undefined;
       const stop = store.insights.onChange(target, () => {
         changed = true;
         wake?.();
       });
+      let sent: WatchCampaignStatsResponse | undefined;
       try {
         for (;;) {
           changed = false;
           // Read again each time: without `to`, the period follows the clock.
           const period = periodOf({ ...request, interval: "day", timeZone, now: deps.clock() });
           const { totals } = await statsOfPeriod(store, target, period, [period], ownZone);
-          yield { ...spanText(period, timeZone), totals };
+          const update = create(WatchCampaignStatsResponseSchema, {
+            ...spanText(period, timeZone),
+            totals,
+          });
+          // A write elsewhere in the application, or a poll, may leave the totals as they were.
+          if (!sent || !equals(WatchCampaignStatsResponseSchema, update, sent)) {
+            sent = update;
+            yield update;
+          }
           await sleep(watchCoalesceMs, undefined, { signal: context.signal }).catch(
             () => undefined,
           );
@@ -176,12 +194,12 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
           if (!changed) {
             await new Promise<void>((resolve) => {
               const done = () => {
-                clearTimeout(timer);
+                cancelTick();
                 context.signal.removeEventListener("abort", done);
                 wake = undefined;
                 resolve();
               };
-              const timer = setTimeout(done, watchPollMs);
+              const cancelTick = deps.streamTicks.onNextTick(done);
               context.signal.addEventListener("abort", done);
               wake = done;
             });
@@ -241,37 +259,46 @@ async function campaignOf(
   return campaign;
 }
 
+/**
+ * The request's time zone in its canonical spelling (`eUrOpE/pArIs` is
+ * `Europe/Paris`), so that no spelling is kept apart from another's, or
+ * `fallback` when it has none.
+ */
 function requestedTimeZone(raw: string | undefined, fallback: string): string {
   const timeZone = optionalText(raw, "timeZone");
   if (timeZone === undefined) return fallback;
-  if (!isTimeZone(timeZone)) {
-    throw invalidArgument("timeZone", "must be an IANA time zone such as Europe/Paris");
-  }
-  return timeZone;
+  return statsRule(() => canonicalTimeZone(timeZone, "timeZone"));
 }
 
-/** {@link parseStatsInstant}, its problems as INVALID_ARGUMENT. */
-function instantOf(text: string, field: string, timeZone: string): DateTime {
+/** The zone among those whose days a target keeps that is `timeZone`, under any of its names. */
+function keptZoneOf(kept: readonly string[], timeZone: string): string | undefined {
+  return kept.find((zone) => sameTimeZone(zone, timeZone));
+}
+
+/** A rule of the stats calendar applied, its problems as INVALID_ARGUMENT. */
+function statsRule<T>(rule: () => T): T {
   try {
-    return parseStatsInstant(text, field, timeZone);
+    return rule();
   } catch (error) {
     if (error instanceof StatsPeriodProblem) throw invalidArgument(error.field, error.message);
     throw error;
   }
+}
+
+/** {@link parseStatsInstant}, its problems as INVALID_ARGUMENT. */
+function instantOf(text: string, field: string, timeZone: string): number {
+  return statsRule(() => parseStatsInstant(text, field, timeZone));
 }
 
 /** {@link statsPeriodOf}, its problems as INVALID_ARGUMENT. */
 function periodOf(request: Parameters<typeof statsPeriodOf>[0]) {
-  try {
-    return statsPeriodOf({
+  return statsRule(() =>
+    statsPeriodOf({
       ...request,
       from: optionalText(request.from, "from"),
       to: optionalText(request.to, "to"),
-    });
-  } catch (error) {
-    if (error instanceof StatsPeriodProblem) throw invalidArgument(error.field, error.message);
-    throw error;
-  }
+    }),
+  );
 }
 
 /** A stats report: totals, series and the previous period when asked. */
@@ -296,8 +323,8 @@ async function reportOf(
   ) {
     throw invalidArgument("compare", "must be previous_period");
   }
-  const period = periodOf({ ...request, interval, now });
   const compare = request.compare === StatsComparison.PREVIOUS_PERIOD;
+  const period = periodOf({ ...request, interval, now, compare });
   const [current, previous] = await Promise.all([
     statsOfPeriod(store, target, period, period.points, keptTimeZone),
     compare
@@ -330,11 +357,8 @@ function leaderboardLimitOf(limit: number | undefined): number {
 /** A leaderboard window by its word: every acceptance, or a calendar month of the campaign. */
 function windowOf(word: string, campaign: CampaignDoc, now: Date): "all" | StatsSpan {
   if (word !== "month" && word !== "previous_month") return "all";
-  const thisMonth = DateTime.fromJSDate(now, { zone: timeZoneOfCampaign(campaign) }).startOf(
-    "month",
-  );
-  const from = word === "month" ? thisMonth : thisMonth.minus({ months: 1 });
-  return { from: from.toMillis(), to: from.plus({ months: 1 }).toMillis() };
+  const before = word === "month" ? 0 : -1;
+  return calendarIntervalOf(now.getTime(), "month", timeZoneOfCampaign(campaign), before);
 }
 
 /**
@@ -367,16 +391,6 @@ async function leadersOf(
     }
     if (rows.length < batch) return shown;
   }
-}
-
-/** "Ada Lovelace" → "Ada L."; a customer without a name shows as "A referrer". */
-export function maskedName(name: string): string {
-  const words = name.trim().split(/\s+/u).filter(Boolean);
-  const [first, ...rest] = words;
-  if (!first) return "A referrer";
-  const last = rest.at(-1);
-  const initial = last ? ` ${[...last][0]?.toLocaleUpperCase() ?? ""}.` : "";
-  return `${first}${initial}`;
 }
 
 /** An export bound: an ISO date (UTC midnight) or time. */

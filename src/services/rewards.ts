@@ -17,7 +17,7 @@ import {
 import type { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { enumWords } from "../contract/options.js";
 import { limits } from "../domain/limits.js";
-import { type CurrencyName, fromMinorUnits, toMinorUnits } from "../domain/money.js";
+import { type CurrencyName, fromMinorUnits, rewardAmountMinor } from "../domain/money.js";
 import {
   canReviewGrant,
   type RewardGrantKindName,
@@ -297,7 +297,8 @@ function checkedValue(value: RewardValue): { value: RewardValueDoc; amountMinor:
   }
   if (value.amount === undefined) throw invalidArgument("value.amount", "is required");
   if (!currency) throw invalidArgument("value.currency", "is required with an amount");
-  const exact = toMinorUnits(value.amount, currency);
+  if (value.amount <= 0) throw invalidArgument("value.amount", "must be more than 0");
+  const exact = rewardAmountMinor(value.amount, currency);
   if ("refused" in exact) throw invalidArgument("value.amount", exact.refused);
   if (exact.minor <= 0) throw invalidArgument("value.amount", "must be more than 0");
   return {
@@ -331,36 +332,53 @@ function checkedFulfillment(
   return { reference: reference ?? null, code: code ?? null, note: note ?? null };
 }
 
-/** The balances of a customer's groups, one per currency, every status present. */
+/**
+ * The balances of a customer's groups, one per currency, every status
+ * present. The store gives one group per currency, kind and status: earned
+ * and manual grants add up in the same totals (in minor units, exact), and
+ * clawbacks go in their own.
+ */
 export function rewardBalancesOf(groups: readonly BalanceGroup[]): RewardBalance[] {
-  const byCurrency = new Map<CurrencyName | null, RewardBalance>();
-  const currencies = enumWords(CurrencySchema).byWord;
-  const zero = () => create(RewardTotalSchema, { amount: 0, count: 0 });
-  // The store gives one group per currency, kind and status.
+  type Totals = Map<string, { count: number; minor: number }>;
+  const byCurrency = new Map<CurrencyName | null, { grants: Totals; clawbacks: Totals }>();
   for (const group of groups) {
-    let balance = byCurrency.get(group.currency);
-    if (!balance) {
-      balance = create(RewardBalanceSchema, {
-        currency: group.currency ? currencies.get(group.currency) : undefined,
-        pending: zero(),
-        approved: zero(),
-        fulfilled: zero(),
-        rejected: zero(),
-        voided: zero(),
-        expired: zero(),
-        capped: zero(),
-        clawbacks: { pending: zero(), fulfilled: zero(), rejected: zero() },
-      });
-      byCurrency.set(group.currency, balance);
+    let totals = byCurrency.get(group.currency);
+    if (!totals) {
+      totals = { grants: new Map(), clawbacks: new Map() };
+      byCurrency.set(group.currency, totals);
     }
-    const totals: Partial<Record<RewardGrantStatusName, RewardTotal | undefined>> =
-      group.kind === "clawback" ? { ...balance.clawbacks } : { ...balance };
-    const total = totals[group.status];
-    if (!total) continue;
-    total.count = group.count;
-    total.amount = fromMinorUnits(group.amountMinor, group.currency);
+    const kept = group.kind === "clawback" ? totals.clawbacks : totals.grants;
+    const total = kept.get(group.status) ?? { count: 0, minor: 0 };
+    kept.set(group.status, {
+      count: total.count + group.count,
+      minor: total.minor + group.amountMinor,
+    });
   }
+  const currencies = enumWords(CurrencySchema).byWord;
   return [...byCurrency.entries()]
     .sort(([a], [b]) => (a ?? "").localeCompare(b ?? ""))
-    .map(([, balance]) => balance);
+    .map(([currency, { grants, clawbacks }]) => {
+      const totalOf = (totals: Totals, status: RewardGrantStatusName): RewardTotal => {
+        const total = totals.get(status);
+        return create(RewardTotalSchema, {
+          count: total?.count ?? 0,
+          amount: total ? fromMinorUnits(total.minor, currency) : 0,
+        });
+      };
+      return create(RewardBalanceSchema, {
+        currency: currency ? currencies.get(currency) : undefined,
+        pending: totalOf(grants, "pending"),
+        approved: totalOf(grants, "approved"),
+        fulfilled: totalOf(grants, "fulfilled"),
+        rejected: totalOf(grants, "rejected"),
+        voided: totalOf(grants, "voided"),
+        expired: totalOf(grants, "expired"),
+        capped: totalOf(grants, "capped"),
+        clawbacks: {
+          pending: totalOf(clawbacks, "pending"),
+          fulfilled: totalOf(clawbacks, "fulfilled"),
+          rejected: totalOf(clawbacks, "rejected"),
+        },
+      });
+    });
 }

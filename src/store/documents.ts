@@ -283,6 +283,12 @@ export interface EventDoc {
   createdAt: Date;
   /** The customer whose personal data the payload holds, if any: what erasure rewrites. */
   customerId?: string;
+  /**
+   * The referrer whose data the payload's `referredBy` holds (a customer's
+   * events), as it was when the event was stored: what erasure rewrites
+   * too, whoever refers the customer since.
+   */
+  referredById?: string;
 }
 
 /** The REST words of `referral.v1.WebhookDeliveryStatus`. */

@@ -1,7 +1,8 @@
+import type { Filter } from "mongodb";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import { eraseCustomer, findCustomerOrTombstone } from "./customers.js";
-import type { CustomerDoc, OutboxEntryDoc } from "./documents.js";
+import type { CustomerDoc, EventDoc, OutboxEntryDoc } from "./documents.js";
 import { packPayload, unpackPayload } from "./event-payload.js";
 import { ownedBy } from "./tenant.js";
 
@@ -15,8 +16,9 @@ type ListenedWrite = <R>(
  * Erases a customer everywhere the service keeps personal data about it:
  * its record (the tombstone stays), the external user id on its
  * checkpoints, and the payloads of the stored events that hold its data
- * (its own events, its checkpoints', and the `referredBy` its referees'
- * events show), which deliveries still waiting for a retry send. Each step
+ * (its own events, its checkpoints', and the `referredBy` of the events of
+ * every customer it referred when the event was stored), which deliveries
+ * still waiting for a retry send. Each step
  * runs again on a second erasure, so one a crash interrupted is finished
  * then. Null when no such customer exists.
  */
@@ -39,36 +41,41 @@ export async function eraseEverywhere(
     { ...ownedBy(tenant), environment: current.environment, customerId: id },
     { $set: { externalUserId: "" } },
   );
-  await rewriteEvents(db, [id], (data) => {
+  await rewriteEvents(db, { ...ownedBy(tenant), customerId: id }, (data) => {
     if ("externalUserId" in data) data.externalUserId = "";
     if ("email" in data) data.email = null;
     if ("name" in data) data.name = "";
     if ("customProperties" in data) data.customProperties = {};
   });
+  const scrubReferredBy = (data: Record<string, unknown>) => {
+    const referredBy = data.referredBy as Record<string, unknown> | null | undefined;
+    if (referredBy?.id === id) data.referredBy = { id, externalUserId: "", email: null, name: "" };
+  };
+  // Events name the referrer their referredBy holds, whoever refers the customer since.
+  await rewriteEvents(db, { ...ownedBy(tenant), referredById: id }, scrubReferredBy);
+  // Events stored before they named it: those of the customers it refers today.
   const referees = await db.referrals
-    .find({ referrerId: id }, { projection: { refereeId: 1 } })
+    .find({ ...ownedBy(tenant), referrerId: id }, { projection: { refereeId: 1 } })
     .toArray();
-  await rewriteEvents(
-    db,
-    referees.map((referral) => referral.refereeId),
-    (data) => {
-      const referredBy = data.referredBy as Record<string, unknown> | null | undefined;
-      if (referredBy?.id === id)
-        data.referredBy = { id, externalUserId: "", email: null, name: "" };
-    },
-  );
+  if (referees.length > 0) {
+    const refereeIds = referees.map((referral) => referral.refereeId);
+    await rewriteEvents(
+      db,
+      { ...ownedBy(tenant), customerId: { $in: refereeIds } },
+      scrubReferredBy,
+    );
+  }
   await afterErasure?.();
   return erased;
 }
 
-/** Rewrites the payload data of the stored events about `customerIds` that `scrub` changes. */
+/** Rewrites the payload data of the stored events `filter` finds that `scrub` changes. */
 async function rewriteEvents(
   db: Collections,
-  customerIds: readonly string[],
+  filter: Filter<EventDoc>,
   scrub: (data: Record<string, unknown>) => void,
 ): Promise<void> {
-  if (customerIds.length === 0) return;
-  const events = await db.events.find({ customerId: { $in: [...customerIds] } }).toArray();
+  const events = await db.events.find(filter).toArray();
   for (const event of events) {
     const json = unpackPayload(event.payload, event.type);
     const body = JSON.parse(json) as { data?: Record<string, unknown> };

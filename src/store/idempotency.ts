@@ -107,18 +107,16 @@ export async function updateIdempotencyOutcome(
 }
 
 /**
- * The calls of one RPC kept under a tenant's keys, for replay: what an
- * erasure looks through for responses that hold the customer. Read by the
- * tenant's index and sorted out here: an erasure is rare, and an index of
- * its own would cost every idempotent write.
+ * The calls kept under a tenant's keys, for replay: what an erasure looks
+ * through for outcomes that hold the customer. Read by the tenant's index:
+ * an erasure is rare, and an index of its own would cost every idempotent
+ * write.
  */
-export async function findIdempotencyRecords(
+export function findIdempotencyRecords(
   db: Collections,
   tenantId: string,
-  rpc: string,
 ): Promise<IdempotencyKeyDoc[]> {
-  const records = await db.idempotencyKeys.find({ tenantId }).toArray();
-  return records.filter((record) => record.rpc === rpc);
+  return db.idempotencyKeys.find({ tenantId }).toArray();
 }
 
 /** Frees the key of a call whose outcome is not to be replayed, so a retry runs again. */

@@ -188,6 +188,11 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       options: { sparse: true },
       serves: "erasure: the stored events whose payload holds a customer's data",
     },
+    {
+      key: { referredById: 1 },
+      options: { sparse: true },
+      serves: "erasure: the stored events whose referredBy holds a referrer's data",
+    },
   ],
   deliveries: [
     {

@@ -111,6 +111,8 @@ export class StatsListeners {
 }
 
 const scopeKeys = new Map<string, number>();
+/** The most scope keys kept: one per campaign and zone read or written, for the life of the process. */
+const maxScopeKeys = 10_000;
 
 /**
  * A scope's key in storage: 52 bits of its name's hash, so rows hold a
@@ -121,6 +123,7 @@ export function scopeKey(scope: string): number {
   let key = scopeKeys.get(scope);
   if (key === undefined) {
     key = Number.parseInt(createHash("sha256").update(scope).digest("hex").slice(0, 13), 16);
+    if (scopeKeys.size >= maxScopeKeys) scopeKeys.clear();
     scopeKeys.set(scope, key);
   }
   return key;

@@ -33,8 +33,12 @@ export function startStoreHealth(deps: {
   /** DATA_DIR's free space under which writes are refused (MIN_FREE_DISK); 0 is no floor. */
   minFreeBytes: number;
   logger: Logger;
-  /** Told each time writes stop or start being taken (readiness, gRPC health). */
-  onChange(takingWrites: boolean): void;
+  /**
+   * Told each time writes stop (why) or start (undefined) being taken
+   * (readiness, gRPC health); also while starting, on a disk already
+   * under its floor.
+   */
+  onChange(refused: string | undefined): void;
 }): StoreHealth {
   const { logger } = deps;
   let failing: string | undefined;
@@ -55,7 +59,7 @@ export function startStoreHealth(deps: {
     if ((refused !== undefined) === refusedBefore) return;
     refusedBefore = refused !== undefined;
     if (refused === undefined) logger.info("the store takes writes again");
-    deps.onChange(refused === undefined);
+    deps.onChange(refused);
   };
   const readDisk = () => {
     if (!deps.store.diskUsage) return;

@@ -225,8 +225,8 @@ export function createTenantStore(
       aboutCustomer: bind(findEventsAboutCustomer),
     },
     idempotency: {
-      /** The calls of one RPC kept for replay under this application's keys. */
-      recordsOf: (rpc: string) => findIdempotencyRecords(db, tenant.applicationId, rpc),
+      /** The calls kept for replay under this application's keys. */
+      records: () => findIdempotencyRecords(db, tenant.applicationId),
       /** Forgets a kept call: a retry with its key then runs again. */
       forget: (record: IdempotencyKeyDoc) => removeIdempotencyKey(db, record),
     },

@@ -81,6 +81,11 @@ export function findApiKeyByHash(db: Collections, hash: string): Promise<ApiKeyD
   return db.apiKeys.findOne({ hash });
 }
 
+/** The key document with this id, revoked or not. */
+export function findApiKey(db: Collections, id: string): Promise<ApiKeyDoc | null> {
+  return db.apiKeys.findOne({ _id: id });
+}
+
 /** An application's keys, oldest first. */
 export function findApiKeys(db: Collections, applicationId: string): Promise<ApiKeyDoc[]> {
   return db.apiKeys.find({ applicationId }, { sort: { createdAt: 1, _id: 1 } }).toArray();
@@ -96,7 +101,7 @@ export async function revokeApiKey(
     { _id: id, revokedAt: null },
     { $set: { revokedAt: now, updatedAt: now } },
   );
-  return db.apiKeys.findOne({ _id: id });
+  return findApiKey(db, id);
 }
 
 /** The tenant an application is. */

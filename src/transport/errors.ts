@@ -127,6 +127,20 @@ export function shuttingDownError(): ConnectError {
   return new ConnectError("the service is shutting down: send the request again", Code.Unavailable);
 }
 
+/**
+ * The service listens but is not ready yet (its demo keys or, in a
+ * cluster's worker, the writer's word that they are committed, are still
+ * to come): `unavailable`, REST 503 with `Retry-After`, never a 401 for a
+ * key that is about to exist.
+ */
+export function startingError(): ConnectError {
+  return new ConnectError(
+    "the service is starting: nothing was changed; retry in 1 s",
+    Code.Unavailable,
+    { "retry-after": "1" },
+  );
+}
+
 /** An HTTP-level refusal (a route or a verb that does not exist), as the HTTP server reports its own. */
 export function httpError(status: number, message: string): Error {
   return Object.assign(new Error(message), { statusCode: status });

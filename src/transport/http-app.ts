@@ -51,6 +51,8 @@ export interface HttpAppOptions {
   readonly maxBodyBytes: number;
   /** True once the service is draining: `/readyz` answers 503. */
   readonly isDraining?: () => boolean;
+  /** False until the service is ready (see `App.listen`): `/readyz` answers 503 meanwhile. */
+  readonly isReady?: () => boolean;
   /** Why the store refuses writes now, if it does: `/readyz` answers 503 meanwhile. */
   readonly writesRefused?: () => string | undefined;
   /** The origins browsers may call from; `*` when unset. */
@@ -122,6 +124,7 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   app.get("/healthz", async () => ({ status: "ok" }));
   app.get("/readyz", async (_request, reply) => {
     if (options.isDraining?.()) return reply.code(503).send({ status: "draining" });
+    if (options.isReady?.() === false) return reply.code(503).send({ status: "starting" });
     // A load balancer sends writes elsewhere while this store cannot take them.
     const refused = options.writesRefused?.();
     if (refused !== undefined)

@@ -11,6 +11,7 @@ import {
 import { isWriteRpc } from "./idempotency.js";
 import type { Call, Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
+import type { Readiness } from "./readiness.js";
 
 /**
  * Every step a call takes before its implementation, in order, for every
@@ -25,12 +26,16 @@ export function interceptors(deps: {
   /** The request log and the call metrics (`observeCalls`). */
   observeCalls: Interceptor;
   rateLimits: RateLimits;
+  /** The streams each key holds open (see `streamsByKey`): capped, and ended when the key is revoked. */
+  streamsByKey: Interceptor;
   /**
    * Idempotency keys (see `idempotency.ts`): last, as it needs the caller
    * and the request. Unary calls only: a stream's first message is not its
    * outcome, and a stream is a read.
    */
   idempotency: Interceptor;
+  /** Calls wait until the service is ready (see `Readiness`). */
+  readiness?: Readiness;
   /** Why the store refuses writes now, if it does (see `StoreHealth`). */
   writesRefused?: () => string | undefined;
   /** WRITE_QUEUE_LIMIT while that many writes wait for the store; undefined below it. */
@@ -50,6 +55,7 @@ export function interceptors(deps: {
   const steps: (Interceptor | false)[] = [
     operations && deps.observeCalls,
     normaliseErrors(deps.log),
+    deps.readiness !== undefined && waitUntilReady(deps.readiness),
     deps.seeNewCommits !== undefined && seeCommitsBefore(deps.seeNewCommits),
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.
@@ -62,9 +68,22 @@ export function interceptors(deps: {
     deps.writesRefused !== undefined &&
       refuseWritesWhileStoreRefuses(deps.writesRefused, deps.writeQueueFull ?? (() => undefined)),
     decodeRequest,
+    // After decoding: a malformed request is told so, and takes no slot.
+    deps.streamsByKey,
     operations && unaryOnly(deps.idempotency),
   ];
   return steps.filter((step): step is Interceptor => step !== false);
+}
+
+/**
+ * A call that arrives before the service is ready waits for it, before its
+ * credential is checked or counted: the key it names may not be committed
+ * yet, and a 401 would tell a valid caller its key is wrong. Past the wait
+ * it is refused as the service starting (`unavailable`), changing nothing.
+ */
+function waitUntilReady(readiness: Readiness): Interceptor {
+  return (call, next) =>
+    readiness.isReady() ? next(call) : readiness.whenReady().then(() => next(call));
 }
 
 /**

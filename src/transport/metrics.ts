@@ -111,13 +111,25 @@ export function createMetrics(
     labelNames: ["outcome"],
     registers: [registry],
   });
-  let readQueue: (() => Promise<{ pending: number; oldestDueAt: Date | null }>) | undefined;
-  let queue: Promise<{ pending: number; oldestDueAt: Date | null }> | undefined;
-  // One read of the store serves both gauges of a scrape.
+  type Queue = { pending: number; oldestDueAt: Date | null };
+  let readQueue: (() => Promise<Queue>) | undefined;
+  let queue: Promise<Queue> | undefined;
+  let lastQueue: Queue = { pending: 0, oldestDueAt: null };
+  // One read of the store serves both gauges of a scrape. A read the store
+  // fails (a full disk, MongoDB out of reach) leaves the last values: the
+  // scrape still answers every other series, when an operator needs them most.
   const queueNow = () => {
-    queue ??= (readQueue?.() ?? Promise.resolve({ pending: 0, oldestDueAt: null })).finally(() => {
-      queue = undefined;
-    });
+    queue ??= (readQueue?.() ?? Promise.resolve(lastQueue))
+      .then(
+        (read) => {
+          lastQueue = read;
+          return read;
+        },
+        () => lastQueue,
+      )
+      .finally(() => {
+        queue = undefined;
+      });
     return queue;
   };
   new Gauge({

@@ -309,7 +309,7 @@ export class ResponseStream implements AsyncIterableIterator<Message> {
   private outcome: { code: string; stoppedBy?: ConnectError } | undefined;
   private messages = 0;
   private normalise: (error: unknown) => unknown = (error) => error;
-  private endListener: ((code: string, messages: number) => void) | undefined;
+  private endListeners: ((code: string, messages: number) => void)[] = [];
 
   constructor(
     private readonly output: DescMessage,
@@ -363,7 +363,10 @@ export class ResponseStream implements AsyncIterableIterator<Message> {
     return this;
   }
 
-  /** Ends the stream now: CANCELED, or `error` (the drain's UNAVAILABLE). */
+  /**
+   * Ends the stream now: CANCELED, or `error`, which its client is told
+   * (the drain's UNAVAILABLE, a revoked key's UNAUTHENTICATED).
+   */
   end(error?: ConnectError): void {
     this.ending.abort(error ?? cancelled());
   }
@@ -373,10 +376,13 @@ export class ResponseStream implements AsyncIterableIterator<Message> {
     this.normalise = normalise;
   }
 
-  /** Calls `listener` once the stream has ended, with its code and the messages read. */
+  /**
+   * Calls `listener` once the stream has ended, however it ends, with its
+   * code and the messages read.
+   */
   whenEnded(listener: (code: string, messages: number) => void): void {
     if (this.outcome) listener(this.outcome.code, this.messages);
-    else this.endListener = listener;
+    else this.endListeners.push(listener);
   }
 
   private pull(): Promise<IteratorResult<Message>> {
@@ -412,7 +418,9 @@ export class ResponseStream implements AsyncIterableIterator<Message> {
 
   private stop(reason: unknown): void {
     if (this.outcome) return;
-    const error = stopError(reason);
+    // What `end` was given is the service's word; the client's signal is told apart.
+    const ended = this.ending.signal.aborted && reason === this.ending.signal.reason;
+    const error = ended && reason instanceof ConnectError ? reason : stopError(reason);
     this.finish(codeOf(error), error);
     const { pending } = this;
     this.pending = undefined;
@@ -425,7 +433,8 @@ export class ResponseStream implements AsyncIterableIterator<Message> {
     this.openStreams.delete(this);
     // Returning a generator that is done already changes nothing.
     this.responses.return?.().catch((error: unknown) => this.normalise(error));
-    this.endListener?.(code, this.messages);
+    for (const listener of this.endListeners) listener(code, this.messages);
+    this.endListeners = [];
   }
 }
 

@@ -257,22 +257,27 @@ function createCounter(name: LimitName, limit: RateLimit, where: CounterHome): C
       : where.kind === "primary"
         ? new RateLimiterCluster({ ...options, timeoutMs: 5_000 })
         : new RateLimiterMemory(options);
+  const consume = (key: string) => limiter.consume(key).then(allowedVerdict, refusedVerdict);
+  // Only the keys' limits are leased: every call counts against them. The
+  // addresses' limits count rare calls (admin calls, failures), exactly: a
+  // failure that uses the last call of its window blocks its address. A
+  // small limit's slices would be single calls.
+  const leased =
+    where.kind === "primary" && leasedLimits.has(name) && limit.calls >= leaseSlices
+      ? leasedBudget(limiter, limit)
+      : undefined;
   return {
     name,
     limiter,
     policy: `"${name}";q=${limit.calls};w=${limit.windowSeconds}`,
     refusal: `${refusals[name]} (${limit.calls} calls per ${limit.windowSeconds} s)`,
-    ...(where.kind === "primary"
-      ? (() => {
-          const leased = leasedBudget(limiter, limit);
-          return { leased, consume: async (key: string) => leased(key) };
-        })()
-      : { consume: (key: string) => limiter.consume(key).then(allowedVerdict, refusedVerdict) }),
+    ...(leased ? { leased, consume: async (key: string) => leased(key) } : { consume }),
   };
 }
 
-/** A worker takes a hundredth of a limit's calls at a time (at least one). */
+/** A worker takes a hundredth of a limit's calls at a time. */
 const leaseSlices = 100;
+const leasedLimits: ReadonlySet<LimitName> = new Set(["public", "secret"]);
 // Beyond this many keys leased, the expired leases are swept out.
 const leaseSweepSize = 10_000;
 
@@ -291,32 +296,39 @@ interface Lease {
  * One limit counted in the primary (one budget per key for every worker),
  * asked for a slice of calls at a time: a round trip to the primary per
  * slice, not per call, which would cost every call more than the call
- * itself. A key's calls never exceed the limit; near the end of a window
- * up to a slice less one per worker may go unused (at 1,000 calls a
- * second, 10 per worker). Limits under 100 calls per window are counted
- * call by call.
+ * itself. A call waiting for a slice is served from it, or, when the calls
+ * that waited with it took the slice up, asks again: a worker refuses a
+ * call only once the primary refused it, that is once the whole service
+ * has counted the key's limit. Near the end of a window up to a slice less
+ * one per worker may go unused (at 1,000 calls a second, 9 per worker).
  */
 function leasedBudget(
   limiter: RateLimiterAbstract,
   limit: RateLimit,
 ): (key: string) => Verdict | Promise<Verdict> {
-  const slice = Math.max(1, Math.floor(limit.calls / leaseSlices));
+  const slice = Math.floor(limit.calls / leaseSlices);
   const leases = new Map<string, Lease>();
   const asking = new Map<string, Promise<void>>();
+  // Per key, the calls waiting for a slice: the next request asks for them all.
+  const waiting = new Map<string, number>();
 
+  const usable = (lease: Lease | undefined, now: number): lease is Lease =>
+    lease !== undefined && lease.resetAt > now && (lease.left > 0 || lease.refused);
   const fromLease = (lease: Lease, now: number): Verdict => {
     if (lease.left <= 0) return { allowed: false, remaining: 0, resetMs: lease.resetAt - now };
     lease.left -= 1;
     return { allowed: true, remaining: lease.remaining + lease.left, resetMs: lease.resetAt - now };
   };
-  const ask = (key: string, current: Lease | undefined): Promise<void> => {
+  const ask = (key: string): Promise<void> => {
     let pending = asking.get(key);
     if (pending) return pending;
-    // The primary refuses a slice larger than what it has left, and counts
-    // it all the same: once little is left, a call at a time.
-    const points = current ? Math.min(slice, Math.max(1, current.remaining)) : slice;
+    const now = Date.now();
+    const current = leases.get(key);
+    const known = current && current.resetAt > now ? current.remaining : limit.calls;
+    // The primary refuses a request larger than what it has left, and counts
+    // it all the same: never more than it last said it had.
+    const points = Math.max(1, Math.min(Math.max(slice, waiting.get(key) ?? 0), known));
     if (leases.size >= leaseSweepSize) {
-      const now = Date.now();
       for (const [leased, lease] of leases) if (lease.resetAt <= now) leases.delete(leased);
     }
     pending = limiter
@@ -341,18 +353,26 @@ function leasedBudget(
     asking.set(key, pending);
     return pending;
   };
+  const takeOnceGranted = async (key: string): Promise<Verdict> => {
+    waiting.set(key, (waiting.get(key) ?? 0) + 1);
+    try {
+      for (;;) {
+        await ask(key);
+        const lease = leases.get(key);
+        const now = Date.now();
+        if (usable(lease, now)) return fromLease(lease, now);
+        // The calls that waited with this one took the slice up: ask for the shortfall.
+      }
+    } finally {
+      const left = (waiting.get(key) ?? 1) - 1;
+      if (left > 0) waiting.set(key, left);
+      else waiting.delete(key);
+    }
+  };
   return (key) => {
     const now = Date.now();
     const lease = leases.get(key);
-    if (lease && lease.resetAt > now && (lease.left > 0 || lease.refused)) {
-      return fromLease(lease, now);
-    }
-    const current = lease && lease.resetAt > now ? lease : undefined;
-    return ask(key, current).then(() => {
-      const renewed = leases.get(key);
-      const at = Date.now();
-      return renewed ? fromLease(renewed, at) : { allowed: true, remaining: 0, resetMs: 0 };
-    });
+    return usable(lease, now) ? fromLease(lease, now) : takeOnceGranted(key);
   };
 }
 

@@ -7,7 +7,7 @@ import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import type { FraudPolicy } from "../domain/fraud-rules.js";
-import type { Clock } from "../domain/tenancy.js";
+import type { Clock, Ticker } from "../domain/tenancy.js";
 import { createAdminService, type KeyRevokedListener } from "../services/admin.js";
 import { createCampaignsService } from "../services/campaigns.js";
 import { createCheckpointsService } from "../services/checkpoints.js";
@@ -25,6 +25,8 @@ export interface ServiceDeps {
   /** For the admin service only: tenant services get their tenant's repositories per call. */
   readonly store: Store;
   readonly clock: Clock;
+  /** When open streams look again for writes nobody told them of (STREAM_POLL_INTERVAL). */
+  readonly streamTicks: Ticker;
   readonly fraudPolicy: FraudPolicy;
   readonly secretBox: SecretBox;
   readonly allowPrivateWebhooks: boolean;

@@ -7,11 +7,18 @@ import { methodAccess } from "../../src/contract/options.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
 import { useBrowser, withPage } from "../helpers/browser.js";
 import { contractServices } from "../helpers/contract.js";
-import { keys, rest, startServer, type TestServer, useServer } from "../helpers/server.js";
+import {
+  asUsersRunIt,
+  keys,
+  rest,
+  startServer,
+  type TestServer,
+  useServer,
+} from "../helpers/server.js";
 
 // The service allows any origin (the default); the page is served from
 // another port, so every call it makes is cross-origin.
-const server = useServer();
+const server = useServer(asUsersRunIt);
 const browser = useBrowser();
 let example: ExampleServer;
 

@@ -2,9 +2,9 @@ import test from "ava";
 import type { Page } from "playwright-core";
 import { dashboardContentSecurityPolicy } from "../../src/transport/dashboard.js";
 import { useBrowser, withPage } from "../helpers/browser.js";
-import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { asUsersRunIt, type Json, keys, rest, useServer } from "../helpers/server.js";
 
-const server = useServer();
+const server = useServer(asUsersRunIt);
 const browser = useBrowser();
 
 /** How long the page may take to show a change the API made. */

@@ -1,9 +1,9 @@
 import test from "ava";
 import document from "../../openapi/openapi.json" with { type: "json" };
 import { useBrowser, withPage } from "../helpers/browser.js";
-import { keys, useServer } from "../helpers/server.js";
+import { asUsersRunIt, keys, useServer } from "../helpers/server.js";
 
-const server = useServer();
+const server = useServer(asUsersRunIt);
 const browser = useBrowser();
 
 // One test, one page load: Swagger UI's bundle is 1.7 MB of script to parse.

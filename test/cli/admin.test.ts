@@ -5,11 +5,11 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import test from "ava";
 import { runAdminCli } from "../../src/cli/admin.js";
-import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { asUsersRunIt, type Json, keys, rest, useServer } from "../helpers/server.js";
 
 const run = promisify(execFile);
 
-const server = useServer();
+const server = useServer(asUsersRunIt);
 const root = new URL("../../", import.meta.url).pathname;
 
 /** What one command printed (each `out` call a line, as the script writes them) and its exit code. */

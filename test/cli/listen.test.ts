@@ -3,14 +3,14 @@ import test, { type ExecutionContext } from "ava";
 import { Webhook } from "standardwebhooks";
 import { runListen } from "../../src/cli/listen.js";
 import { startReceiver } from "../helpers/receiver.js";
-import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
+import { asUsersRunIt, type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 
 /**
  * `npm run admin -- listen` against a real server: the endpoint it registers,
  * the deliveries it prints verified (and forwards), the endpoint deleted when
  * it stops, by an abort in process and by SIGINT to the CLI.
  */
-const server = useServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
+const server = useServer({ ...asUsersRunIt, env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
 const root = new URL("../../", import.meta.url).pathname;
 
 /**

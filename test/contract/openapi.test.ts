@@ -23,6 +23,7 @@ function restRoutes() {
   const registrations = createServiceRegistrations({
     store: server.app.store,
     clock: () => new Date(),
+    streamTicks: { onNextTick: () => () => {} },
     fraudPolicy: defaultFraudPolicy,
     secretBox: createSecretBox(Buffer.alloc(32)),
     allowPrivateWebhooks: false,

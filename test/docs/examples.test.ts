@@ -11,7 +11,7 @@ import {
   docsPages,
   jsonValues,
 } from "../helpers/markdown.js";
-import { keys, startServer } from "../helpers/server.js";
+import { asUsersRunIt, keys, startServer } from "../helpers/server.js";
 
 /**
  * Every example of README.md and of every page under docs/ runs here, so the docs cannot
@@ -38,6 +38,7 @@ for (const page of docsPages(root)) {
     test(`${page.path}: every shell example runs and prints what the page shows`, async (t) => {
       t.timeout(180_000);
       const server = await startServer({
+        ...asUsersRunIt,
         env: { WEBHOOK_ALLOW_PRIVATE: "true", METRICS_TOKEN: metricsToken },
       });
       try {

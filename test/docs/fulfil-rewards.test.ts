@@ -1,14 +1,14 @@
 import { createServer } from "node:net";
 import test from "ava";
 import { startFulfilment } from "../../examples/fulfil-rewards.js";
-import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { asUsersRunIt, type Json, keys, rest, useServer } from "../helpers/server.js";
 
 /**
  * The fulfilment loop of docs/rewards.md, run: the example receiver gets the
  * reward events of a conversion, pays the approved payout and records it,
  * and leaves the discount alone.
  */
-const server = useServer({ env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
+const server = useServer({ ...asUsersRunIt, env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
 
 async function freePort(): Promise<number> {
   const probe = createServer();

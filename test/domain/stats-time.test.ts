@@ -3,13 +3,16 @@ import fc from "fast-check";
 import { DateTime } from "luxon";
 import {
   bucketRunsOf,
+  calendarIntervalOf,
+  canonicalTimeZone,
   conversionBinOf,
   conversionBinRange,
   conversionHistogramEdges,
-  leaderboardWindowRange,
+  keptTimeZones,
   maxStatsPoints,
   quarterHourMs,
   StatsPeriodProblem,
+  sameTimeZone,
   statsInstantText,
   statsPeriodOf,
 } from "../../src/domain/stats-time.js";
@@ -146,9 +149,15 @@ test("conversion bins hold their durations and include the histogram's edges", (
 });
 
 test("a leaderboard month is the month in the campaign's zone", (t) => {
-  const range = leaderboardWindowRange("2026-11", "Asia/Kolkata");
-  t.deepEqual(range, [Date.parse("2026-10-31T18:30:00Z"), Date.parse("2026-11-30T18:30:00Z")]);
-  t.is(leaderboardWindowRange("all", "UTC"), null);
+  const now = Date.parse("2026-11-15T12:00:00Z");
+  t.deepEqual(calendarIntervalOf(now, "month", "Asia/Kolkata"), {
+    from: Date.parse("2026-10-31T18:30:00Z"),
+    to: Date.parse("2026-11-30T18:30:00Z"),
+  });
+  t.deepEqual(calendarIntervalOf(now, "month", "Asia/Kolkata", -1), {
+    from: Date.parse("2026-09-30T18:30:00Z"),
+    to: Date.parse("2026-10-31T18:30:00Z"),
+  });
 });
 
 test("the calendar's starts are Luxon's, in zones with odd offsets and midnight changes", (t) => {
@@ -191,4 +200,133 @@ test("the calendar's starts are Luxon's, in zones with odd offsets and midnight 
     { numRuns: 300 },
   );
   t.pass();
+});
+
+test("a zone's name is canonical: its database spelling, an alias as given, an offset as ±HH:MM", (t) => {
+  for (const spelling of ["Europe/Paris", "europe/paris", "EUROPE/PARIS", "eUrOpE/pArIs"]) {
+    t.is(canonicalTimeZone(spelling, "timeZone"), "Europe/Paris", spelling);
+  }
+  t.is(canonicalTimeZone("utc", "timeZone"), "UTC");
+  // An alias names the same zone, and is kept as the caller wrote it.
+  t.is(canonicalTimeZone("Asia/Kolkata", "timeZone"), "Asia/Kolkata");
+  t.true(sameTimeZone("Asia/Kolkata", "Asia/Calcutta"));
+  t.false(sameTimeZone("Asia/Kolkata", "Asia/Karachi"));
+  t.is(canonicalTimeZone("+0545", "timeZone"), "+05:45");
+  t.is(canonicalTimeZone("-05", "timeZone"), "-05:00");
+  t.is(canonicalTimeZone("-00:00", "timeZone"), "+00:00");
+  const refused = (name: string, field = "timeZone") =>
+    t.throws(() => canonicalTimeZone(name, field), { instanceOf: StatsPeriodProblem });
+  t.is(refused("Mars/Olympus")?.field, "timeZone");
+  t.is(refused("+00:07", "campaign.timeZone")?.field, "campaign.timeZone");
+  t.regex(refused("+05:40")?.message ?? "", /whole number of quarter hours/);
+  t.is(refused("+00:07:30")?.field, "timeZone");
+});
+
+test("spellings of a zone share one calendar, and any number of zones keep a bounded few", (t) => {
+  const before = keptTimeZones();
+  const period = (timeZone: string) =>
+    statsPeriodOf({ from: "2026-03-28", to: "2026-03-31", interval: "day", timeZone, now });
+  const now = new Date("2026-03-01T00:00:00Z");
+  const paris = period("Europe/Paris");
+  const spellings = Array.from({ length: 300 }, (_, n) =>
+    [..."europe/paris"].map((c, i) => ((n >> i) & 1 ? c.toUpperCase() : c)).join(""),
+  );
+  for (const spelling of new Set(spellings)) {
+    t.deepEqual(period(spelling).points, paris.points);
+  }
+  // One zone, whatever it is called; the names are strings, and capped.
+  t.true(keptTimeZones().zones <= before.zones + 1);
+  for (const zone of Intl.supportedValuesOf("timeZone")) period(zone);
+  const after = keptTimeZones();
+  t.true(after.zones <= 64, `${after.zones} zones kept`);
+  t.true(after.names <= 1000, `${after.names} names kept`);
+});
+
+test("a zone whose offset is off the quarter hour is refused where the period meets it", (t) => {
+  const problem = (request: Partial<Parameters<typeof statsPeriodOf>[0]>) =>
+    t.throws(
+      () => statsPeriodOf({ interval: "day", timeZone: "UTC", now: new Date(), ...request }),
+      { instanceOf: StatsPeriodProblem },
+    )?.field;
+  // Monrovia's offset was -0:44:30 until 1972-01-07: its days began off the quarter hour.
+  t.is(problem({ from: "1972-01-01", to: "1972-01-09", timeZone: "Africa/Monrovia" }), "from");
+  t.is(
+    problem({ from: "1972-01-01T00:45:00Z", to: "1972-01-09", timeZone: "Africa/Monrovia" }),
+    "from",
+    "a day of the period starts off the quarter hour",
+  );
+  // A zone stored before offsets off the quarter hour were refused is refused by name.
+  t.is(problem({ from: "2026-01-01", to: "2026-01-02", timeZone: "+00:07" }), "timeZone");
+  t.is(problem({ to: "2026-01-02", timeZone: "+00:07" }), "timeZone");
+  t.is(problem({ timeZone: "+00:07" }), "timeZone");
+
+  const at = (request: Partial<Parameters<typeof statsPeriodOf>[0]>) =>
+    statsPeriodOf({ interval: "day", timeZone: "UTC", now: new Date(), ...request });
+  const monrovia = at({ from: "1972-01-08", to: "1972-01-10", timeZone: "Africa/Monrovia" });
+  t.is(statsInstantText(monrovia.from, "Africa/Monrovia"), "1972-01-08T00:00:00+00:00");
+  const kathmandu = at({ from: "2026-01-01", to: "2026-01-02", timeZone: "+05:45" });
+  t.is(statsInstantText(kathmandu.from, "+05:45"), "2026-01-01T00:00:00+05:45");
+});
+
+test("the counters represent 1972 to 9999: times outside are refused, naming the field", (t) => {
+  const problem = (request: Partial<Parameters<typeof statsPeriodOf>[0]>) =>
+    t.throws(
+      () => statsPeriodOf({ interval: "day", timeZone: "UTC", now: new Date(), ...request }),
+      { instanceOf: StatsPeriodProblem },
+    )?.field;
+  t.is(
+    problem({ from: "+275760-01-01", to: "+275760-09-13", interval: "month" }),
+    "from",
+    "past the last year",
+  );
+  t.is(problem({ from: "2026-01-01", to: "+275760-09-13", interval: "month" }), "to");
+  t.is(problem({ from: "2026-01-01", to: "+010000-01-01", interval: "month" }), "to");
+  t.is(problem({ from: "9999-12-31T00:15:00Z", to: "9999-12-31T01:00:00Z" }), "from");
+  t.is(problem({ from: "-000001-01-01", to: "2026-01-01", interval: "month" }), "from");
+  t.is(problem({ from: "1971-12-31T23:45:00Z", to: "1972-01-02" }), "from");
+  // Paris kept local mean time (+0:09:21) until 1911.
+  t.is(problem({ from: "1900-01-01", to: "1900-02-01", timeZone: "Europe/Paris" }), "from");
+  // Unset, `from` is 30 days before `to`; before 1972 it must be given.
+  t.is(problem({ to: "1972-01-15" }), "from");
+  // The period before, asked for, must be countable too.
+  t.is(problem({ from: "1972-01-01", to: "1972-02-01", compare: true }), "compare");
+
+  const at = (request: Partial<Parameters<typeof statsPeriodOf>[0]>) =>
+    statsPeriodOf({ interval: "day", timeZone: "UTC", now: new Date(), ...request });
+  const first = at({ from: "1972-01-01", to: "1972-02-01" });
+  t.is(statsInstantText(first.from, "UTC"), "1972-01-01T00:00:00Z");
+  const last = at({ from: "9999-12-01", to: "9999-12-31", compare: true });
+  t.is(statsInstantText(last.to, "UTC"), "9999-12-31T00:00:00Z");
+  t.is(last.points.length, 30);
+});
+
+test("an instant is shown with its zone's offset, seconds and all: never a fraction of a minute", (t) => {
+  t.is(statsInstantText(Date.UTC(1900, 0, 1), "Europe/Paris"), "1900-01-01T00:09:21+00:09:21");
+  t.is(statsInstantText(Date.UTC(1971, 5, 1), "Africa/Monrovia"), "1971-05-31T23:15:30-00:44:30");
+  fc.assert(
+    fc.property(
+      fc.constantFrom(...Intl.supportedValuesOf("timeZone")),
+      fc.integer({ min: 0, max: 50_000_000 }).map((n) => n * quarterHourMs),
+      (zone, at) => /(Z|[+-]\d\d:\d\d(:\d\d)?)$/.test(statsInstantText(at, zone)),
+    ),
+  );
+  t.pass();
+});
+
+test("a wall-clock time a daylight-saving change skips moves forward by the gap, as in Luxon", (t) => {
+  for (const [zone, text] of [
+    ["Europe/Paris", "2026-03-29T02:30:00"],
+    ["America/Santiago", "2026-09-06T00:00:00"],
+    ["Australia/Lord_Howe", "2026-10-04T02:15:00"],
+  ] as const) {
+    const expected = DateTime.fromISO(text, { zone }).toMillis();
+    const [point] = statsPeriodOf({
+      from: text,
+      to: "2027-01-01",
+      interval: "month",
+      timeZone: zone,
+      now: new Date(),
+    }).points;
+    t.is(point?.from, expected, zone);
+  }
 });

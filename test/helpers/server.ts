@@ -20,7 +20,8 @@ import * as grpc from "@grpc/grpc-js";
 import test from "ava";
 import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
-import type { Clock } from "../../src/domain/tenancy.js";
+import type { Clock, Ticker } from "../../src/domain/tenancy.js";
+import type { ServiceRegistration } from "../../src/transport/pipeline.js";
 import { spawnService } from "./cluster.js";
 import { dropDatabase, type EngineName, freshDatabaseName, mongodbUri } from "./engines.js";
 import { checkRestResponse } from "./openapi.js";
@@ -54,6 +55,10 @@ export interface ServerOptions {
   readonly env?: Record<string, string>;
   /** The service's clock; the real time when unset. */
   readonly clock?: Clock;
+  /** When open streams poll (see `manualTicker`); every STREAM_POLL_INTERVAL when unset. */
+  readonly streamTicks?: Ticker;
+  /** Replaces the services every transport serves, given the standard ones (see `buildApp`). */
+  readonly registrations?: (standard: ServiceRegistration[]) => ServiceRegistration[];
   /** Receives every log line (set LOG_LEVEL in `env` too: tests default to silent). */
   readonly logTo?: { write(line: string): void };
   /** False builds the bench's variant without the operations steps (see `buildApp`). */
@@ -63,10 +68,19 @@ export interface ServerOptions {
   /**
    * Above 1, the service runs as `npm start` runs it with WORKERS set, in
    * child processes (a primary and its workers): `app` is not available,
-   * and `clock`, `logTo` and `operations` do not apply.
+   * and `clock`, `streamTicks`, `registrations`, `logTo` and `operations`
+   * do not apply. `"auto"` is the default configuration, as a user runs
+   * it: WORKERS unset, one worker per core (see {@link asUsersRunIt}).
    */
-  readonly workers?: number;
+  readonly workers?: number | "auto";
 }
+
+/**
+ * The end-to-end suites (the docs' examples, the browser, the CLI) run the
+ * service as a user does, on its default configuration: a primary and a
+ * worker per core, not one process.
+ */
+export const asUsersRunIt = { workers: "auto" } as const satisfies ServerOptions;
 
 /**
  * A throwaway self-signed certificate for `localhost` and 127.0.0.1, made
@@ -133,8 +147,12 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
       : {}),
     ...options.env,
   };
-  if ((options.workers ?? 1) > 1) {
-    const service = await spawnService({ ...env, WORKERS: String(options.workers) });
+  const { workers = 1 } = options;
+  if (workers === "auto" || workers > 1) {
+    // Unset, WORKERS is `auto`: the service's default.
+    const service = await spawnService(
+      workers === "auto" ? env : { ...env, WORKERS: String(workers) },
+    );
     return {
       get app(): App {
         throw new Error("a test server with workers runs in other processes: it has no app here");
@@ -156,6 +174,8 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
   const config = loadConfig(env);
   const app = await buildApp(config, {
     clock: options.clock,
+    streamTicks: options.streamTicks,
+    registrations: options.registrations,
     logTo: options.logTo,
     operations: options.operations,
   });

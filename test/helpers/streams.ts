@@ -217,3 +217,156 @@ export function eventsOf(text: string): StreamOutcome {
 function codeWord(code: Code): string {
   return Code[code].replace(/[A-Z]/g, (letter, at) => `${at ? "_" : ""}${letter.toLowerCase()}`);
 }
+
+/** A server stream kept open by the test: what it received so far, and how it ended. */
+export interface OpenStream {
+  /** The REST JSON of each message received so far. */
+  readonly messages: Json[];
+  /** Resolves with the `count`th message (1 is the first) once it has arrived. */
+  received(count: number): Promise<Json>;
+  /**
+   * Resolves once the stream has ended: undefined when it ended well or the
+   * test stopped it, else its error (its code as REST spells it, and its
+   * message; REST: of its `error` event or its error response).
+   */
+  readonly ended: Promise<StreamOutcome["error"]>;
+  /** Cancels the call, as a client that stops reading does. */
+  stop(): void;
+}
+
+/**
+ * Opens a server stream over a protocol and keeps it open, reading its
+ * messages as they come, until it ends or the test stops it: for streams
+ * that never end by themselves (WatchCampaignStats).
+ */
+export function keepStreamOpen(
+  server: TestServer,
+  protocol: WireProtocol,
+  method: DescMethod,
+  request: Record<string, unknown>,
+  key: string,
+): OpenStream {
+  const messages: Json[] = [];
+  const waiting: { count: number; resolve: (message: Json) => void }[] = [];
+  const arrived = (message: Json) => {
+    messages.push(message);
+    for (const wait of [...waiting]) {
+      if (messages.length < wait.count) continue;
+      waiting.splice(waiting.indexOf(wait), 1);
+      wait.resolve(messages[wait.count - 1]);
+    }
+  };
+  let stopped = false;
+  const errorOf = (error: unknown): StreamOutcome["error"] => {
+    if (stopped) return undefined;
+    const connectError = ConnectError.from(error);
+    return { code: codeWord(connectError.code), message: connectError.rawMessage };
+  };
+  const { base, httpVersion } = wireOf(protocol);
+  let cancel: () => void;
+  let ended: Promise<StreamOutcome["error"]>;
+  if (base === "rest") {
+    const controller = new AbortController();
+    cancel = () => controller.abort();
+    ended = restEventsOpen(server, httpVersion, restPathOf(method, request), key, arrived, {
+      signal: controller.signal,
+    }).catch(errorOf);
+  } else if (base === "grpc") {
+    const call = grpcStream(server, method, fromPlain(method.input, request) as Message, key, (m) =>
+      arrived(toPlain(method.output, m)),
+    );
+    cancel = () => call.cancel();
+    ended = call.then(() => undefined, errorOf);
+  } else {
+    const controller = new AbortController();
+    cancel = () => controller.abort();
+    const client = (base === "grpc-web"
+      ? createClient(method.parent, grpcWebTransport(server, key, httpVersion))
+      : connectClient(server, method.parent, {
+          key,
+          binary: base === "connect-binary",
+          httpVersion,
+        })) as unknown as Record<
+      string,
+      (input: unknown, options: { signal: AbortSignal }) => AsyncIterable<Message>
+    >;
+    const call = client[method.localName] as (
+      input: unknown,
+      options: { signal: AbortSignal },
+    ) => AsyncIterable<Message>;
+    ended = (async () => {
+      for await (const message of call(fromPlain(method.input, request), {
+        signal: controller.signal,
+      })) {
+        arrived(toPlain(method.output, message));
+      }
+      return undefined;
+    })().catch(errorOf);
+  }
+  return {
+    messages,
+    received: (count) =>
+      messages.length >= count
+        ? Promise.resolve(messages[count - 1])
+        : new Promise((resolve) => waiting.push({ count, resolve })),
+    ended,
+    stop() {
+      stopped = true;
+      cancel();
+    },
+  };
+}
+
+/**
+ * Server-Sent Events read as they come, each `data:` event given to
+ * `arrived`; resolves when the body ends (undefined, or throws the error
+ * of its `error` event or of its error response).
+ */
+async function restEventsOpen(
+  server: TestServer,
+  httpVersion: HttpVersion,
+  path: string,
+  key: string,
+  arrived: (message: Json) => void,
+  options: { signal: AbortSignal },
+): Promise<undefined> {
+  const response = await (httpVersion === "2"
+    ? httpFetch(server, "2", "GET", path, { authorization: key })
+    : fetch(`${server.baseUrl}${path}`, {
+        headers: { authorization: key },
+        signal: options.signal,
+      }));
+  const body = response.body as ReadableStream<Uint8Array>;
+  if (response.status !== 200) {
+    const error = JSON.parse(await response.text()) as Json;
+    throw new ConnectError(error.message, codeOfWord(error.code));
+  }
+  const reader = body.getReader();
+  // Cancelling a body fetch has aborted already rejects: the read in progress says so.
+  options.signal.addEventListener("abort", () => reader.cancel().catch(() => {}), {
+    once: true,
+  });
+  const decoder = new TextDecoder();
+  let text = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return undefined;
+    text += decoder.decode(value, { stream: true });
+    for (let end = text.indexOf("\n\n"); end >= 0; end = text.indexOf("\n\n")) {
+      const outcome = eventsOf(text.slice(0, end + 2));
+      text = text.slice(end + 2);
+      for (const message of outcome.messages) arrived(message);
+      if (outcome.error) {
+        throw new ConnectError(outcome.error.message, codeOfWord(outcome.error.code));
+      }
+    }
+  }
+}
+
+/** `failed_precondition` as `Code.FailedPrecondition`. */
+function codeOfWord(word: string): Code {
+  const name = word.replace(/(^|_)([a-z])/g, (_match, _underscore, letter: string) =>
+    letter.toUpperCase(),
+  );
+  return Code[name as keyof typeof Code];
+}

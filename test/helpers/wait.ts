@@ -42,3 +42,15 @@ export function clockPasses(iso: string): Promise<true> {
     intervalMs: 1,
   });
 }
+
+/**
+ * Settles with `promise`, or rejects after `ms` naming `what`: something
+ * that should happen and never does fails its test, not the whole run.
+ */
+export function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_resolve, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer));
+}

@@ -1,12 +1,9 @@
 import test from "ava";
 import { customersMissing, isRunning, type SpawnedService } from "../helpers/cluster.js";
-import { keys } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 import {
   identify,
-  inPool,
   missingThroughService,
-  send,
   servedBy,
   slowIdentify,
   startCluster,
@@ -16,9 +13,8 @@ import { isRefused } from "./service.js";
 
 /**
  * With WORKERS=2, the service outlives its workers: one killed or stuck is
- * replaced while the other serves, one slow to start is not taken for a
- * stuck one, and SIGTERM drains them all. Each test starts its own service,
- * as each changes its processes.
+ * replaced while the other serves, and SIGTERM drains them all. Each test
+ * starts its own service, as each changes its processes.
  */
 
 test.serial(
@@ -187,37 +183,5 @@ test.serial(
       [],
       `${wanted.length} acknowledged identifies`,
     );
-  },
-);
-
-test.serial(
-  "a worker slower to load than WORKER_STUCK_TIMEOUT is not taken for a stuck one",
-  async (t) => {
-    t.timeout(90_000);
-    // Each worker's event loop is held for 3 s, past a timeout of 1 s (as a
-    // cold disk or a busy machine would): before its code loads, and again
-    // once it has heard the primary, while it builds its app.
-    const holdWorkers = [
-      'import cluster from "node:cluster";',
-      "const hold = () => { const end = Date.now() + 3000; while (Date.now() < end); };",
-      "if (cluster.isWorker) {",
-      "  hold();",
-      '  process.once("message", () => setImmediate(hold));',
-      "}",
-    ].join("\n");
-    const { port, service } = await startCluster(t, {
-      WORKER_STUCK_TIMEOUT: "1s",
-      NODE_OPTIONS: `--import=data:text/javascript;base64,${Buffer.from(holdWorkers).toString("base64")}`,
-    });
-    const pids = service.workerPids();
-    const answers = await inPool(Array.from({ length: 4 }), 2, () =>
-      send(port, "GET", "/campaigns", { key: keys.public }),
-    );
-    t.deepEqual(
-      answers.map((answer) => answer.status),
-      [200, 200, 200, 200],
-    );
-    t.notRegex(service.output(), /stopped answering/);
-    t.deepEqual(service.workerPids(), pids, "the workers that started still serve");
   },
 );

@@ -21,7 +21,7 @@ import { healthCheck } from "./service.js";
  * service (an idempotency key, webhook deliveries, metrics, health). The
  * tests share one service, one after another; those that change its
  * configuration or its processes start their own (cluster-limits.test.ts,
- * cluster-failures.test.ts).
+ * cluster-failures.test.ts, cluster-startup.test.ts).
  */
 
 let shared: (Cluster & { stop(): Promise<void> }) | undefined;

@@ -63,6 +63,16 @@ function fillUntil(dir: string, leaveBytes: number): string {
   return filler;
 }
 
+const metricsToken = "metrics-token-for-disk-tests";
+/** The gauges that tell an operator how the store stands. */
+const storeGauges = [
+  "store_disk_free_bytes",
+  "store_size_bytes",
+  "store_write_queue",
+  "webhook_queue_depth",
+  "webhook_oldest_pending_age_seconds",
+];
+
 let identified = 0;
 function identify(server: TestServer, bytes = 0) {
   identified += 1;
@@ -119,12 +129,40 @@ diskTest(
 );
 
 diskTest(
+  "a start on a disk already under MIN_FREE_DISK serves reads, refuses writes and says why",
+  async (t) => {
+    const dir = mountTmpfs(24) as string;
+    for (const workers of [1, 2]) {
+      const server = await startServer({
+        dataDir: join(dir, `data-${workers}`),
+        workers,
+        env: { MIN_FREE_DISK: "64MiB", METRICS_TOKEN: metricsToken },
+      });
+      try {
+        const readiness = await rest(server, "GET", "/readyz");
+        t.is(readiness.status, 503, `WORKERS=${workers}`);
+        t.regex(readiness.body.reason, /under MIN_FREE_DISK/);
+        t.is((await rest(server, "GET", "/campaigns", { key: keys.public })).status, 200);
+        t.is((await identify(server)).status, 503, "writes are refused");
+        const scrape = await rest(server, "GET", "/metrics", {
+          headers: { authorization: `Bearer ${metricsToken}` },
+        });
+        t.is(scrape.status, 200);
+        for (const gauge of storeGauges) t.regex(scrape.body, new RegExp(`^${gauge} \\d`, "m"));
+      } finally {
+        await server.stop();
+      }
+    }
+  },
+);
+
+diskTest(
   "a full disk is 503 with Retry-After, logged once a second, and nothing acknowledged is lost",
   async (t) => {
     const dir = mountTmpfs(16) as string;
     const dataDir = join(dir, "data");
     const lines: string[] = [];
-    const env = { MIN_FREE_DISK: "0", LOG_LEVEL: "info" };
+    const env = { MIN_FREE_DISK: "0", LOG_LEVEL: "info", METRICS_TOKEN: metricsToken };
     let server = await startServer({ dataDir, env, logTo: { write: (line) => lines.push(line) } });
     const acknowledged: string[] = [];
     const statuses = new Map<number, number>();
@@ -159,6 +197,14 @@ diskTest(
         (await rest(server, "GET", `/customers/${acknowledged[0]}`, { key: keys.secret })).status,
         200,
       );
+      // What an operator looks at while the disk is full: the store's gauges too.
+      const scrape = await rest(server, "GET", "/metrics", {
+        headers: { authorization: `Bearer ${metricsToken}` },
+      });
+      t.is(scrape.status, 200);
+      for (const gauge of storeGauges) {
+        t.regex(scrape.body, new RegExp(`^${gauge} \\d`, "m"), `${gauge} while the disk is full`);
+      }
 
       const entries = lines.map((line) => JSON.parse(line) as Json);
       t.deepEqual(

@@ -241,6 +241,11 @@ const refusals: Refusal[] = [
     why: "over the maximum",
     change: { timeZone: long(limits.shortText + 1) },
   },
+  {
+    field: "campaign.timeZone",
+    why: "an offset off the quarter hour the counters keep",
+    change: { timeZone: "+00:07" },
+  },
   inReward("over the maximum", "name", { name: long(limits.shortText + 1) }),
   inReward("over the maximum", "description", { description: long(limits.note + 1) }),
   inEmail("over the maximum", "message", { message: long(limits.longText + 1) }),
@@ -412,6 +417,16 @@ const accepted: Array<{
   { why: "logo sizes of 1", change: { emails: [email({ logoSize: 1 })] } },
   { why: "an email without a button", change: { emails: [email({ buttonText: "" })] } },
   { why: "no platforms", change: { platforms: [] } },
+  {
+    why: "a time zone in any case, stored in its canonical spelling",
+    change: { timeZone: "eUrOpE/pArIs" },
+    stored: { timeZone: "Europe/Paris" },
+  },
+  {
+    why: "an offset of whole quarter hours, stored as ±HH:MM",
+    change: { timeZone: "+0545" },
+    stored: { timeZone: "+05:45" },
+  },
 ];
 
 let applicationId = "";

@@ -208,3 +208,92 @@ test.serial(
     t.not(retried.body.id, first.body.id, "the retry is someone new");
   },
 );
+
+test.serial(
+  "an erased referrer is scrubbed from what others hold: a referee re-attributed since, its export, its redeliveries and its kept identify",
+  async (t) => {
+    const referrer = {
+      name: "Octavia Vexmoor",
+      email: "octavia.vexmoor@example.org",
+      externalUserId: "ext-octavia-91c2",
+    };
+    const hook = await secret("POST", "/webhooks", {
+      url: `${receiver.url}/reattributed`,
+      environment: "test",
+    });
+    t.is(hook.status, 201);
+    const identify = (body: Json, headers?: Record<string, string>) =>
+      rest(server, "POST", "/customers/identify", {
+        key: keys.secret,
+        body: { environment: "test", ...body },
+        ...(headers ? { headers } : {}),
+      });
+    const erasedLater = (await identify(referrer)).body;
+    const other = (await identify({ externalUserId: "erasure-other-referrer", name: "Otto" })).body;
+    const referee = (await identify({ externalUserId: "erasure-moved", name: "Mo" })).body;
+    const referred = await secret("POST", "/referrals", {
+      referralCode: erasedLater.referralCode,
+      refereeId: referee.id,
+      environment: "test",
+    });
+    t.is(referred.status, 201);
+    // Kept for replay while the referee's referredBy is the referrer-to-be-erased.
+    const keyed = { "idempotency-key": "identify-of-a-referee" };
+    const kept = await identify({ externalUserId: "erasure-moved", name: "Mo" }, keyed);
+    t.is(kept.body.referredBy.email, referrer.email);
+    // The referee's event holds the referrer; then the referral moves to another.
+    const moved = await secret("POST", "/referrals", {
+      referralCode: other.referralCode,
+      refereeId: referee.id,
+      environment: "test",
+    });
+    t.is(moved.body.referrerId, other.id, "re-attributed");
+    await identify({ externalUserId: "erasure-moved", name: "Mo B" });
+    await receiver.waitFor(() =>
+      receiver.received.some((r) => r.path === "/reattributed" && r.body.includes(referrer.email)),
+    );
+    const deliveries = await secret(
+      "GET",
+      `/webhooks/${hook.body.webhook.id}/deliveries?limit=100`,
+    );
+    const sentWithData = new Set(
+      receiver.received
+        .filter((r) => r.path === "/reattributed" && r.body.includes(referrer.email))
+        .map((r) => r.headers["webhook-id"]),
+    );
+    const holding = deliveries.body.data.filter((delivery: Json) =>
+      sentWithData.has(delivery.eventId),
+    );
+    t.true(holding.length > 0, "a delivery sent the referrer's data before the erasure");
+
+    t.is((await secret("DELETE", `/customers/${erasedLater.id}`)).status, 200);
+
+    const store = server.app.store.system;
+    for (const event of await store.events.find({}).toArray()) {
+      const payload = (await findEvent(store, event._id))?.payload ?? "";
+      for (const text of Object.values(referrer))
+        t.false(payload.includes(text), `${event.type} ${event._id}: ${text}`);
+    }
+    const exported = await secret("GET", `/customers/${referee.id}/export`);
+    t.is(exported.status, 200);
+    for (const text of Object.values(referrer))
+      t.false(JSON.stringify(exported.body).includes(text), `the referee's export: ${text}`);
+    const replayed = await identify({ externalUserId: "erasure-moved", name: "Mo" }, keyed);
+    for (const text of Object.values(referrer))
+      t.false(JSON.stringify(replayed.body).includes(text), `the kept identify: ${text}`);
+    const before = receiver.received.length;
+    for (const delivery of holding) {
+      const redelivered = await secret(
+        "POST",
+        `/webhooks/${hook.body.webhook.id}/deliveries/${delivery.id}/redeliver`,
+      );
+      t.is(redelivered.status, 200);
+    }
+    await receiver.waitFor(() => receiver.received.length >= before + holding.length);
+    for (const request of receiver.received.slice(before)) {
+      for (const text of Object.values(referrer))
+        t.false(request.body.includes(text), `a redelivery: ${text}`);
+    }
+    for (const text of Object.values(referrer)) t.false(onDisk(text), `${text} is gone from disk`);
+  },
+);

@@ -1,7 +1,12 @@
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import test from "ava";
+import { InsightsService } from "../../gen/referral/v1/insights_pb.js";
+import { wireProtocols } from "../helpers/callers.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { keepStreamOpen } from "../helpers/streams.js";
+import { manualTicker } from "../helpers/ticker.js";
+import { eventually, within } from "../helpers/wait.js";
 
 /**
  * InsightsService over REST on a server whose clock is ours: every number
@@ -14,7 +19,13 @@ const clock = () => new Date(now);
 const at = (iso: string) => {
   now = new Date(iso).getTime();
 };
-const server = useServer({ clock, env: { REFERRAL_VELOCITY_LIMIT: "100000" } });
+// The watches poll when the test ticks.
+const ticker = manualTicker();
+const server = useServer({
+  clock,
+  streamTicks: ticker,
+  env: { REFERRAL_VELOCITY_LIMIT: "100000" },
+});
 
 function expectOk<T = Json>(response: { status: number; body: Json }, status = 200): T {
   if (response.status !== status) {
@@ -173,7 +184,11 @@ test.serial(
     t.true(clean.recordsRead > 0);
 
     // Corrupt the kept numbers behind the service's back: one counter, one leaderboard row.
-    const database = new DatabaseSync(join(server.dataDir, "referrals.sqlite"));
+    // The service's writer may be committing (the reward sweep, a checkpoint):
+    // wait for its lock rather than fail.
+    const database = new DatabaseSync(join(server.dataDir, "referrals.sqlite"), {
+      timeout: 5_000,
+    });
     database.exec(
       "UPDATE stat_counts SET n = n + 5 WHERE (scope, size, bucket, metric) = (SELECT scope, size, bucket, metric FROM stat_counts WHERE metric = 'created' AND size = 86400 LIMIT 1)",
     );
@@ -519,17 +534,87 @@ test.serial(
 );
 
 test.serial(
+  "the live totals are sent again only when they change, not at each poll or write elsewhere, on every protocol",
+  async (t) => {
+    const live = await campaign();
+    const elsewhere = await campaign();
+    at("2026-09-01T10:00:00Z");
+    const [referrer, referee, otherReferrer, otherReferee] = [
+      await identify(),
+      await identify(),
+      await identify(),
+      await identify(),
+    ];
+    // Streams of the tests before have ended: nothing waits for a tick.
+    await eventually("no stream open", () => ticker.waiting === 0);
+    const request = { id: live.id, from: "2026-09-01", to: "2026-10-01" };
+    const streams = wireProtocols.map((protocol) =>
+      keepStreamOpen(
+        server,
+        protocol,
+        InsightsService.method.watchCampaignStats,
+        request,
+        keys.secret,
+      ),
+    );
+    try {
+      const firsts = await within(
+        Promise.all(streams.map((stream) => stream.received(1))),
+        10_000,
+        "every first message",
+      );
+      t.deepEqual(
+        firsts.map((first) => first.totals.referralsCreated),
+        streams.map(() => 0),
+      );
+      // Each watch waits for its next look; so does the check of the streams' keys.
+      const watches = streams.length;
+      await eventually("every watch waiting for a poll", () => ticker.waiting === watches + 1);
+
+      // A poll: every watch looks again, finds the same totals, and waits again.
+      let begun = ticker.begun;
+      ticker.tick();
+      await eventually("every watch polled", () => ticker.begun >= begun + watches + 1);
+      // A write in another campaign of the application wakes every watch of it: the same totals.
+      begun = ticker.begun;
+      await refer(elsewhere, otherReferrer, otherReferee);
+      await eventually("every watch woken", () => ticker.begun >= begun + watches);
+
+      await refer(live, referrer, referee);
+      const seconds = await within(
+        Promise.all(streams.map((stream) => stream.received(2))),
+        10_000,
+        "every second message",
+      );
+      for (const [index, second] of seconds.entries()) {
+        t.is(
+          second.totals.referralsCreated,
+          1,
+          `${wireProtocols[index]}: the change, nothing before`,
+        );
+      }
+    } finally {
+      for (const stream of streams) stream.stop();
+    }
+  },
+);
+
+test.serial(
   "the export: CSV with a header, quoted fields, filters, and erased customers left out",
   async (t) => {
     const exported = await campaign();
     at("2026-09-10T10:00:00Z");
     const referrer = await identify('=cmd|"quoted, with a comma"');
+    const semicolons = await identify("x;=cmd|' /C calc'!A0;\"@SUM(1)");
     const kept = await identify();
+    const another = await identify();
     const erased = await identify();
     await refer(exported, referrer, kept);
     await refer(exported, referrer, erased);
+    await refer(exported, semicolons, another);
     at("2026-09-10T11:00:00Z");
     await purchase(kept);
+    await purchase(another);
     expectOk(await secret("DELETE", `/customers/${erased.id}`));
 
     const response = await fetch(
@@ -549,14 +634,30 @@ test.serial(
       lines[0],
       "id,campaignId,environment,status,createdAt,updatedAt,referrerId,referrerExternalUserId,refereeId,refereeExternalUserId,pendingAt,flaggedAt,acceptedAt,rejectedAt,reversedAt,suspectedFrauds",
     );
-    t.is(lines.length, 3, "the header and one referral: the erased referee's is left out");
-    const fields = lines[1]?.split(",") ?? [];
+    t.is(lines.length, 4, "the header and two referrals: the erased referee's is left out");
+    // Read as a spreadsheet of any locale would, splitting on its delimiter
+    // whatever the file meant: no cell starts a formula.
+    for (const delimiter of [",", ";", "\t", "|"]) {
+      for (const line of lines.slice(1)) {
+        for (const cell of line.split(delimiter)) {
+          t.notRegex(cell, /^[ "]*[=+\-@]/, `split on ${JSON.stringify(delimiter)}: ${line}`);
+        }
+      }
+    }
+    // Both referrals were made at the same time: their order is their ids'.
+    const defused = lines.find((line) => line.includes(semicolons.id));
+    t.true(
+      defused?.includes(`"x;'=cmd|' /C calc'!A0;""'@SUM(1)"`),
+      "a semicolon is quoted, and what follows it defused",
+    );
+    const first = lines.find((line) => line.includes(referrer.id)) ?? "";
+    const fields = first.split(",");
     t.is(fields[2], "production");
     t.is(fields[3], "accepted");
     t.is(fields[4], "2026-09-10T10:00:00.000Z");
     // The formula-like external id: an apostrophe first, quoted, quotes doubled.
-    t.true(lines[1]?.includes(`"'=cmd|""quoted, with a comma"""`));
-    t.true(lines[1]?.endsWith(",2026-09-10T10:00:00.000Z,,2026-09-10T11:00:00.000Z,,,"));
+    t.true(first.includes(`"'=cmd|""quoted, with a comma"""`));
+    t.true(first.endsWith(",2026-09-10T10:00:00.000Z,,2026-09-10T11:00:00.000Z,,,"));
 
     const accepted = await fetch(
       `${server.baseUrl}/referrals/export?campaignId=${exported.id}&status=pending`,

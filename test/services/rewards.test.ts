@@ -517,6 +517,59 @@ test.serial(
   },
 );
 
+test.serial(
+  "a customer's balance is the sum of its listed grants, earned and manual alike",
+  async (t) => {
+    const campaign = await campaignWith([
+      payout({ limit: 3, limitUnit: "rewards", limitInterval: "month" }),
+    ]);
+    const rewardId = campaign.rewards[0].id;
+    const referrer = await identify(fresh("balanced"));
+    // Three earned grants approved, five more capped by the limit.
+    for (let i = 0; i < 8; i++) await conversion(campaign, referrer);
+    const manual = (body: Json) =>
+      secret("POST", "/reward-grants", { customerId: referrer.id, reason: "by hand", ...body });
+    t.is(expectOk(await manual({ rewardId }), 201).status, "capped");
+    t.is(expectOk(await manual({ rewardId, ignoreLimit: true }), 201).status, "approved");
+
+    const grants = await grantsOf(`customerId=${referrer.id}`);
+    const recount = new Map<string, { count: number; cents: number }>();
+    for (const grant of grants) {
+      const total = recount.get(grant.status) ?? { count: 0, cents: 0 };
+      const cents = grant.status === "capped" ? 0 : Math.round(grant.value.amount * 100);
+      recount.set(grant.status, { count: total.count + 1, cents: total.cents + cents });
+    }
+    t.deepEqual(Object.fromEntries(recount), {
+      approved: { count: 4, cents: 8000 },
+      capped: { count: 6, cents: 0 },
+    });
+    const [balance] = (await balanceOf(referrer)).balances;
+    t.like(balance, {
+      currency: "usd",
+      approved: { count: 4, amount: 80 },
+      capped: { count: 6, amount: 0 },
+    });
+  },
+);
+
+test.serial("a manual grant's own amount is bounded as a campaign reward's is", async (t) => {
+  const customer = await identify(fresh("bounded"));
+  const grant = (amount: number) =>
+    secret("POST", "/reward-grants", {
+      customerId: customer.id,
+      reason: "r",
+      value: { type: "payout", method: "custom", currency: "usd", amount },
+    });
+  const refused = await grant(999_999_999.99);
+  t.is(refused.status, 400);
+  t.like(refused.body, {
+    code: "invalid_argument",
+    message: "value.amount must be at most 1,000,000",
+  });
+  t.is((await grantsOf(`customerId=${customer.id}`)).length, 0, "nothing was granted");
+  t.is(expectOk(await grant(1_000_000), 201).value.amount, 1_000_000);
+});
+
 test.serial("manual grants refuse what is not a grant, naming the field", async (t) => {
   const customer = await identify(fresh("refused"));
   const testCustomer = expectOk(

@@ -428,6 +428,80 @@ test("wrong metrics tokens count as failed authentications of their address", as
   }
 });
 
+// With workers the counters are the primary's, and a worker takes a key's
+// budget a slice at a time: calls that wait together for one slice must
+// not be refused for the others' share of it.
+test("with two workers, concurrent calls are refused only past the whole service's limit", async (t) => {
+  const server = await startServer({
+    workers: 2,
+    env: {
+      // The defaults, as a user runs them (the test helper's are unlimited).
+      RATE_LIMIT_PUBLIC: "1000/1s",
+      RATE_LIMIT_SECRET: "1000/1s",
+      RATE_LIMIT_ADMIN: "60/1m",
+      RATE_LIMIT_UNAUTHENTICATED: "30/1m",
+      METRICS_TOKEN: metricsToken,
+    },
+  });
+  try {
+    const identify = (index: number) =>
+      rest(server, "POST", "/customers/identify", {
+        key: keys.secret,
+        body: {
+          externalUserId: `burst-${index}`,
+          name: "Burst",
+          email: `burst-${index}@example.com`,
+        },
+      });
+    for (let round = 0; round < 5; round += 1) {
+      const started = Date.now();
+      const answers = await Promise.all(
+        Array.from({ length: 100 }, (_, index) => identify(round * 100 + index)),
+      );
+      // Five rounds may share a window: 500 calls, half the limit.
+      t.deepEqual(
+        answers
+          .filter((answer) => answer.status >= 300)
+          .map((answer) => `${answer.status} ${answer.body.message}`),
+        [],
+        `round ${round + 1} (${Date.now() - started} ms): 100 identifies at once, none refused`,
+      );
+    }
+
+    // Six wrong keys at once: 6 of 30 failures, far from blocking the address.
+    const guesses = await Promise.all(
+      Array.from({ length: 6 }, (_, index) => listCampaigns(server, "rest", `pk_wrong_${index}`)),
+    );
+    t.deepEqual(
+      guesses.map((guess) => guess.status),
+      Array(6).fill(401),
+    );
+    t.is((await scrape(server, `Bearer ${metricsToken}`)).status, 200, "a scrape is served");
+
+    // Admin calls: 60 a minute from this address, each counted once.
+    const admin = () => rest(server, "GET", "/admin/applications", { key: keys.admin });
+    const together = await Promise.all(Array.from({ length: 10 }, admin));
+    t.deepEqual(
+      together.map((answer) => answer.status),
+      Array(10).fill(200),
+      "10 admin calls at once are served",
+    );
+    let served = together.length;
+    for (;;) {
+      const answer = await admin();
+      if (answer.status !== 200) {
+        t.is(answer.status, 429);
+        break;
+      }
+      served += 1;
+    }
+    t.is(served, 60, "the 61st admin call of the minute is the first refused");
+  } finally {
+    closeGrpcClient(server);
+    await server.stop();
+  }
+});
+
 test("a limit set to off counts nothing and adds no header", async (t) => {
   const server = await startServer({ env: { RATE_LIMIT_PUBLIC: "off" } });
   try {

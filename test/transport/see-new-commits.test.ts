@@ -21,6 +21,7 @@ test("each call looks for new commits before its key is authenticated", async (t
       return undefined;
     },
     forget: () => {},
+    isRevoked: async () => false,
   };
   const method = CustomersService.method.getCustomer;
   const pipeline = createPipeline(
@@ -29,6 +30,7 @@ test("each call looks for new commits before its key is authenticated", async (t
       log: () => {},
       observeCalls: (call, next) => next(call),
       rateLimits: {} as RateLimits,
+      streamsByKey: (call, next) => next(call),
       idempotency: (call, next) => next(call),
       operations: false,
       seeNewCommits: () => steps.push("look for commits"),

@@ -93,6 +93,12 @@ const refusedEverywhere: Array<[string, string, RegExp]> = [
   ["an escape sequence", "\u001b[31mred", /must not contain control characters.*U\+001B/],
   ["a C1 control", "a\u0085b", /must not contain control characters.*U\+0085/],
   ["DEL", "a\u007fb", /must not contain control characters.*U\+007F/],
+  [
+    "a right-to-left override",
+    "Ada\u202eecilA",
+    /must not contain bidirectional embedding, override or isolate controls \(it has U\+202E\)/,
+  ],
+  ["an isolate", "\u2067Ada", /must not contain bidirectional .* \(it has U\+2067\)/],
 ];
 const refusedOnOneLine: Array<[string, string, RegExp]> = [
   ["a newline", "line\nbreak", /must not contain control characters \(it has U\+000A\)/],
@@ -100,7 +106,7 @@ const refusedOnOneLine: Array<[string, string, RegExp]> = [
 ];
 const blank: Array<[string, string]> = [
   ["zero-width spaces only", "\u200b\u200b"],
-  ["a right-to-left override only", "\u202e"],
+  ["a right-to-left mark only", "\u200f"],
   ["a byte-order mark and spaces", "\ufeff  "],
 ];
 

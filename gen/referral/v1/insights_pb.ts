@@ -40,8 +40,10 @@ export type GetCampaignStatsRequest = Message<"referral.v1.GetCampaignStatsReque
 
   /**
    * The period's first instant: an ISO date (its midnight in time_zone) or
-   * an ISO time with an offset, on a quarter hour. Unset: the start of the
-   * interval that holds `to`, minus 29 intervals (30 points in all).
+   * an ISO time with an offset, on a quarter hour, from
+   * 1972-01-01T00:00:00Z to 9999-12-31T00:00:00Z (the times the counters
+   * represent; INVALID_ARGUMENT outside). Unset: the start of the interval
+   * that holds `to`, minus 29 intervals (30 points in all).
    *
    * @generated from field: optional string from = 3;
    */
@@ -49,8 +51,9 @@ export type GetCampaignStatsRequest = Message<"referral.v1.GetCampaignStatsReque
 
   /**
    * The period's end (excluded): an ISO date (the midnight that starts it,
-   * so the day itself is left out) or an ISO time, on a quarter hour.
-   * Unset: the end of the interval that holds now.
+   * so the day itself is left out) or an ISO time, on a quarter hour, in
+   * the same range as `from`. Unset: the end of the interval that holds
+   * now.
    *
    * @generated from field: optional string to = 4;
    */
@@ -64,7 +67,9 @@ export type GetCampaignStatsRequest = Message<"referral.v1.GetCampaignStatsReque
   interval: StatsInterval;
 
   /**
-   * The IANA time zone of the calendar; the campaign's when unset.
+   * The time zone of the calendar, the campaign's when unset: an IANA name
+   * in any case (the report names it in the database's spelling), or a UTC
+   * offset such as "+05:45" in whole quarter hours.
    *
    * @generated from field: optional string time_zone = 6;
    */
@@ -141,7 +146,7 @@ export type GetApplicationStatsRequest = Message<"referral.v1.GetApplicationStat
   interval: StatsInterval;
 
   /**
-   * The IANA time zone of the calendar; UTC when unset.
+   * As in GetCampaignStatsRequest; UTC when unset.
    *
    * @generated from field: optional string time_zone = 5;
    */
@@ -204,7 +209,7 @@ export type ProgramStatsReport = Message<"referral.v1.ProgramStatsReport"> & {
   environment: Environment;
 
   /**
-   * The time zone of the calendar.
+   * The time zone of the calendar, in its canonical spelling.
    *
    * @generated from field: string time_zone = 3;
    */
@@ -1016,7 +1021,7 @@ export type WatchCampaignStatsRequest = Message<"referral.v1.WatchCampaignStatsR
   to?: string | undefined;
 
   /**
-   * The IANA time zone of the calendar; the campaign's when unset.
+   * As in GetCampaignStatsRequest.
    *
    * @generated from field: optional string time_zone = 5;
    */
@@ -1293,8 +1298,10 @@ export const InsightsService: GenService<{
   },
   /**
    * The campaign's totals over a period at once, then again after each
-   * change that moves them (at most a few updates a second). REST serves it
-   * as Server-Sent Events. Secret keys only.
+   * change that moves them (at most a few updates a second), never the same
+   * totals twice. REST serves it as Server-Sent Events. Secret keys only.
+   * A key holds at most STREAMS_PER_KEY streams open (RESOURCE_EXHAUSTED
+   * past it); revoking the key ends its streams with UNAUTHENTICATED.
    *
    * @generated from rpc referral.v1.InsightsService.WatchCampaignStats
    */
@@ -1308,6 +1315,7 @@ export const InsightsService: GenService<{
    * first, streamed in chunks in constant memory. Referrals of erased
    * customers are left out. Secret keys only. The chunks are HttpBody (as
    * gRPC transcoding gateways expect), so REST writes them as they are.
+   * Counted with the watches against STREAMS_PER_KEY.
    * buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
    *
    * @generated from rpc referral.v1.InsightsService.ExportReferrals

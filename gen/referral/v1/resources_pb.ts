@@ -1030,9 +1030,10 @@ export type Campaign = Message<"referral.v1.Campaign"> & {
   platforms: Platform[];
 
   /**
-   * The IANA time zone of the campaign's calendar (for example
-   * "Europe/Paris"): the days, weeks, months and years of reward limits.
-   * "UTC" when unset.
+   * The time zone of the campaign's calendar: the days, weeks, months and
+   * years of reward limits and of its numbers. An IANA name (for example
+   * "Europe/Paris", stored in the database's spelling) or a UTC offset in
+   * whole quarter hours (for example "+05:45"). "UTC" when unset.
    *
    * @generated from field: string time_zone = 24;
    */
