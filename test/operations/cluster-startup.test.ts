@@ -98,7 +98,8 @@ test.serial(
     // once it has heard the primary, while it builds its app.
     const holdWorkers = [
       'import cluster from "node:cluster";',
-      "const hold = () => { const end = Date.now() + 3000; while (Date.now() < end); };",
+      // Blocked, not spinning: the other tests running meanwhile keep the cores.
+      "const hold = () => Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3000);",
       "if (cluster.isWorker) {",
       "  hold();",
       '  process.once("message", () => setImmediate(hold));',
