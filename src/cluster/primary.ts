@@ -63,7 +63,8 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     notServing.delete(workerId);
     if (notServing.size === 0) allServing?.();
   };
-  const lastPong = new Map<number, number>();
+  /** When each serving worker was sent the ping it has not answered yet. */
+  const pingedAt = new Map<number, number>();
   const startedAt = new Map<number, number>();
   let failures = 0;
   let nextMetricsId = 1;
@@ -162,7 +163,7 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
         metricsWaiting.delete(message.id);
         return;
       case "pong":
-        lastPong.set(worker.id, Date.now());
+        pingedAt.delete(worker.id);
         return;
       case "linked":
         if (writesRefused !== undefined)
@@ -197,7 +198,7 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
       if (isWorkerMessage(message)) handle(worker, message);
     });
     worker.on("exit", (code, signal) => {
-      lastPong.delete(worker.id);
+      pingedAt.delete(worker.id);
       listening.delete(worker.id);
       served(worker.id);
       if (stopping || phase === "failed") return;
@@ -221,22 +222,32 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
 
   // A worker whose event loop stopped answering (an endless loop, a deadlock)
   // serves nobody: it is killed, and replaced like one that died. It is
-  // watched from its first answer: until its link to the primary is made,
-  // it is loading its code (longer than the timeout on a busy machine),
-  // and a ping meanwhile finds nobody to answer it.
+  // watched once it serves the port: until then it loads its code and builds
+  // its app, which holds its event loop for seconds at a time on a busy
+  // machine (after it first answered a ping too). Stuck means a ping left
+  // unanswered past the timeout, not a time since the last answer, which
+  // would count the heartbeat's own period and the primary's lateness and
+  // take a worker answering at once for a stuck one.
   const heartbeat = setInterval(() => {
     const now = Date.now();
     for (const worker of live()) {
-      const silentMs = now - (lastPong.get(worker.id) ?? now);
-      if (silentMs > config.workerStuckTimeoutMs && !worker.isDead()) {
-        logger.error(
-          { stuckWorker: worker.id, silentMs },
-          "a worker stopped answering; replacing it",
-        );
-        worker.process.kill("SIGKILL");
-        continue;
+      if (!listening.has(worker.id)) continue;
+      const since = pingedAt.get(worker.id);
+      if (since === undefined) {
+        pingedAt.set(worker.id, now);
+        send(worker, { type: "ping" });
+      } else if (now - since > config.workerStuckTimeoutMs) {
+        // After the answers already waiting on the channel are read: a primary
+        // that was busy itself reads them only now.
+        setImmediate(() => {
+          if (stopping || pingedAt.get(worker.id) !== since || worker.isDead()) return;
+          logger.error(
+            { stuckWorker: worker.id, unansweredMs: Date.now() - since },
+            "a worker stopped answering; replacing it",
+          );
+          worker.process.kill("SIGKILL");
+        });
       }
-      send(worker, { type: "ping" });
     }
   }, heartbeatMs);
   heartbeat.unref();

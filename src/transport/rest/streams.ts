@@ -94,8 +94,8 @@ export async function writeEvents(
 /**
  * The bytes of each chunk as they come. A body has no place for an error:
  * one after the start cuts the response short (HTTP/2: the stream is reset;
- * HTTP/1.1: the connection closes, after what was written but before the
- * last chunk), so the client sees a failed transfer, never a
+ * HTTP/1.1: the connection is half-closed, after what was written but
+ * before the last chunk), so the client sees a failed transfer, never a
  * complete-looking body.
  */
 async function writeBody(response: RawResponse, chunks: AsyncIterable<HttpBody>): Promise<void> {
@@ -105,11 +105,20 @@ async function writeBody(response: RawResponse, chunks: AsyncIterable<HttpBody>)
       if (chunk.data.byteLength > 0) await writer.write(chunk.data);
     }
   } catch {
+    // Node (24.22 on) gathers a tick's writes in the response and hands them
+    // to the connection on the next tick: cut before that, and the client
+    // would get neither the headers nor the rows, only a closed connection.
+    await writer.flushed();
     if ("stream" in response) {
       (response as unknown as Http2ServerResponse).stream.close(
         http2Constants.NGHTTP2_INTERNAL_ERROR,
       );
-    } else response.socket?.end();
+    } else {
+      // A FIN, not a reset: destroying a socket with input still unread
+      // makes Linux send RST, and a client may then drop rows it had
+      // received but not read yet.
+      response.socket?.end();
+    }
     return;
   }
   response.end();
@@ -118,16 +127,27 @@ async function writeBody(response: RawResponse, chunks: AsyncIterable<HttpBody>)
 /**
  * Writes to a response, waiting while it asks to (a slow client holds the
  * stream back rather than filling memory); once the response is closed
- * (the client went away), writes are dropped.
+ * (the client went away), writes are dropped. `flushed` waits until what
+ * was written has left the response for its connection.
  */
 function responseWriter(response: RawResponse) {
   let closed = false;
+  /** Writes whose data the response still holds; one callback counts them down. */
+  let unflushed = 0;
+  let onFlushed: (() => void) | undefined;
+  const flushedOne = () => {
+    unflushed--;
+    if (unflushed === 0) onFlushed?.();
+  };
   response.once("close", () => {
     closed = true;
+    onFlushed?.();
   });
   return {
     write(chunk: string | Uint8Array): Promise<void> | undefined {
-      if (closed || response.write(chunk)) return undefined;
+      if (closed) return undefined;
+      unflushed++;
+      if (response.write(chunk, flushedOne)) return undefined;
       return new Promise((resolve) => {
         const done = () => {
           response.off("drain", done);
@@ -136,6 +156,12 @@ function responseWriter(response: RawResponse) {
         };
         response.on("drain", done);
         response.on("close", done);
+      });
+    },
+    flushed(): Promise<void> {
+      if (closed || unflushed === 0) return Promise.resolve();
+      return new Promise((resolve) => {
+        onFlushed = resolve;
       });
     },
   };
