@@ -909,6 +909,12 @@ export class RevokeKey extends Step {
         stream.next(),
         new Promise<"open">((resolve) => setTimeout(() => resolve("open"), 10_000)),
       ]);
+      if (next === undefined && stream.endedWith && stream.endedWith.code !== "unauthenticated") {
+        system.violated(
+          "a revoked key's stream ends",
+          `the stats stream opened with the revoked key ended with ${JSON.stringify(stream.endedWith)}, not unauthenticated`,
+        );
+      }
       if (next !== undefined) {
         system.violated(
           "a revoked key's stream ends",

@@ -672,6 +672,8 @@ export class EventStream {
   readonly events: Json[] = [];
   /** Set once the service ended the stream. */
   ended = false;
+  /** The error the service ended the stream with (an `error` event), if it did. */
+  endedWith: Json | undefined;
 
   constructor(
     body: ReadableStream<Uint8Array>,
@@ -687,13 +689,19 @@ export class EventStream {
       if (end >= 0) {
         const block = this.buffer.slice(0, end);
         this.buffer = this.buffer.slice(end + 2);
-        const data = block
-          .split("\n")
+        const lines = block.split("\n");
+        const data = lines
           .filter((line) => line.startsWith("data: "))
           .map((line) => line.slice("data: ".length))
           .join("\n");
         if (data === "") continue;
         const event = JSON.parse(data) as Json;
+        // An `error` event ends the stream: it is not an update.
+        if (lines.includes("event: error")) {
+          this.ended = true;
+          this.endedWith = event;
+          return undefined;
+        }
         this.events.push(event);
         return event;
       }
