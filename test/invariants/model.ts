@@ -89,9 +89,12 @@ export interface IdempotentWrite {
   readonly idempotencyKey: string;
   /** The slot whose identify it was, if it was one. */
   readonly identifiedSlot?: number;
-  /** The first answer's status and text. */
-  readonly status: number;
-  readonly text: string;
+  /**
+   * The answer a retry replays: the first, until an erasure forgets it
+   * (it named the erased customer) and a retry runs the write again.
+   */
+  status: number;
+  text: string;
 }
 
 /** The checker's model of one run. */

@@ -590,7 +590,7 @@ export class System {
       env: {
         PORT: String(port),
         // Warnings and errors only: what the service says of a fault the checker caused.
-        LOG_LEVEL: "warn",
+        LOG_LEVEL: process.env.INVARIANTS_LOG_LEVEL ?? "warn",
         WEBHOOK_ALLOW_PRIVATE: "true",
         METRICS_TOKEN: metricsToken,
         ...rateLimitEnv(this.rateLimits),
