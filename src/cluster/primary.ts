@@ -6,6 +6,7 @@ import type { App } from "../app.js";
 import type { Config } from "../config.js";
 import { answerStoreRequest } from "../store/forwarded-writes.js";
 import { StreamCounts } from "../transport/streams-by-key.js";
+import { closeConnectionsLeftBy, heldConnectionsVisible } from "./handed-connections.js";
 import {
   isWorkerMessage,
   type MetricsJson,
@@ -41,6 +42,12 @@ const firstRestartMs = 250;
 const longestRestartMs = 30_000;
 /** A worker that lived this long died of something new: its restarts start over. */
 const stableAfterMs = 60_000;
+/**
+ * How long a connection the primary held as a worker died may stay held
+ * before it is taken for that worker's (a live worker takes one in
+ * milliseconds; see `closeConnectionsLeftBy`).
+ */
+const handOverGraceMs = 2_000;
 /** How long the primary waits for a worker's metrics. */
 const metricsTimeoutMs = 2_000;
 
@@ -191,6 +198,11 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     }
   };
 
+  if (!heldConnectionsVisible()) {
+    logger.warn(
+      "this Node hides the primary's handles: a connection handed to a worker as it dies may hang (nodejs/node#21746)",
+    );
+  }
   const fork = () => {
     const worker = cluster.fork(env);
     startedAt.set(worker.id, Date.now());
@@ -198,6 +210,12 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
       if (isWorkerMessage(message)) handle(worker, message);
     });
     worker.on("exit", (code, signal) => {
+      closeConnectionsLeftBy(handOverGraceMs, (count) =>
+        logger.warn(
+          { exitedWorker: worker.id, closedConnections: count },
+          "closed the connections the exited worker never took",
+        ),
+      );
       pingedAt.delete(worker.id);
       listening.delete(worker.id);
       served(worker.id);

@@ -1,6 +1,6 @@
 import type { WebhookConfig } from "../config.js";
 import type { Clock } from "../domain/tenancy.js";
-import { nextDueAt } from "../store/deliveries.js";
+import { nextDueAt, releaseLeasesOfEarlierRuns } from "../store/deliveries.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
 import { createDispatcher } from "./dispatcher.js";
@@ -45,7 +45,19 @@ export function startWebhookRuntime(deps: {
   const relay = createOutboxRelay({ store, clock, workers: dispatcher });
   let stopped = false;
 
+  // The embedded store has one dispatcher, this one: a lease held as it
+  // starts was left by a process killed before it released it. Released
+  // before any loop takes one of its own.
+  const leasesReleased =
+    store.engine === "embedded"
+      ? releaseLeasesOfEarlierRuns(db, clock()).then(
+          () => undefined,
+          (error: unknown) => log(error, "could not release the leases of an earlier run"),
+        )
+      : Promise.resolve();
+
   async function relayLoop(): Promise<void> {
+    await leasesReleased;
     while (!stopped) {
       try {
         const { relayed, queued } = await relay.relayOnce();
@@ -72,6 +84,7 @@ export function startWebhookRuntime(deps: {
   };
 
   async function workerLoop(): Promise<void> {
+    await leasesReleased;
     while (!stopped) {
       try {
         if (await dispatcher.deliverOne()) continue;

@@ -209,6 +209,20 @@ export async function bringForwardWaitingDeliveries(
   return moved.reduce((sum, count) => sum + count, 0);
 }
 
+/**
+ * Releases every lease still held: where one dispatcher serves the store
+ * (the embedded engine's primary), a lease held as it starts is a previous
+ * process's, killed before it could release it (a drain releases its own),
+ * and its deliveries would otherwise wait for the lease to expire.
+ */
+export async function releaseLeasesOfEarlierRuns(db: Collections, now: Date): Promise<number> {
+  const { modifiedCount } = await db.deliveries.updateMany(
+    { status: "pending", leaseUntil: { $gt: unleased } },
+    { $set: { leaseUntil: unleased, leaseOwner: null, updatedAt: now } },
+  );
+  return modifiedCount;
+}
+
 /** When the earliest pending delivery is due, if any; workers sleep until then. */
 export async function nextDueAt(db: Collections): Promise<Date | null> {
   const [first] = await db.deliveries

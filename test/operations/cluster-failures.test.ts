@@ -1,9 +1,20 @@
+import { rmSync } from "node:fs";
 import test from "ava";
-import { customersMissing, isRunning, type SpawnedService } from "../helpers/cluster.js";
+import {
+  customersMissing,
+  isRunning,
+  type SpawnedService,
+  spawnService,
+  waitGone,
+} from "../helpers/cluster.js";
+import { startReceiver } from "../helpers/receiver.js";
+import { keys } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 import {
   identify,
+  launchCluster,
   missingThroughService,
+  send,
   servedBy,
   slowIdentify,
   startCluster,
@@ -136,6 +147,89 @@ test.serial(
       ),
       [],
     );
+  },
+);
+
+test.serial("a connection handed to a worker as it dies is closed, not left hanging", async (t) => {
+  t.timeout(120_000);
+  // A stopped worker takes no connection handed to it: its answer to the
+  // hand-over never comes. Killed then, it leaves that one with the primary
+  // (nodejs/node#21746), which must close it rather than hold it for ever.
+  const { port, service } = await startCluster(t, { WORKER_STUCK_TIMEOUT: "1h" });
+  const [stopped] = service.workerPids() as [number, number];
+  process.kill(stopped, "SIGSTOP");
+  try {
+    // New connections in turn: round robin hands one of the first two to the stopped worker.
+    const calls = Array.from({ length: 4 }, () =>
+      send(port, "GET", "/campaigns", { key: keys.public, timeoutMs: 60_000 }).then(
+        (answer) => ({ status: answer.status, at: performance.now() }),
+        (error: NodeJS.ErrnoException) => ({
+          status: error.code ?? error.message,
+          at: performance.now(),
+        }),
+      ),
+    );
+    // The others are answered by the live worker; one waits on the stopped one.
+    const settled = await Promise.race([
+      Promise.all(calls),
+      new Promise<"waiting">((resolve) => setTimeout(() => resolve("waiting"), 1_000)),
+    ]);
+    t.is(settled, "waiting", "a connection was handed to the stopped worker");
+    const killedAt = performance.now();
+    process.kill(stopped, "SIGKILL");
+    const answers = await Promise.all(calls);
+    const late = answers.filter((answer) => answer.at > killedAt);
+    t.true(late.length > 0);
+    t.true(
+      late.every((answer) => answer.status !== 200 && answer.at - killedAt < 10_000),
+      `closed as the worker died, unanswered: ${JSON.stringify(late.map((answer) => answer.status))}`,
+    );
+    await eventually("the primary to say so", () =>
+      /closed the connections the exited worker never took/.test(service.output()),
+    );
+  } finally {
+    try {
+      process.kill(stopped, "SIGCONT");
+    } catch {}
+  }
+});
+
+test.serial(
+  "a delivery in flight when the primary is killed is sent again at the next start, not after its lease",
+  async (t) => {
+    t.timeout(120_000);
+    const receiver = await startReceiver();
+    t.teardown(() => receiver.close());
+    // The first attempt never answers: the delivery is leased when the primary dies.
+    receiver.respond = (_request, index) => (index === 0 ? "hang" : 200);
+    const env = { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT: "10s" };
+    const first = await launchCluster(env);
+    t.teardown(() => rmSync(first.dataDir, { recursive: true, force: true }));
+    const hook = await send(first.port, "POST", "/webhooks", {
+      key: keys.secret,
+      body: { url: `${receiver.url}/killed`, environment: "test" },
+    });
+    t.is(hook.status, 201);
+    const identified = await identify(first.port, "delivered-after-a-kill", {
+      environment: "test",
+    });
+    t.is(identified.status, 201);
+    await receiver.waitFor((received) => received.length === 1);
+    await first.service.kill();
+    await waitGone(first.service.workerPids());
+    // Its lease (WEBHOOK_TIMEOUT and 30 s) would hold it 40 s; a new start sends it at once.
+    const restarted = await spawnService({
+      DATA_DIR: first.dataDir,
+      WORKERS: "2",
+      BOOTSTRAP_SECRET_KEY: keys.secret,
+      BOOTSTRAP_PUBLIC_KEY: keys.public,
+      ...env,
+    });
+    t.teardown(() => restarted.stop());
+    const startedAt = performance.now();
+    await receiver.waitFor((received) => received.length === 2, 10_000);
+    t.is(receiver.received[1]?.headers["webhook-id"], receiver.received[0]?.headers["webhook-id"]);
+    t.log(`sent again ${Math.round(performance.now() - startedAt)} ms after the restart`);
   },
 );
 
