@@ -1198,7 +1198,9 @@ export class Replay extends Step {
       mode,
       this.toString(),
       replay,
-      forgotten ? ["ok", "not_found", "failed_precondition", "invalid_argument"] : ["ok"],
+      forgotten
+        ? ["ok", "not_found", "failed_precondition", "invalid_argument"]
+        : [keptCode(write)],
     );
     if (forgotten && replay.headers?.get("idempotent-replayed") === "true") {
       system.violated(
@@ -1231,6 +1233,16 @@ export class Replay extends Step {
 
   toString(): string {
     return `Replay(#${this.pick})`;
+  }
+}
+
+/** What a kept outcome replays as: `ok`, or the code of the error it kept. */
+function keptCode(write: { status: number; text: string }): string {
+  if (write.status < 300) return "ok";
+  try {
+    return (JSON.parse(write.text) as { code?: string }).code ?? String(write.status);
+  } catch {
+    return String(write.status);
   }
 }
 

@@ -18,14 +18,19 @@ export async function readSnapshot(system: System, model: Model, step: number): 
   const takenAt = Date.now();
   const texts: { where: string; text: string }[] = [];
   const key = app.secret;
-  const read = async (where: string, answer: Promise<Outcome>): Promise<Json> => {
-    const outcome = await answer;
+  // Reads are sent again when a connection closed unanswered as a worker
+  // died (the system judged it; see `System.unanswered`): a client retries a read.
+  const read = async (where: string, answer: () => Promise<Outcome>): Promise<Json> => {
+    let outcome = await answer();
+    for (let retry = 0; retry < 2 && !outcome.ok && outcome.code === "no_answer"; retry++) {
+      outcome = await answer();
+    }
     texts.push({ where, text: outcome.text });
     if (!outcome.ok) throw new Error(`${where} answered ${outcome.text}`);
     return outcome.body;
   };
   const get = (path: string, credential: Credential = key) =>
-    read(`GET ${path}`, system.rest(credential, "GET", path));
+    read(`GET ${path}`, () => system.rest(credential, "GET", path));
   const all = async (path: string): Promise<Json[]> => {
     const records: Json[] = [];
     for (;;) {
@@ -62,8 +67,7 @@ export async function readSnapshot(system: System, model: Model, step: number): 
     const balance =
       protocol === "rest"
         ? await get(`/customers/${customerId}/reward-balance`)
-        : await read(
-            `GetCustomerRewardBalance ${customerId} over ${protocol}`,
+        : await read(`GetCustomerRewardBalance ${customerId} over ${protocol}`, () =>
             system.call(key, protocol, RewardsService.method.getCustomerRewardBalance, {
               customerId,
             }),
@@ -83,8 +87,7 @@ export async function readSnapshot(system: System, model: Model, step: number): 
     get(`/stats?environment=test&timeZone=UTC&interval=day&${period}`),
     statsProtocol === "rest"
       ? get(`/campaigns/${app.campaignId}/stats?interval=day&${period}`)
-      : read(
-          "GetCampaignStats over Connect",
+      : read("GetCampaignStats over Connect", () =>
           system.call(key, "connect", InsightsService.method.getCampaignStats, {
             id: app.campaignId,
             interval: "day",
@@ -93,7 +96,9 @@ export async function readSnapshot(system: System, model: Model, step: number): 
           }),
         ),
     get(`/campaigns/${app.campaignId}/leaderboard?limit=100`),
-    read("GET /referrals/export", system.fetchText(key, "/referrals/export?environment=test")),
+    read("GET /referrals/export", () =>
+      system.fetchText(key, "/referrals/export?environment=test"),
+    ),
     firstStreamEvent(system, key, `/campaigns/${app.campaignId}/stats/stream?${period}`),
   ]);
   texts.push({ where: "the stats stream's first event", text: JSON.stringify(stream) });
