@@ -83,6 +83,7 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     rejectStarted = reject;
   });
   const listening = new Set<number>();
+  let boundPort: number | undefined;
   /** Until every worker first serves the port; a failure meanwhile fails the start. */
   let phase: "starting" | "serving" | "failed" = "starting";
 
@@ -182,6 +183,9 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
         return;
       case "listening":
         listening.add(worker.id);
+        // PORT=0 asks for any free port: once one is bound, workers started
+        // later bind that one, or the port would move when none is left to hold it.
+        boundPort ??= message.port;
         if (phase === "starting" && listening.size >= config.workers) {
           phase = "serving";
           resolveStarted(message.port);
@@ -204,7 +208,9 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     );
   }
   const fork = () => {
-    const worker = cluster.fork(env);
+    const worker = cluster.fork(
+      boundPort === undefined ? env : { ...env, PORT: String(boundPort) },
+    );
     startedAt.set(worker.id, Date.now());
     worker.on("message", (message: unknown) => {
       if (isWorkerMessage(message)) handle(worker, message);

@@ -234,6 +234,35 @@ test.serial(
 );
 
 test.serial(
+  "when every worker has died at once, their replacements serve the same port again",
+  async (t) => {
+    t.timeout(120_000);
+    // PORT=0, as every test service: the port is the one the first workers bound.
+    const { port, service } = await startCluster(t);
+    const [first, second] = service.workerPids() as [number, number];
+    process.kill(first, "SIGKILL");
+    await waitGone([first]);
+    // The first one's replacement is forked, not yet listening: none holds the port.
+    await eventually("a replacement forked", () =>
+      service.workerPids().some((pid) => pid !== second),
+    );
+    process.kill(second, "SIGKILL");
+    await waitGone([second]);
+    const answer = await eventually(
+      "a call served on the same port",
+      async () => {
+        const outcome = await send(port, "GET", "/campaigns", { key: keys.public }).catch(
+          () => undefined,
+        );
+        return outcome?.status === 200 && outcome;
+      },
+      { timeoutMs: 30_000, intervalMs: 200 },
+    );
+    t.is(answer.status, 200);
+  },
+);
+
+test.serial(
   "SIGTERM drains every worker: calls in flight finish, the primary exits 0, every acknowledged write is stored",
   async (t) => {
     t.timeout(120_000);
