@@ -63,7 +63,8 @@ export function optionsOf(argv: readonly string[], log: (line: string) => void):
     runForMs,
     // A long check shrinks longer: its failures are rarer and worth a short sequence.
     shrinkForMs: minutes === undefined ? 90_000 : 5 * 60_000,
-    seed: seed === undefined ? defaultSeed : Number(seed),
+    // A longer check explores from a seed of its own (printed with any failure).
+    seed: seed !== undefined ? Number(seed) : minutes === undefined ? defaultSeed : randomSeed(),
     ...(path === undefined ? {} : { path }),
     ...(replayPath === undefined ? {} : { replayPath }),
     rateLimits,
@@ -71,6 +72,11 @@ export function optionsOf(argv: readonly string[], log: (line: string) => void):
     maxSteps: 30,
     log,
   };
+}
+
+/** A seed for a check of its own: fast-check takes a 32-bit integer. */
+function randomSeed(): number {
+  return Math.floor(Math.random() * 2 ** 31);
 }
 
 /** What a check found. */
