@@ -4,6 +4,7 @@ import { eventOf, eventTypeOf } from "../events/events.js";
 import type { StoreCollection } from "../store/collection.js";
 import { type QueuedLease, queueDelivery } from "../store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
+import { withErasedScrubbed } from "../store/erasure.js";
 import {
   findOutboxHolders,
   type OutboxHolder,
@@ -58,7 +59,8 @@ export function createOutboxRelay(deps: {
           );
           // An event no endpoint wants is dropped here rather than stored.
           if (wanted.length === 0) continue;
-          const event = await storeEvent(db, await eventOf(db, holder, entry, type));
+          const stored = await storeEvent(db, await eventOf(db, holder, entry, type));
+          const event = await withErasedScrubbed(db, stored);
           const now = clock();
           await Promise.all(
             wanted.map(async (webhook) => {

@@ -41,16 +41,8 @@ export async function eraseEverywhere(
     { ...ownedBy(tenant), environment: current.environment, customerId: id },
     { $set: { externalUserId: "" } },
   );
-  await rewriteEvents(db, { ...ownedBy(tenant), customerId: id }, (data) => {
-    if ("externalUserId" in data) data.externalUserId = "";
-    if ("email" in data) data.email = null;
-    if ("name" in data) data.name = "";
-    if ("customProperties" in data) data.customProperties = {};
-  });
-  const scrubReferredBy = (data: Record<string, unknown>) => {
-    const referredBy = data.referredBy as Record<string, unknown> | null | undefined;
-    if (referredBy?.id === id) data.referredBy = { id, externalUserId: "", email: null, name: "" };
-  };
+  await rewriteEvents(db, { ...ownedBy(tenant), customerId: id }, scrubSubject);
+  const scrubReferredBy = referredByScrub(id);
   // Events name the referrer their referredBy holds, whoever refers the customer since.
   await rewriteEvents(db, { ...ownedBy(tenant), referredById: id }, scrubReferredBy);
   // Events stored before they named it: those of the customers it refers today.
@@ -67,6 +59,54 @@ export async function eraseEverywhere(
   }
   await afterErasure?.();
   return erased;
+}
+
+/** A customer's own data in an event's payload (its events, its checkpoints'), erased. */
+function scrubSubject(data: Record<string, unknown>): void {
+  if ("externalUserId" in data) data.externalUserId = "";
+  if ("email" in data) data.email = null;
+  if ("name" in data) data.name = "";
+  if ("customProperties" in data) data.customProperties = {};
+}
+
+/** The `referredBy` of another customer's event, where it shows the erased customer `id`. */
+function referredByScrub(id: string): (data: Record<string, unknown>) => void {
+  return (data) => {
+    const referredBy = data.referredBy as Record<string, unknown> | null | undefined;
+    if (referredBy?.id === id) data.referredBy = { id, externalUserId: "", email: null, name: "" };
+  };
+}
+
+/**
+ * An event the relay just stored, with the data of any customer it names
+ * erased if that customer was erased meanwhile: an erasure rewrites the
+ * events stored when it runs, and the relay may have read the customer
+ * before it and stored the event after. Read after the event is stored, a
+ * customer not yet erased will be, later, by an erasure that finds this
+ * event; one erased already is scrubbed here. Returns the event as stored.
+ */
+export async function withErasedScrubbed(db: Collections, event: EventDoc): Promise<EventDoc> {
+  const named = [event.customerId, event.referredById].filter(
+    (id): id is string => id !== undefined,
+  );
+  if (named.length === 0) return event;
+  const erased = await db.customers
+    .find({ _id: { $in: named }, deletedAt: { $ne: null } }, { projection: { _id: 1 } })
+    .toArray();
+  if (erased.length === 0) return event;
+  const body = JSON.parse(event.payload) as { data?: Record<string, unknown> };
+  if (!body.data) return event;
+  for (const { _id } of erased) {
+    if (_id === event.customerId) scrubSubject(body.data);
+    if (_id === event.referredById) referredByScrub(_id)(body.data);
+  }
+  const payload = JSON.stringify(body);
+  if (payload === event.payload) return event;
+  await db.events.updateOne(
+    { _id: event._id },
+    { $set: { payload: packPayload(payload, event.type) } },
+  );
+  return { ...event, payload };
 }
 
 /** Rewrites the payload data of the stored events `filter` finds that `scrub` changes. */

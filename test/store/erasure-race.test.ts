@@ -1,0 +1,67 @@
+import test from "ava";
+import { withErasedScrubbed } from "../../src/store/erasure.js";
+import { findEvent, storeEvent } from "../../src/store/events.js";
+import { keys, rest, useServer } from "../helpers/server.js";
+
+/**
+ * The relay reads a customer, builds its event, and stores it; an erasure
+ * between the read and the store rewrote the events stored before it, not
+ * this one. The relay then scrubs it itself (see `withErasedScrubbed`).
+ */
+
+const server = useServer();
+
+test("an event stored after its customer's erasure, from a read made before, is scrubbed", async (t) => {
+  const personal = { name: "Perpetua Vantongeren", email: "perpetua.v@example.org" };
+  const identify = (externalUserId: string, body: Record<string, unknown>) =>
+    rest(server, "POST", "/customers/identify", {
+      key: keys.secret,
+      body: { externalUserId, ...body },
+    });
+  const referrer = (await identify("race-referrer", { ...personal, environment: "test" })).body;
+  const referee = (await identify("race-referee", { name: "Rae", environment: "test" })).body;
+  const referred = await rest(server, "POST", "/referrals", {
+    key: keys.secret,
+    body: { referralCode: referrer.referralCode, refereeId: referee.id, environment: "test" },
+  });
+  t.is(referred.status, 201);
+  // What the relay built from the reads it made before the erasure.
+  const refereeView = (await rest(server, "GET", `/customers/${referee.id}`, { key: keys.secret }))
+    .body;
+  const at = new Date();
+  const built = (id: string, data: unknown, customerId: string, referredById?: string) => ({
+    _id: id,
+    organizationId: referrer.organizationId,
+    applicationId: referrer.applicationId,
+    environment: "test" as const,
+    type: "customer.updated" as const,
+    payload: JSON.stringify({ type: "customer.updated", timestamp: at.toISOString(), data }),
+    createdAt: at,
+    customerId,
+    ...(referredById ? { referredById } : {}),
+  });
+  const own = built(`evt_race_own_${Date.now()}`, referrer, referrer.id);
+  const refereeEvent = built(`evt_race_ref_${Date.now()}`, refereeView, referee.id, referrer.id);
+  t.true(refereeEvent.payload.includes(personal.email), "the referee's event shows its referrer");
+
+  t.is(
+    (await rest(server, "DELETE", `/customers/${referrer.id}`, { key: keys.secret })).status,
+    200,
+  );
+
+  const db = server.app.store.system;
+  for (const event of [own, refereeEvent]) {
+    const stored = await withErasedScrubbed(db, await storeEvent(db, event));
+    const kept = (await findEvent(db, event._id))?.payload ?? "";
+    for (const text of Object.values(personal)) {
+      t.false(stored.payload.includes(text), `${event._id} as handed on: ${text}`);
+      t.false(kept.includes(text), `${event._id} as stored: ${text}`);
+    }
+  }
+  const untouched = built(`evt_race_live_${Date.now()}`, refereeView, referee.id);
+  t.is(
+    (await withErasedScrubbed(db, await storeEvent(db, untouched))).payload,
+    untouched.payload,
+    "a live customer's event is left as it is",
+  );
+});
