@@ -1,4 +1,5 @@
 import cluster, { type Worker } from "node:cluster";
+import { type AddressInfo, createServer } from "node:net";
 import { pino } from "pino";
 import { AggregatorRegistry } from "prom-client";
 import { RateLimiterClusterMaster } from "rate-limiter-flexible";
@@ -83,7 +84,8 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     rejectStarted = reject;
   });
   const listening = new Set<number>();
-  let boundPort: number | undefined;
+  /** The PORT every worker is forked with: PORT=0 is chosen once, before the first. */
+  let workerEnv = env;
   /** Until every worker first serves the port; a failure meanwhile fails the start. */
   let phase: "starting" | "serving" | "failed" = "starting";
 
@@ -183,9 +185,6 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
         return;
       case "listening":
         listening.add(worker.id);
-        // PORT=0 asks for any free port: once one is bound, workers started
-        // later bind that one, or the port would move when none is left to hold it.
-        boundPort ??= message.port;
         if (phase === "starting" && listening.size >= config.workers) {
           phase = "serving";
           resolveStarted(message.port);
@@ -208,9 +207,7 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     );
   }
   const fork = () => {
-    const worker = cluster.fork(
-      boundPort === undefined ? env : { ...env, PORT: String(boundPort) },
-    );
+    const worker = cluster.fork(workerEnv);
     startedAt.set(worker.id, Date.now());
     worker.on("message", (message: unknown) => {
       if (isWorkerMessage(message)) handle(worker, message);
@@ -276,7 +273,21 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   }, heartbeatMs);
   heartbeat.unref();
 
-  for (let index = 0; index < config.workers; index++) fork();
+  // PORT=0 asks for any free port. The primary shares a port between the
+  // workers that listen with the same PORT and frees it when none is left, so
+  // workers forked with 0 after every one died would move the service to
+  // another port: the port is chosen here, once, and every worker binds it.
+  void (config.port === 0 ? freePort(config.host) : Promise.resolve(config.port)).then(
+    (port) => {
+      workerEnv = { ...env, PORT: String(port) };
+      if (stopping) return;
+      for (let index = 0; index < config.workers; index++) fork();
+    },
+    (error: Error) => {
+      phase = "failed";
+      rejectStarted(error);
+    },
+  );
 
   let stopped: Promise<void> | undefined;
   return {
@@ -317,4 +328,16 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
       return stopped;
     },
   };
+}
+
+/** A port free on the host now: bound with 0 and released. */
+function freePort(host: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const probe = createServer();
+    probe.once("error", reject);
+    probe.listen({ port: 0, host }, () => {
+      const { port } = probe.address() as AddressInfo;
+      probe.close(() => resolve(port));
+    });
+  });
 }

@@ -217,7 +217,9 @@ export async function bringForwardWaitingDeliveries(
  */
 export async function releaseLeasesOfEarlierRuns(db: Collections, now: Date): Promise<number> {
   const { modifiedCount } = await db.deliveries.updateMany(
-    { status: "pending", leaseUntil: { $gt: unleased } },
+    // Walked through the due-deliveries index (every pending one has a due
+    // time): once a start, never worth an index of its own on every write.
+    { status: "pending", nextAttemptAt: { $gte: new Date(0) }, leaseUntil: { $gt: unleased } },
     { $set: { leaseUntil: unleased, leaseOwner: null, updatedAt: now } },
   );
   return modifiedCount;
