@@ -495,21 +495,54 @@ export class SqliteDatabase {
    * Leaves no copy of deleted or overwritten data in the files: the
    * write-ahead log, which holds earlier images of the pages a write
    * changed, is copied back and truncated to nothing. (Freed space inside
-   * pages is zeroed as it is freed: `secure_delete` is on.) Retried while
-   * the checkpoint worker or a reader holds the log; erasures are rare.
+   * pages is zeroed as it is freed: `secure_delete` is on.) A reader in the
+   * middle of a read (an export, another process) keeps the log in use: the
+   * checkpoint is tried without waiting, for it never blocks the loop that
+   * answers calls, and retried; past `patienceMs` it goes on in the background
+   * until it succeeds, and the erasure is answered (its rows are gone already).
    */
-  async forgetFreed(): Promise<void> {
+  async forgetFreed(patienceMs = 2_000): Promise<void> {
+    const startedAt = Date.now();
+    let delayMs = 10;
+    while (this.reads.isOpen) {
+      if (this.truncateLog()) return;
+      if (Date.now() - startedAt >= patienceMs) {
+        this.forgetLater();
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      delayMs = Math.min(delayMs * 2, 200);
+    }
+  }
+
+  /** Erasures whose log could not be truncated yet: one background retry serves them all. */
+  private forgetting: NodeJS.Timeout | undefined;
+
+  private forgetLater(): void {
+    if (this.forgetting) return;
+    this.forgetting = setInterval(() => {
+      if (!this.reads.isOpen || this.truncateLog()) {
+        clearInterval(this.forgetting);
+        this.forgetting = undefined;
+      }
+    }, 1_000);
+    this.forgetting.unref();
+  }
+
+  /** One truncating checkpoint, failing at once rather than waiting on a reader: whether it took. */
+  private truncateLog(): boolean {
+    // Writes that came while it waited opened a group: a checkpoint cannot
+    // run inside the connection's own open transaction.
     this.commitGroup();
-    for (let attempt = 0; attempt < 50; attempt++) {
+    this.writer.exec("PRAGMA busy_timeout = 0");
+    try {
       const [result] = this.writer.prepare("PRAGMA wal_checkpoint(TRUNCATE)").all() as {
         busy: number;
       }[];
-      if (result?.busy === 0) return;
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      return result?.busy === 0;
+    } finally {
+      this.writer.exec(`PRAGMA busy_timeout = ${writeLockWaitMs}`);
     }
-    throw new Error(
-      "the write-ahead log stayed in use: erased data may remain in it until the next checkpoint",
-    );
   }
 
   /** Whether the connection answers. */
@@ -571,6 +604,7 @@ export class SqliteDatabase {
   /** Closes the connection; the WAL is checkpointed into the file. */
   close(): void {
     if (!this.reads.isOpen) return;
+    clearInterval(this.forgetting);
     if (this.db) this.commitGroup();
     // First the other connections, so the writer's is the last and its
     // close checkpoints the whole WAL and removes it.

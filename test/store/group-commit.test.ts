@@ -1,9 +1,11 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { DatabaseSync } from "node:sqlite";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
 import { DuplicateKeyError } from "../../src/store/errors.js";
 import { SqliteDatabase } from "../../src/store/sqlite.js";
+import { eventually } from "../helpers/wait.js";
 
 /**
  * The embedded engine's group commit: the writes of one turn of the event
@@ -96,4 +98,47 @@ test("a reader of the file sees the writer's commits and their versions", async 
   await t.throwsAsync(() => readThings.insertOne({ _id: "no" }), {
     message: /read-only here/,
   });
+});
+
+test("forgetting freed pages never blocks the loop on a reader: it retries, then goes on in the background until the log is truncated", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "referrals-forget-"));
+  const file = join(dir, "db.sqlite");
+  const database = SqliteDatabase.open(file, "full");
+  const things = database.collection<Thing>("things");
+  const reader = new DatabaseSync(file);
+  t.teardown(() => {
+    if (reader.isOpen) reader.close();
+    database.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  await things.insertOne({ _id: "first", name: "first" });
+  const walSize = () => statSync(`${file}-wal`).size;
+  // A read transaction (an export in progress) keeps the log from being truncated.
+  reader.exec("BEGIN");
+  reader.prepare("SELECT count(*) FROM sqlite_master").get();
+  let turns = 0;
+  const ticker = setInterval(() => {
+    turns += 1;
+  }, 5);
+  const startedAt = performance.now();
+  const forgotten = database.forgetFreed(300);
+  // Writes go on meanwhile, each answered.
+  const writes: Promise<unknown>[] = [];
+  for (let round = 0; round < 5; round++) {
+    await new Promise((resolve) => setTimeout(resolve, 10));
+    writes.push(things.insertOne({ _id: `during${round}`, name: `during${round}` }));
+  }
+  await Promise.all(writes);
+  await forgotten;
+  const tookMs = performance.now() - startedAt;
+  clearInterval(ticker);
+  t.true(tookMs < 2_000, `answered after its patience, not a lock wait (${Math.round(tookMs)} ms)`);
+  t.true(turns > 20, `the event loop kept turning (${turns} turns)`);
+  t.true(walSize() > 0, "the log is still in use by the reader");
+  reader.exec("COMMIT");
+  reader.close();
+  await eventually("the log truncated in the background", () => walSize() === 0, {
+    timeoutMs: 5_000,
+  });
+  t.is(await things.countDocuments({}), 6);
 });
