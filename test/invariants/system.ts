@@ -186,6 +186,14 @@ export class System {
   private replacing: Promise<void> = Promise.resolve();
   /** When the service (or a new worker) last answered ready, for the text of a refusal. */
   private readyAt = 0;
+  /** Killed workers whose replacements do not serve yet. */
+  private replacementsPending = 0;
+  /**
+   * Every worker killed before a replacement served: the port is closed
+   * until one listens (docs/scaling.md, Faults), so a refused connection is
+   * expected until the service answers `/readyz` again.
+   */
+  private portClosed = false;
 
   private constructor(
     private server: TestServer,
@@ -483,10 +491,14 @@ export class System {
     const victim = workers[which % workers.length];
     if (victim === undefined) throw new Error("the service has no worker to kill");
     this.workerKilled = true;
+    // The others still serve unless each is a replacement not listening yet.
+    if (this.replacementsPending >= workers.length - 1) this.portClosed = true;
+    this.replacementsPending += 1;
     process.kill(victim, "SIGKILL");
     await waitGone([victim]);
     this.workerDiedAt = performance.now();
     const started = this.starts;
+    const { port } = this.server;
     const replaced = async () => {
       await eventually(
         "a new worker in place of the killed one",
@@ -498,10 +510,24 @@ export class System {
         { timeoutMs: 75_000, intervalMs: 20 },
       );
       if (this.starts !== started) return;
+      // Ready once a worker answers on a new connection: at once while
+      // another serves, after the replacement loads if none was left.
+      await eventually(
+        "the service answering /readyz",
+        async () =>
+          this.starts !== started ||
+          (await rawGet(port, "/readyz").catch(() => ({ status: 0 }))).status === 200,
+        { timeoutMs: 75_000, intervalMs: 20 },
+      );
+      if (this.starts !== started) return;
+      this.portClosed = false;
       this.readyAt = performance.now();
-      await this.probeCredentials(this.server.port, credentials, 1_500);
+      await this.probeCredentials(port, credentials, 1_500);
     };
-    this.replacing = Promise.all([this.replacing, replaced()]).then(
+    const watched = replaced().finally(() => {
+      this.replacementsPending -= 1;
+    });
+    this.replacing = Promise.all([this.replacing, watched]).then(
       () => undefined,
       (error: unknown) => this.violated("a killed worker is replaced", (error as Error).message),
     );
@@ -572,7 +598,7 @@ export class System {
     const closedAsAWorkerDied =
       !(error instanceof Error && error.message.startsWith("no answer")) &&
       performance.now() - this.workerDiedAt < handOverGraceMs + 3_000;
-    if (!this.killing && !closedAsAWorkerDied) {
+    if (!this.killing && !closedAsAWorkerDied && !this.portClosed) {
       const cause = (error as { cause?: Error }).cause?.message;
       this.violated(
         "every call is answered",
@@ -595,6 +621,7 @@ export class System {
    */
   private async startReady(credentials: readonly Credential[]): Promise<TestServer> {
     this.starts += 1;
+    this.portClosed = false;
     const port = await freePort();
     const starting = startServer({
       workers: 2,
