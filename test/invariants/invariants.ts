@@ -467,7 +467,15 @@ function sweptSince(before: Json, after: Json): boolean {
   if (added.length === 0) return false;
   if (!added.every((entry) => ["hold_ended", "expiry"].includes(entry.cause))) return false;
   const stable = (grant: Json) => {
-    const { status: _s, statusHistory: _h, updatedAt: _u, expiresAt: _e, ...rest } = grant;
+    // A move's reason is its own: the sweep's moves carry none.
+    const {
+      status: _s,
+      statusReason: _r,
+      statusHistory: _h,
+      updatedAt: _u,
+      expiresAt: _e,
+      ...rest
+    } = grant;
     return JSON.stringify(rest);
   };
   return stable(before) === stable(after);

@@ -279,11 +279,14 @@ test("a record lost or changed across a kill is found; the reward sweep's own mo
   const pending = grant({
     id: 1,
     status: "pending",
-    statusHistory: [{ toStatus: "pending", cause: "earned", changedAt: at(1) }],
+    statusReason: "goodwill",
+    statusHistory: [{ toStatus: "pending", cause: "manual", changedAt: at(1) }],
   });
+  // The sweep's move carries no reason of its own.
   const swept = {
     ...pending,
     status: "approved",
+    statusReason: null,
     updatedAt: at(3),
     statusHistory: [
       ...pending.statusHistory,

@@ -243,6 +243,8 @@ class Check {
     const { options, system } = this;
     // Past its time, a shrink passes at once: the shortest failure found so far stands.
     if (this.shrinking && performance.now() > this.shrinking.since + options.shrinkForMs) return;
+    // A replay is one run: fast-check goes on from a path that passes, those pass at once.
+    if (options.path !== undefined && this.runs > 0 && !this.shrinking) return;
     try {
       await this.runSteps(sequence);
     } catch (error) {
