@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { DatabaseSync } from "node:sqlite";
 import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
 import test, { type ExecutionContext } from "ava";
 import { DuplicateKeyError } from "../../src/store/errors.js";
 import { SqliteDatabase } from "../../src/store/sqlite.js";
