@@ -21,7 +21,7 @@ import type {
   WithId,
 } from "mongodb";
 import type { StoreCollection } from "./collection.js";
-import { DuplicateKeyError } from "./errors.js";
+import { DuplicateKeyError, StoreOpenError } from "./errors.js";
 import { type CounterDeclaration, fieldFanout } from "./indexes.js";
 import type { CheckpointerData } from "./sqlite-checkpointer.js";
 import {
@@ -50,14 +50,6 @@ import { WalIndexWatch } from "./wal-index-watch.js";
  * at the cost of one fsync per write.
  */
 export type SqliteSynchronous = "normal" | "full";
-
-/** A database file could not be opened or read; names the file. */
-export class StoreOpenError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = "StoreOpenError";
-  }
-}
 
 /**
  * One SQLite database in WAL mode, holding each collection as a table of

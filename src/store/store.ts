@@ -12,6 +12,7 @@ import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
+import { StoreOpenError } from "./errors.js";
 import {
   type ForwardedWrites,
   forwardingCollection,
@@ -27,7 +28,6 @@ import {
   type SqliteCollection,
   SqliteDatabase,
   type SqliteSynchronous,
-  StoreOpenError,
   type WriteLimits,
 } from "./sqlite.js";
 import { type StatsStore, statsWatchers } from "./stats.js";
