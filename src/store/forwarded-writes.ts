@@ -1,7 +1,7 @@
 import type { Document } from "mongodb";
 import type { StoreCollection } from "./collection.js";
+import type { SqliteCollection } from "./engine/sqlite-database.js";
 import { DuplicateKeyError, WriterLostError } from "./errors.js";
-import type { SqliteCollection } from "./sqlite.js";
 
 /**
  * The embedded store in a cluster: one process (the primary) writes the

@@ -20,9 +20,9 @@ import type {
   UpdateResult,
   WithId,
 } from "mongodb";
-import type { StoreCollection } from "./collection.js";
-import { DuplicateKeyError, StoreOpenError } from "./errors.js";
-import { type CounterDeclaration, fieldFanout } from "./indexes.js";
+import type { StoreCollection } from "../collection.js";
+import { DuplicateKeyError, StoreOpenError } from "../errors.js";
+import { type CounterDeclaration, fieldFanout } from "../indexes.js";
 import type { CheckpointerData } from "./sqlite-checkpointer.js";
 import {
   compileFilter,
