@@ -17,9 +17,9 @@ import {
   type QueryPlan,
   type SqliteCollection,
   SqliteDatabase,
-  type SqliteSynchronous,
   type WriteLimits,
 } from "./engine/sqlite-database.js";
+import type { SqliteSynchronous } from "./engine/sqlite-wal.js";
 import { EmbeddedStats } from "./engine/stats-embedded.js";
 import { MongoStats, supportsTransactions } from "./engine/stats-mongo.js";
 import { StoreOpenError } from "./errors.js";
