@@ -1,6 +1,6 @@
 import type { Document } from "mongodb";
 import type { StoreCollection } from "./collection.js";
-import type { SqliteCollection } from "./engine/sqlite-database.js";
+import type { SqliteCollection } from "./engine/sqlite-collection.js";
 import { DuplicateKeyError, WriterLostError } from "./errors.js";
 
 /**

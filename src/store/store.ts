@@ -13,12 +13,8 @@ import type { Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
 import { startServerClock } from "./engine/server-clock.js";
-import {
-  type QueryPlan,
-  type SqliteCollection,
-  SqliteDatabase,
-  type WriteLimits,
-} from "./engine/sqlite-database.js";
+import type { SqliteCollection } from "./engine/sqlite-collection.js";
+import { type QueryPlan, SqliteDatabase, type WriteLimits } from "./engine/sqlite-database.js";
 import type { SqliteSynchronous } from "./engine/sqlite-wal.js";
 import { EmbeddedStats } from "./engine/stats-embedded.js";
 import { MongoStats, supportsTransactions } from "./engine/stats-mongo.js";
