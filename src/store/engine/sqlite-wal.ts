@@ -1,12 +1,11 @@
-import { Worker } from "node:worker_threads";
-import type { CheckpointerData } from "./sqlite-checkpointer.js";
-import { rewindSignal } from "./sqlite-rewind-signal.js";
-
 /**
  * The embedded database's write-ahead log: how durable a commit is, and how
  * the log is kept short, by the checkpoint worker (`sqlite-checkpointer.ts`)
  * that the database starts here and holds.
  */
+import { Worker } from "node:worker_threads";
+import type { CheckpointerData } from "./sqlite-checkpointer.js";
+import { rewindSignal } from "./sqlite-rewind-signal.js";
 
 /**
  * How hard SQLite works to make a commit durable (`PRAGMA synchronous`, in
