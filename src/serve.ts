@@ -9,8 +9,8 @@ import { accessSync, constants, mkdirSync } from "node:fs";
 import { type Config, loadConfig } from "./config.js";
 import type { ProvisionedDemo } from "./services/provisioning.js";
 import { startupBanner } from "./startup-banner.js";
+import { StoreOpenError } from "./store/errors.js";
 import { mongoServerSelectionTimeoutMs } from "./store/mongo-options.js";
-import { StoreOpenError } from "./store/sqlite.js";
 
 const config = (() => {
   try {

@@ -62,3 +62,11 @@ export class WriterLostError extends Error {
     this.name = "WriterLostError";
   }
 }
+
+/** A database file could not be opened or read; names the file. */
+export class StoreOpenError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "StoreOpenError";
+  }
+}

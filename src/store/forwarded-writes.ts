@@ -1,7 +1,6 @@
 import type { Document } from "mongodb";
 import type { StoreCollection } from "./collection.js";
 import { DuplicateKeyError, WriterLostError } from "./errors.js";
-import type { SqliteCollection } from "./sqlite.js";
 
 /**
  * The embedded store in a cluster: one process (the primary) writes the
@@ -124,11 +123,11 @@ export class ForwardedWrites {
 }
 
 /**
- * A collection of a worker: reads on the worker's own connection, writes
- * sent to the writer.
+ * A collection of a worker: reads on the worker's own connection (`local`,
+ * its table of the file), writes sent to the writer under the table's name.
  */
 export function forwardingCollection<T extends Document>(
-  local: SqliteCollection<T>,
+  local: StoreCollection<T> & { readonly name: string },
   writes: ForwardedWrites,
 ): StoreCollection<T> {
   const forwarded = Object.fromEntries(

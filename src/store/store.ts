@@ -12,6 +12,13 @@ import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
+import { startServerClock } from "./engine/server-clock.js";
+import type { SqliteCollection } from "./engine/sqlite-collection.js";
+import { type QueryPlan, SqliteDatabase, type WriteLimits } from "./engine/sqlite-database.js";
+import type { SqliteSynchronous } from "./engine/sqlite-wal.js";
+import { EmbeddedStats } from "./engine/stats-embedded.js";
+import { MongoStats, supportsTransactions } from "./engine/stats-mongo.js";
+import { StoreOpenError } from "./errors.js";
 import {
   type ForwardedWrites,
   forwardingCollection,
@@ -21,18 +28,7 @@ import {
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
 import { defaultEventRetentionMs } from "./retention.js";
-import { startServerClock } from "./server-clock.js";
-import {
-  type QueryPlan,
-  type SqliteCollection,
-  SqliteDatabase,
-  type SqliteSynchronous,
-  StoreOpenError,
-  type WriteLimits,
-} from "./sqlite.js";
 import { type StatsStore, statsWatchers } from "./stats.js";
-import { EmbeddedStats } from "./stats-embedded.js";
-import { MongoStats, supportsTransactions } from "./stats-mongo.js";
 import { createTenantStore, type KeptInMemory, type TenantStore } from "./tenant-store.js";
 import { createWebhookAudience } from "./webhook-audience.js";
 

@@ -3,8 +3,8 @@ import { dirname, join, normalize, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import test from "ava";
 
-// The layout's rules, checked on the sources: where the tenant comes from, and
-// that each cross-cutting step is written once.
+// The layout's rules, checked on the sources: where the tenant comes from, that
+// each cross-cutting step is written once, and who reaches the store's engines.
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const src = join(root, "src");
@@ -20,6 +20,13 @@ function sourcesUnder(dir: string): string[] {
 const sources = new Map(
   sourcesUnder(src).map((path) => [relative(root, path), readFileSync(path, "utf8")]),
 );
+
+/** The files a source imports by a relative path (static, re-exported or dynamic), from the root. */
+function importsOf(path: string, text: string): string[] {
+  return [...text.matchAll(/(?:from |import\(|import )"(\.[^"]+)\.js"/g)].map((match) =>
+    normalize(join(dirname(path), `${match[1]}.ts`)),
+  );
+}
 
 /** The files that contain a pattern (comments included: a rule is about code and prose alike). */
 function filesMatching(pattern: RegExp): string[] {
@@ -101,4 +108,30 @@ test("no import cycles between source files", (t) => {
   };
   for (const path of sources.keys()) visit(path, []);
   t.deepEqual(cycles, []);
+});
+
+test("the store's engines are reached only through the store: store.ts wires them, the rest speaks to collection.ts", (t) => {
+  const engine = "src/store/engine/";
+  const scripts = join(root, "scripts");
+  const outsideSources = [
+    ...sources,
+    ...sourcesUnder(scripts).map((path): [string, string] => [
+      relative(root, path),
+      readFileSync(path, "utf8"),
+    ]),
+  ];
+  const importers = new Map<string, string[]>();
+  for (const [path, text] of outsideSources) {
+    if (path.startsWith(engine)) continue;
+    const reached = importsOf(path, text).filter((target) => target.startsWith(engine));
+    if (reached.length > 0) importers.set(path, reached);
+  }
+  t.true(importers.has("src/store/store.ts"), "the imports are read: store.ts opens the engines");
+  const outsideStore = [...importers].filter(([path]) => !path.startsWith("src/store/"));
+  t.deepEqual(outsideStore, [], "nothing outside src/store/ imports an engine's internals");
+  t.deepEqual(
+    [...importers.keys()],
+    ["src/store/store.ts"],
+    "repositories use an engine through collection.ts alone; store.ts alone picks and opens one",
+  );
 });

@@ -4,7 +4,7 @@ import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test, { type ExecutionContext } from "ava";
-import { StoreOpenError } from "../../src/store/sqlite.js";
+import { StoreOpenError } from "../../src/store/errors.js";
 import { differencesOf, recountStats } from "../../src/store/stats-recount.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
 import { customersMissing, waitGone, workerPidsOf } from "../helpers/cluster.js";

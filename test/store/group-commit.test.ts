@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import test, { type ExecutionContext } from "ava";
+import { SqliteDatabase } from "../../src/store/engine/sqlite-database.js";
 import { DuplicateKeyError } from "../../src/store/errors.js";
-import { SqliteDatabase } from "../../src/store/sqlite.js";
 import { eventually } from "../helpers/wait.js";
 
 /**

@@ -1,7 +1,7 @@
 import test from "ava";
 import type { Document } from "mongodb";
+import type { QueryPlan } from "../../src/store/engine/sqlite-database.js";
 import { type CollectionName, fieldFanout, indexDeclarations } from "../../src/store/indexes.js";
-import type { QueryPlan } from "../../src/store/sqlite.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";

@@ -3,10 +3,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { DatabaseSync } from "node:sqlite";
 import test, { type ExecutionContext } from "ava";
+import { SqliteDatabase } from "../../src/store/engine/sqlite-database.js";
+import { WalIndexWatch } from "../../src/store/engine/wal-index-watch.js";
 import { ForwardedWrites, type StoreRequest } from "../../src/store/forwarded-writes.js";
-import { SqliteDatabase } from "../../src/store/sqlite.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
-import { WalIndexWatch } from "../../src/store/wal-index-watch.js";
 
 /**
  * How a cluster worker's reader learns of the writer's commits: it looks at

@@ -1,6 +1,6 @@
 import test from "ava";
 import type { Db } from "mongodb";
-import { startServerClock } from "../../src/store/server-clock.js";
+import { startServerClock } from "../../src/store/engine/server-clock.js";
 
 // A server whose clock is `offsetMs` ahead of this machine's, answering after 20 ms.
 function serverAhead(offsetMs: number): Db {

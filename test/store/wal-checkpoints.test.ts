@@ -2,7 +2,7 @@ import { closeSync, existsSync, mkdtempSync, openSync, readSync, rmSync, statSyn
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
-import { SqliteDatabase } from "../../src/store/sqlite.js";
+import { SqliteDatabase } from "../../src/store/engine/sqlite-database.js";
 
 const pageBytes = 4096;
 

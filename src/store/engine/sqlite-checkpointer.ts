@@ -1,6 +1,6 @@
 /**
  * The embedded database's WAL checkpoints, run on a worker thread with a
- * connection of its own (see `startCheckpointer` in `sqlite.ts`). A
+ * connection of its own (see `startCheckpointer` in `sqlite-wal.ts`). A
  * checkpoint copies committed pages from the write-ahead log into the
  * database file and syncs it: several milliseconds of I/O that, left to
  * SQLite's automatic checkpoints, ran inside a commit on the event loop and

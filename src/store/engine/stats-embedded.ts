@@ -1,13 +1,11 @@
-import { campaignOfScope, type StatsMoves, statsScope } from "../domain/stats.js";
+import { campaignOfScope, type StatsMoves, statsScope } from "../../domain/stats.js";
 import {
   type BucketRun,
   bucketSeconds,
   quarterHourMs,
   zoneDay,
   zoneDayOf,
-} from "../domain/stats-time.js";
-import type { SqliteDatabase } from "./sqlite.js";
-import { fieldExpression } from "./sqlite-query.js";
+} from "../../domain/stats-time.js";
 import {
   emptySnapshot,
   type LeaderRow,
@@ -16,7 +14,9 @@ import {
   type StatsStore,
   scopeKey,
   zoneScope,
-} from "./stats.js";
+} from "../stats.js";
+import type { SqliteDatabase } from "./sqlite-database.js";
+import { fieldExpression } from "./sqlite-query.js";
 
 const schema = [
   // One row per scope, counter size, bucket and metric.

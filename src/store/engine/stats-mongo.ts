@@ -9,15 +9,15 @@ import type {
   UpdateFilter,
   UpdateOptions,
 } from "mongodb";
-import { campaignOfScope, type StatsMoves, statsScope } from "../domain/stats.js";
+import { campaignOfScope, type StatsMoves, statsScope } from "../../domain/stats.js";
 import {
   type BucketRun,
   bucketSeconds,
   bucketsOf,
   zoneDay,
   zoneDayOf,
-} from "../domain/stats-time.js";
-import type { StoreCollection } from "./collection.js";
+} from "../../domain/stats-time.js";
+import type { StoreCollection } from "../collection.js";
 import {
   emptySnapshot,
   type LeaderRow,
@@ -26,7 +26,7 @@ import {
   type StatsStore,
   scopeKey,
   zoneScope,
-} from "./stats.js";
+} from "../stats.js";
 
 /** A change's moves, written down in the domain's order, then applied with the session. */
 type Move =
