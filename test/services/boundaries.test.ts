@@ -102,3 +102,16 @@ test("no import cycles between source files", (t) => {
   for (const path of sources.keys()) visit(path, []);
   t.deepEqual(cycles, []);
 });
+
+test("the domain imports nothing of the project outside src/domain", (t) => {
+  const outside: string[] = [];
+  for (const [path, text] of sources) {
+    if (!path.startsWith("src/domain/")) continue;
+    for (const [, specifier] of text.matchAll(/(?:from|import)\s*\(?\s*"([^"]+)"/g)) {
+      if (!specifier?.startsWith(".")) continue;
+      const target = normalize(join(dirname(path), specifier));
+      if (!target.startsWith("src/domain/")) outside.push(`${path} -> ${specifier}`);
+    }
+  }
+  t.deepEqual(outside, []);
+});
