@@ -8,6 +8,13 @@ import {
   velocityWindowMs,
 } from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
+import {
+  newReferral,
+  reattributed,
+  type StatusChange,
+  statusChange,
+  transitioned,
+} from "../domain/referral-transitions.js";
 import type { Clock } from "../domain/tenancy.js";
 import {
   referralCreated,
@@ -21,14 +28,8 @@ import type {
   CustomerDoc,
   PlannedGrantDoc,
   ReferralDoc,
-  StatusChangeDoc,
 } from "../store/documents.js";
-import {
-  newReferral,
-  type ReferralRewardWork,
-  reattributed,
-  transitioned,
-} from "../store/referrals.js";
+import type { ReferralRewardWork } from "../store/referrals.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
@@ -207,7 +208,7 @@ export async function reviewReferral(
 async function accept(
   store: TenantStore,
   current: ReferralDoc,
-  change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+  change: StatusChange & { fromStatus: ReferralStatusName },
   after: ReferralDoc,
   plan: readonly PlannedGrantDoc[],
 ): Promise<ReferralDoc | null> {
@@ -267,17 +268,6 @@ export async function convertReferrals(
     }
   }
   return accepted;
-}
-
-function statusChange<From extends ReferralStatusName | null>(
-  fromStatus: From,
-  toStatus: ReferralStatusName,
-  cause: StatusChangeDoc["cause"],
-  actorId: string,
-  changedAt: Date,
-  reason: string | undefined,
-): StatusChangeDoc & { fromStatus: From } {
-  return { fromStatus, toStatus, cause, actorId, reason: reason ?? null, changedAt };
 }
 
 function rulesReason(frauds: readonly SuspectedFraud[]): string | undefined {

@@ -1,6 +1,7 @@
 import { hash } from "node:crypto";
 import { newId } from "../domain/ids.js";
 import { type CurrencyName, digitsOf, fromMinorUnits, toMinorUnits } from "../domain/money.js";
+import type { StatusChange } from "../domain/referral-transitions.js";
 import {
   clawbackGrantId,
   earnedGrantId,
@@ -24,7 +25,6 @@ import type {
   ReferralDoc,
   RewardGrantDoc,
   RewardValueDoc,
-  StatusChangeDoc,
 } from "../store/documents.js";
 import { isDuplicateKeyError } from "../store/errors.js";
 import { movedGrant, referralGrants } from "../store/reward-grants.js";
@@ -78,7 +78,7 @@ export async function prepareEarnedGrants(
   store: TenantStore,
   campaign: CampaignDoc,
   referral: ReferralDoc,
-  acceptance: StatusChangeDoc,
+  acceptance: StatusChange,
 ): Promise<PlannedGrantDoc[]> {
   const planned = planEarnedGrants(campaign, referral, acceptance);
   for (const reward of rewardsOf(campaign)) {
@@ -102,7 +102,7 @@ export async function prepareEarnedGrants(
 export function planEarnedGrants(
   campaign: CampaignDoc,
   referral: ReferralDoc,
-  acceptance: StatusChangeDoc,
+  acceptance: StatusChange,
 ): PlannedGrantDoc[] {
   return rewardsOf(campaign)
     .filter((reward) => !reward.disabled && reward.party && reward.type)
@@ -117,7 +117,7 @@ export function earnedGrant(
     "_id" | "organizationId" | "applicationId" | "environment" | "referrerId" | "refereeId"
   >,
   reward: StoredReward,
-  acceptance: Pick<StatusChangeDoc, "changedAt" | "actorId">,
+  acceptance: Pick<StatusChange, "changedAt" | "actorId">,
 ): PlannedGrantDoc {
   const at = acceptance.changedAt;
   const party = reward.party as "referrer" | "referee";
@@ -496,7 +496,7 @@ export async function settleReversal(
   if (referral.grantPlan?.length) {
     await makePlannedGrants(store, { referralId: referral._id }, referral.grantPlan, now);
   }
-  const reversal = referral.statusHistory.at(-1) as StatusChangeDoc;
+  const reversal = referral.statusHistory.at(-1) as StatusChange;
   const where = referralGrants(referral);
   const grants = where ? await store.rewards.findOfReferral(where) : [];
   const clawedBack = new Set(grants.map((grant) => grant.reversalOf));
@@ -514,7 +514,7 @@ const moveAttempts = 5;
 async function reverseGrant(
   store: TenantStore,
   grant: RewardGrantDoc,
-  reversal: StatusChangeDoc,
+  reversal: StatusChange,
   hasClawback: boolean,
 ): Promise<void> {
   let current: RewardGrantDoc | null = grant;
@@ -547,7 +547,7 @@ async function reverseGrant(
 }
 
 /** The clawback of a fulfilled grant: its negative, pending, for the operator to collect or write off. */
-function clawbackOf(grant: RewardGrantDoc, reversal: StatusChangeDoc): RewardGrantDoc {
+function clawbackOf(grant: RewardGrantDoc, reversal: StatusChange): RewardGrantDoc {
   const at = reversal.changedAt;
   const negative = (value: number | null) => (value === null || value === 0 ? value : -value);
   return {

@@ -4,9 +4,9 @@
  * `applicationId`, and every update sets `updatedAt`.
  */
 
-import type { FraudRuleName } from "../domain/fraud-rules.js";
+import type { CheckpointRecord } from "../domain/checkpoint.js";
 import type { CurrencyName } from "../domain/money.js";
-import type { ReferralStatusName, StatusChangeCauseName } from "../domain/referral-status.js";
+import type { ReferralRecord } from "../domain/referral-transitions.js";
 import type {
   LimitUnitName,
   RewardGrantCauseName,
@@ -84,42 +84,11 @@ export interface CustomerDoc {
   deletedAt: Date | null;
 }
 
-/** One reason a referral was flagged. */
-export interface SuspectedFraudDoc {
-  type: FraudRuleName;
-  message: string;
-}
-
-/** One entry of a referral's status history. */
-export interface StatusChangeDoc {
-  /** The status before; null for the entry written at creation. */
-  fromStatus: ReferralStatusName | null;
-  toStatus: ReferralStatusName;
-  /** What made the change. */
-  cause: StatusChangeCauseName;
-  /** The API key (creation, re-attribution, review) or checkpoint (conversion). */
-  actorId: string;
-  /** The reviewer's reason or the rules that fired; null for none. */
-  reason: string | null;
-  changedAt: Date;
-}
-
-/** A referral: referrer, referee and campaign. */
-export interface ReferralDoc {
-  /** Public id, prefix `ref_`. */
-  _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
-  campaignId: string;
-  /** The customer whose code was used. */
-  referrerId: string;
-  refereeId: string;
-  status: ReferralStatusName;
-  /** Why the referral was flagged. */
-  suspectedFrauds: SuspectedFraudDoc[];
-  /** Every status it has had, oldest first. */
-  statusHistory: StatusChangeDoc[];
+/**
+ * A referral as stored: the referral its rules make and move (see
+ * `domain/referral-transitions.ts`), and the work its writes leave.
+ */
+export interface ReferralDoc extends ReferralRecord {
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
@@ -132,30 +101,14 @@ export interface ReferralDoc {
    * sweep finishes a reversal a crash interrupted.
    */
   reversalPending?: true;
-  /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
-  attributedAt: Date;
-  createdAt: Date;
-  updatedAt: Date;
-  /** Deletion time; null while the referral exists. */
-  deletedAt: Date | null;
 }
 
-/** A checkpoint: a named event of a customer. */
-export interface CheckpointDoc {
-  /** Public id, prefix `chk_`. */
-  _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
-  customerId: string;
-  /** The customer's external user id, as sent. */
-  externalUserId: string;
-  name: string;
+/** A checkpoint as stored: the checkpoint (see `domain/checkpoint.ts`) and its outbox. */
+export interface CheckpointDoc extends CheckpointRecord {
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
-  createdAt: Date;
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { ReferralStatusName } from "../domain/referral-status.js";
+import type { RuledStatus, StatusChange } from "../domain/referral-transitions.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import {
   findCampaign,
@@ -28,7 +29,6 @@ import type {
   OutboxEntryDoc,
   ReferralDoc,
   RewardGrantDoc,
-  StatusChangeDoc,
 } from "./documents.js";
 import { eraseEverywhere } from "./erasure.js";
 import { findEventsAboutCustomer } from "./events.js";
@@ -44,7 +44,6 @@ import {
   insertReferral,
   isMailboxAlreadyReferred,
   type ReferralRewardWork,
-  type RuledStatus,
   reattributeReferral,
   transitionReferral,
 } from "./referrals.js";
@@ -174,7 +173,7 @@ export function createTenantStore(
         current: ReferralDoc,
         referrerId: string,
         ruled: RuledStatus,
-        change: StatusChangeDoc,
+        change: StatusChange,
         outbox: readonly OutboxEntryDoc[],
       ) =>
         listened(current.environment, outbox, (events) =>
@@ -182,7 +181,7 @@ export function createTenantStore(
         ),
       transition: (
         current: ReferralDoc,
-        change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+        change: StatusChange & { fromStatus: ReferralStatusName },
         outbox: readonly OutboxEntryDoc[],
         rewards?: ReferralRewardWork,
       ) =>
