@@ -1,3 +1,4 @@
+import { timeZoneOfCampaign } from "./campaign-time.js";
 import type { ReferralStatusName } from "./referral-status.js";
 import type { RewardGrantStatusName } from "./reward-ledger.js";
 import { conversionBinOf } from "./stats-time.js";
@@ -238,8 +239,8 @@ export function moveCampaignStats(
   moves: StatsMoves,
 ): void {
   if (!after.applicationId) return;
-  const zone = after.timeZone || "UTC";
-  const previous = before ? before.timeZone || "UTC" : null;
+  const zone = timeZoneOfCampaign(after);
+  const previous = before ? timeZoneOfCampaign(before) : null;
   if (previous === zone) return;
   moves.zoneChanged(statsScope(after.applicationId, after.environment, after._id), zone, previous);
 }

@@ -1,4 +1,5 @@
 import { hash } from "node:crypto";
+import { limitWindowOf, timeZoneOfCampaign } from "../domain/campaign-time.js";
 import { newId } from "../domain/ids.js";
 import { type CurrencyName, digitsOf, fromMinorUnits, toMinorUnits } from "../domain/money.js";
 import type { StatusChange } from "../domain/referral-transitions.js";
@@ -8,7 +9,6 @@ import {
   holdsRoom,
   type LimitIntervalName,
   type LimitUnitName,
-  limitWindowOf,
   parseDuration,
   type RewardGrantCauseName,
   type RewardGrantStatusName,
@@ -64,11 +64,6 @@ export function rewardsOf(campaign: CampaignDoc): readonly StoredReward[] {
   return (campaign.rewards as StoredReward[] | undefined) ?? [];
 }
 
-/** A campaign's time zone: its calendar for limit windows. */
-export function timeZoneOf(campaign: CampaignDoc): string {
-  return (campaign.timeZone as string | undefined) || "UTC";
-}
-
 /**
  * The grants a referral's acceptance earns (see {@link planEarnedGrants}),
  * once the snapshots of the rewards they are made from are stored: a plan
@@ -122,7 +117,7 @@ export function earnedGrant(
   const at = acceptance.changedAt;
   const party = reward.party as "referrer" | "referee";
   const customerId = party === "referrer" ? referral.referrerId : referral.refereeId;
-  const limit = limitOf(reward, customerId, at, timeZoneOf(campaign));
+  const limit = limitOf(reward, customerId, at, timeZoneOfCampaign(campaign));
   const grant = newGrant({
     id: earnedGrantId(referral._id, reward.id, party, at),
     tenant: referral,

@@ -16,6 +16,7 @@ import {
 } from "../../gen/referral/v1/resources_pb.js";
 import type { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { enumWords } from "../contract/options.js";
+import { timeZoneOfCampaign } from "../domain/campaign-time.js";
 import { limits } from "../domain/limits.js";
 import { type CurrencyName, fromMinorUnits, rewardAmountMinor } from "../domain/money.js";
 import {
@@ -44,7 +45,6 @@ import {
   rewardOfGrant,
   rewardsOf,
   type StoredReward,
-  timeZoneOf,
   valueOfReward,
 } from "./reward-ledger.js";
 import { enumWord, environmentName, optionalText, pageOf, requiredText } from "./validate.js";
@@ -222,7 +222,7 @@ async function grantByHand(
   const { reward: found, at } = request;
   const limit =
     found && !request.ignoreLimit
-      ? limitOf(found.reward, customer._id, at, timeZoneOf(found.campaign))
+      ? limitOf(found.reward, customer._id, at, timeZoneOfCampaign(found.campaign))
       : null;
   const grant = newGrant({
     id: manualGrantId(at),

@@ -138,6 +138,8 @@ export interface CampaignDoc {
   rewardCheckpoint?: CampaignCheckpointDoc | null;
   /** The placement checkpoints the operator set, in their order; absent means none. */
   placementCheckpoints?: CampaignCheckpointDoc[];
+  /** The calendar of its limit windows and its days of stats; absent on campaigns stored before it (UTC). */
+  timeZone?: string;
   /** When an app last reported the campaign shown; a ping does not move `updatedAt`. */
   lastPingAt?: Date | null;
   /** The Origin header of that report; null without one. */
