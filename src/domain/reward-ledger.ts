@@ -1,4 +1,5 @@
 import { hash } from "node:crypto";
+import { newId } from "./ids.js";
 
 /**
  * The reward ledger's rules, pure: where a grant may move, which grants
@@ -127,6 +128,11 @@ export function earnedGrantId(
 /** The id of the clawback of a fulfilled grant, derived like {@link earnedGrantId}. */
 export function clawbackGrantId(grantId: string, reversedAt: Date): string {
   return derivedId(reversedAt, `clawback|${grantId}`);
+}
+
+/** A new manual grant's id: drawn, as a manual grant is made once, by one call. */
+export function manualGrantId(at: Date): string {
+  return newId("grt", at);
 }
 
 function derivedId(at: Date, key: string): string {

@@ -15,6 +15,7 @@ import {
   statusChange,
   transitioned,
 } from "../domain/referral-transitions.js";
+import type { PlannedGrant } from "../domain/reward-grant.js";
 import type { Clock } from "../domain/tenancy.js";
 import {
   referralCreated,
@@ -22,13 +23,7 @@ import {
   referralStatusChanged,
   referralView,
 } from "../events/events.js";
-import type {
-  CampaignDoc,
-  CheckpointDoc,
-  CustomerDoc,
-  PlannedGrantDoc,
-  ReferralDoc,
-} from "../store/documents.js";
+import type { CampaignDoc, CheckpointDoc, CustomerDoc, ReferralDoc } from "../store/documents.js";
 import type { ReferralRewardWork } from "../store/referrals.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
@@ -210,7 +205,7 @@ async function accept(
   current: ReferralDoc,
   change: StatusChange & { fromStatus: ReferralStatusName },
   after: ReferralDoc,
-  plan: readonly PlannedGrantDoc[],
+  plan: readonly PlannedGrant[],
 ): Promise<ReferralDoc | null> {
   const grantIds = plan.map((entry) => entry.grant._id);
   const events = referralStatusChanged(after, referralView(after), grantIds);

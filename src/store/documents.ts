@@ -5,14 +5,10 @@
  */
 
 import type { CheckpointRecord } from "../domain/checkpoint.js";
-import type { CurrencyName } from "../domain/money.js";
 import type { ReferralRecord } from "../domain/referral-transitions.js";
-import type {
-  LimitUnitName,
-  RewardGrantCauseName,
-  RewardGrantKindName,
-  RewardGrantStatusName,
-} from "../domain/reward-ledger.js";
+import type { GrantRecord, PlannedGrant } from "../domain/reward-grant.js";
+import type { LimitUnitName } from "../domain/reward-ledger.js";
+import type { RewardTerms } from "../domain/reward-plan.js";
 import type { ApiKeyKindName, EnvironmentName } from "../domain/tenancy.js";
 import type { WebhookEventType } from "../domain/webhook-events.js";
 
@@ -76,7 +72,7 @@ export interface CustomerDoc {
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
   /** Manual grants being made for the customer (see {@link GrantPlanHolder}). */
-  grantPlan?: PlannedGrantDoc[];
+  grantPlan?: PlannedGrant[];
   grantPlanPending?: true;
   createdAt: Date;
   updatedAt: Date;
@@ -94,7 +90,7 @@ export interface ReferralDoc extends ReferralRecord {
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
   /** The grants its acceptance earned, until they are stored (see {@link GrantPlanHolder}). */
-  grantPlan?: PlannedGrantDoc[];
+  grantPlan?: PlannedGrant[];
   grantPlanPending?: true;
   /**
    * Set by the reversal, until its grants are voided or clawed back: the
@@ -138,6 +134,8 @@ export interface CampaignDoc {
   rewardCheckpoint?: CampaignCheckpointDoc | null;
   /** The placement checkpoints the operator set, in their order; absent means none. */
   placementCheckpoints?: CampaignCheckpointDoc[];
+  /** Its rewards, the terms the ledger grants by. */
+  rewards: StoredReward[];
   /** The calendar of its limit windows and its days of stats; absent on campaigns stored before it (UTC). */
   timeZone?: string;
   /** When an app last reported the campaign shown; a ping does not move `updatedAt`. */
@@ -150,6 +148,22 @@ export interface CampaignDoc {
   deletedAt: Date | null;
   /** The remaining plain fields of `referral.v1.Campaign`. */
   [field: string]: unknown;
+}
+
+/**
+ * A campaign reward as its campaign stores it: the plain form of
+ * `referral.v1.Reward`, the ledger's terms (see `RewardTerms`) with the
+ * reward's ids and times.
+ */
+export interface StoredReward extends RewardTerms {
+  readonly name: string | null;
+  readonly description: string | null;
+  readonly campaignId: string;
+  readonly organizationId: string;
+  readonly applicationId: string;
+  readonly createdAt: Date;
+  readonly updatedAt: Date;
+  readonly deletedAt: Date | null;
 }
 
 /**
@@ -351,126 +365,19 @@ export interface GrantPlanHolder {
   _id: string;
   organizationId: string;
   applicationId: string;
-  grantPlan?: PlannedGrantDoc[];
+  grantPlan?: PlannedGrant[];
   grantPlanPending?: true;
 }
 
-/** One grant of a plan: the grant as it is without a limit, and the limit it is subject to. */
-export interface PlannedGrantDoc {
-  /** The grant to store, before its limit is applied. */
-  grant: RewardGrantDoc;
-  /** The limit that may cap or clamp it; null when it has none (or ignores it). */
-  limit: PlannedLimitDoc | null;
-}
-
-/** The limit a planned grant counts against. */
-export interface PlannedLimitDoc {
-  /**
-   * The limit's (reward, recipient, unit, window) and, for an amount, its
-   * currency: the prefix of a count limit's slots, an amount limit's
-   * allowance id.
-   */
-  key: string;
-  unit: LimitUnitName;
-  /** The limit: a number of grants, or minor units. */
-  max: number;
-  rewardId: string;
-  /** The limit window, as the grant shows it. */
-  window: string;
-}
-
-/** One entry of a grant's status history. */
-export interface GrantStatusChangeDoc {
-  /** The status before; null for the entry written at creation. */
-  fromStatus: RewardGrantStatusName | null;
-  toStatus: RewardGrantStatusName;
-  cause: RewardGrantCauseName;
-  /** An API key, a checkpoint (a grant earned by conversion), or "service". */
-  actorId: string;
-  reason: string | null;
-  changedAt: Date;
-}
-
-/** A grant's value, the plain form of `referral.v1.RewardValue`. */
-export interface RewardValueDoc {
-  type: "payout" | "discount";
-  method: string | null;
-  currency: CurrencyName | null;
-  /** In units, derived from `amountMinor` when written; null for a percentage discount. */
-  amount: number | null;
-  discountPercentage: number | null;
-  discountDurationInMonth: number | null;
-}
-
-/** How a grant was paid or handed over. */
-export interface FulfillmentDoc {
-  reference: string | null;
-  code: string | null;
-  note: string | null;
-  fulfilledAt: Date;
-}
-
 /**
- * A reward grant: one entry of the reward ledger. Apart from `_id` and the
- * storage fields marked so, its fields are the plain form of
- * `referral.v1.RewardGrant`.
+ * A reward grant as stored: the grant the ledger's rules make and move (see
+ * `domain/reward-grant.ts`), and its outbox.
  */
-export interface RewardGrantDoc {
-  /** Public id, prefix `grt_`. */
-  _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
-  campaignId: string | null;
-  rewardId: string | null;
-  referralId: string | null;
-  customerId: string;
-  party: "referrer" | "referee" | null;
-  kind: RewardGrantKindName;
-  status: RewardGrantStatusName;
-  statusReason: string | null;
-  value: RewardValueDoc;
-  /** Storage: the value's amount in minor units (exact); null for a percentage discount. */
-  amountMinor: number | null;
-  requestedAmount: number | null;
-  /**
-   * Storage: the campaign reward as it was when granted, by its snapshot
-   * (shown as `reward`); null for a value of its own.
-   */
-  rewardSnapshotId: string | null;
-  limitWindow: string | null;
-  ignoresLimit: boolean;
-  /**
-   * Storage, under a count limit: the slot the grant holds (`<key>#<n>`, n
-   * from 1 to the limit), while it holds one. A unique index makes each
-   * slot one grant's, so the grant and its room are one write.
-   */
-  limitSlot?: string;
-  /**
-   * Storage, under an amount limit: the allowance the grant holds room in
-   * (`amountMinor` of it); null otherwise.
-   */
-  allowanceId: string | null;
-  availableAt: Date;
-  expiresAt: Date | null;
-  /** Storage, set only while pending with automatic approval: when the sweep approves it. */
-  approvalDueAt?: Date;
-  /** Storage, set only while approved with an expiry: when the sweep expires it. */
-  expiryDueAt?: Date;
-  /**
-   * Storage: set by the write that stopped the grant holding room, until
-   * its allowance gives the room back (the sweep finishes it after a crash).
-   */
-  releasePending?: true;
-  fulfillment: FulfillmentDoc | null;
-  reversalOf: string | null;
-  statusHistory: GrantStatusChangeDoc[];
+export interface RewardGrantDoc extends GrantRecord {
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
-  createdAt: Date;
-  updatedAt: Date;
 }
 
 /**

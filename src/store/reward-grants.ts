@@ -1,5 +1,6 @@
 import type { Filter, UpdateFilter } from "mongodb";
 import type { CurrencyName } from "../domain/money.js";
+import type { GrantMove, PlannedGrant, PlannedLimit } from "../domain/reward-grant.js";
 import {
   type RewardGrantKindName,
   type RewardGrantStatusName,
@@ -9,10 +10,7 @@ import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import type {
   GrantPlanHolder,
-  GrantStatusChangeDoc,
   OutboxEntryDoc,
-  PlannedGrantDoc,
-  PlannedLimitDoc,
   ReferralDoc,
   RewardGrantDoc,
   RewardSnapshotDoc,
@@ -128,26 +126,6 @@ export async function insertRewardGrant(
   }
 }
 
-/** A status change of a grant, and what else the same write sets and removes. */
-export interface GrantMove {
-  readonly change: GrantStatusChangeDoc & { fromStatus: RewardGrantStatusName };
-  readonly set?: Partial<RewardGrantDoc>;
-  readonly unset?: readonly (keyof RewardGrantDoc)[];
-}
-
-/** A grant as a move leaves it (see {@link moveRewardGrant}). */
-export function movedGrant(current: RewardGrantDoc, move: GrantMove): RewardGrantDoc {
-  const after: RewardGrantDoc = {
-    ...current,
-    ...move.set,
-    status: move.change.toStatus,
-    updatedAt: move.change.changedAt,
-    statusHistory: [...current.statusHistory, move.change],
-  };
-  for (const field of move.unset ?? []) delete after[field];
-  return after;
-}
-
 /**
  * Applies a move with the events it raises, only if the grant is still in
  * the status the move starts from: of concurrent moves exactly one
@@ -234,7 +212,7 @@ export async function rewardBalanceOf(
 
 /**
  * How many slots of a count limit are held: grants hold slots `<key>#1`
- * to `<key>#<limit>` (see `RewardGrantDoc.limitSlot`), counted on their
+ * to `<key>#<limit>` (see `GrantRecord.limitSlot`), counted on their
  * unique index.
  */
 export function countSlotsHeld(db: Collections, tenant: Tenant, key: string): Promise<number> {
@@ -272,7 +250,7 @@ const maxRounds = 1000;
 export async function takeRoom(
   db: Collections,
   tenant: Tenant,
-  limit: PlannedLimitDoc,
+  limit: PlannedLimit,
   grant: Pick<RewardGrantDoc, "_id" | "customerId">,
   requested: number,
   now: Date,
@@ -356,7 +334,7 @@ export async function planCustomerGrants(
   db: Collections,
   tenant: Tenant,
   customerId: string,
-  planned: readonly PlannedGrantDoc[],
+  planned: readonly PlannedGrant[],
 ): Promise<boolean> {
   const { matchedCount } = await db.customers.updateOne(
     { ...ownedBy(tenant), _id: customerId },

@@ -1,5 +1,6 @@
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { RuledStatus, StatusChange } from "../domain/referral-transitions.js";
+import type { GrantMove } from "../domain/reward-grant.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import {
   findCampaign,
@@ -56,7 +57,6 @@ import {
   findRewardGrants,
   findRewardSnapshots,
   findSlotsHeld,
-  type GrantMove,
   giveRoomBack,
   insertRewardGrant,
   moveRewardGrant,
