@@ -159,11 +159,11 @@ export async function seedStore(
       bootstrapPublicKey: benchKeys.public,
     });
     if (!demo) throw new Error(`${dataDir} already holds a store; the bench seeds fresh ones`);
-    const campaign = (await store.system.campaigns.findOne({
+    const campaign = await store.system.campaigns.findOne({
       applicationId: demo.applicationId,
       environment: benchEnvironment,
       isDefault: true,
-    })) as CampaignDoc | null;
+    });
     if (!campaign) throw new Error("provisioning created no default campaign");
     const keyDoc = await store.system.apiKeys.findOne({ applicationId: demo.applicationId });
     const tenant = {
@@ -549,7 +549,7 @@ async function seedGrants(
       _id: rewardSnapshotId(reward),
       organizationId: tenant.organizationId,
       applicationId: tenant.applicationId,
-      reward: reward as unknown as Record<string, unknown>,
+      reward,
       createdAt: now,
     });
   }

@@ -130,9 +130,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
     async getPublicLeaderboard(request, context) {
       const { store } = callerOf(context);
       const campaign = await campaignOf(store, request.id, request.environment);
-      const settings = campaign.leaderboard as
-        | { public?: boolean; minimumAccepted?: number }
-        | undefined;
+      const settings = campaign.leaderboard;
       if (!settings?.public) {
         throw notFound(
           `public leaderboard of campaign ${campaign._id}`,

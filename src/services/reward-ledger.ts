@@ -50,11 +50,7 @@ export async function prepareEarnedGrants(
   for (const reward of rewardsOf(campaign)) {
     const id = rewardSnapshotId(reward);
     if (planned.some((entry) => entry.grant.rewardSnapshotId === id)) {
-      await store.rewards.storeSnapshot(
-        id,
-        reward as unknown as Record<string, unknown>,
-        acceptance.changedAt,
-      );
+      await store.rewards.storeSnapshot(id, reward, acceptance.changedAt);
     }
   }
   return planned;
@@ -93,7 +89,7 @@ export async function makePlannedGrants(
 async function makeGrant(
   store: TenantStore,
   planned: PlannedGrant,
-  reward: Record<string, unknown> | null,
+  reward: StoredReward | null,
   now: Date,
 ): Promise<RewardGrantDoc> {
   const { grant, limit } = planned;
@@ -191,7 +187,7 @@ export async function moveGrant(
   const reward = await rewardOfGrant(store, current);
   if (to === "approved") {
     const approvedAt = how.cause === "hold_ended" ? current.availableAt : how.at;
-    const expiresAt = expiryFrom(reward as StoredReward | null, approvedAt);
+    const expiresAt = expiryFrom(reward, approvedAt);
     if (expiresAt) Object.assign(set, { expiresAt, expiryDueAt: expiresAt });
   }
   if (to === "fulfilled") {
@@ -295,7 +291,7 @@ async function reverseGrant(
 export async function rewardOfGrant(
   store: TenantStore,
   grant: RewardGrantDoc,
-): Promise<Record<string, unknown> | null> {
+): Promise<StoredReward | null> {
   if (grant.rewardSnapshotId === null) return null;
   const found = await store.rewards.snapshots([grant.rewardSnapshotId]);
   return found.get(grant.rewardSnapshotId) ?? null;

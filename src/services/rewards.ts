@@ -233,8 +233,7 @@ async function grantByHand(
   });
   const planned = { grant, limit };
   if (found && grant.rewardSnapshotId) {
-    const reward = found.reward as unknown as Record<string, unknown>;
-    await store.rewards.storeSnapshot(grant.rewardSnapshotId, reward, at);
+    await store.rewards.storeSnapshot(grant.rewardSnapshotId, found.reward, at);
   }
   if (limit) {
     if (!(await store.rewards.planForCustomer(customer._id, [planned]))) {

@@ -109,46 +109,62 @@ export interface CheckpointDoc extends CheckpointRecord {
 
 /**
  * A campaign with its rewards, emails, pages and FAQs embedded, so a campaign
- * is read and written as one document. Apart from `_id` its fields are the
- * plain form of `referral.v1.Campaign` (see `src/contract/plain-codec.ts`).
+ * is read and written as one document. Apart from `_id` and the storage
+ * fields marked so, its fields are the plain form of `referral.v1.Campaign`
+ * (see `src/contract/plain-codec.ts`); a field added to the message since a
+ * campaign was stored is absent from it.
  */
 export interface CampaignDoc {
   /** Public id, prefix `cmp_`. */
   _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
+  name: string;
+  refereeLandingPageUrl: string | null;
+  termsUrl: string | null;
+  /** The proposed reward trigger (a checkpoint name). */
+  proposedRewardTrigger?: string | null;
+  /** The reward trigger set by hand (a checkpoint name); wins over the proposed one. */
+  manualRewardTrigger?: string | null;
+  inviteMessage: string | null;
   isLive: boolean;
   /** The environment's default campaign. */
   isDefault: boolean;
-  /** The reward trigger set by hand (a checkpoint name); wins over the proposed one. */
-  manualRewardTrigger?: string | null;
-  /** The proposed reward trigger (a checkpoint name). */
-  proposedRewardTrigger?: string | null;
-  /**
-   * The reward trigger as a checkpoint setting: its id and times, kept in
-   * step with the trigger by every update; null without a trigger. Absent
-   * on campaigns stored before checkpoints existed (its id is then derived
-   * from the campaign's, see `rewardCheckpointOf` in services/campaign-records.ts).
-   */
-  rewardCheckpoint?: CampaignCheckpointDoc | null;
-  /** The placement checkpoints the operator set, in their order; absent means none. */
-  placementCheckpoints?: CampaignCheckpointDoc[];
-  /** Its rewards, the terms the ledger grants by. */
-  rewards: StoredReward[];
-  /** The calendar of its limit windows and its days of stats; absent on campaigns stored before it (UTC). */
-  timeZone?: string;
-  /** When an app last reported the campaign shown; a ping does not move `updatedAt`. */
-  lastPingAt?: Date | null;
-  /** The Origin header of that report; null without one. */
-  lastPingOrigin?: string | null;
+  environment: EnvironmentName;
+  /** The campaign it was copied from, if any. */
+  copiedFromCampaignId: string | null;
   createdAt: Date;
   updatedAt: Date;
   /** Deletion time; null while the campaign exists. */
   deletedAt: Date | null;
-  /** The remaining plain fields of `referral.v1.Campaign`. */
-  [field: string]: unknown;
+  organizationId: string;
+  applicationId: string;
+  /** When an app last reported the campaign shown; a ping does not move `updatedAt`. */
+  lastPingAt?: Date | null;
+  /** The Origin header of that report; null without one. */
+  lastPingOrigin?: string | null;
+  /** Its rewards, the terms the ledger grants by. */
+  rewards: StoredReward[];
+  emails: CampaignEmailDoc[];
+  campaignPages: CampaignPageDoc[];
+  faqs: CampaignFaqDoc[];
+  platforms: PlatformName[];
+  /** The calendar of its limit windows and its days of stats; absent on campaigns stored before it (UTC). */
+  timeZone?: string;
+  /** Its public leaderboard's settings; absent on campaigns stored before leaderboards. */
+  leaderboard?: CampaignLeaderboardDoc | null;
+  /**
+   * Storage: the reward trigger as a checkpoint setting: its id and times,
+   * kept in step with the trigger by every update; null without a trigger.
+   * Absent on campaigns stored before checkpoints existed (its id is then
+   * derived from the campaign's, see `rewardCheckpointOf` in
+   * services/campaign-records.ts).
+   */
+  rewardCheckpoint?: CampaignCheckpointDoc | null;
+  /** Storage: the placement checkpoints the operator set, in their order; absent means none. */
+  placementCheckpoints?: CampaignCheckpointDoc[];
 }
+
+/** The REST words of `referral.v1.Platform`. */
+export type PlatformName = "mobile" | "web";
 
 /**
  * A campaign reward as its campaign stores it: the plain form of
@@ -164,6 +180,48 @@ export interface StoredReward extends RewardTerms {
   readonly createdAt: Date;
   readonly updatedAt: Date;
   readonly deletedAt: Date | null;
+}
+
+/** An email of a campaign, the plain form of `referral.v1.Email`. */
+export interface CampaignEmailDoc {
+  id: string;
+  organizationId: string;
+  applicationId: string;
+  campaignId: string;
+  message: string;
+  subjectLine: string;
+  buttonText: string;
+  buttonColor: string;
+  /** The REST word of `referral.v1.EmailType`. */
+  type: "referrer:reward" | "invitee:reward" | null;
+  createdAt: Date;
+  updatedAt: Date;
+  deletedAt: Date | null;
+  logoUrl: string | null;
+  logoSize: number | null;
+}
+
+/** A page of a campaign, the plain form of `referral.v1.CampaignPage`. */
+export interface CampaignPageDoc {
+  id: string;
+  path: string;
+  isEmpty: boolean;
+  name: string | null;
+  placementId: string | null;
+  platform: PlatformName | null;
+}
+
+/** A question and answer of a campaign, the plain form of `referral.v1.Faq`. */
+export interface CampaignFaqDoc {
+  id: string;
+  question: string;
+  answer: string;
+}
+
+/** A campaign's leaderboard settings, the plain form of `referral.v1.CampaignLeaderboard`. */
+export interface CampaignLeaderboardDoc {
+  public: boolean;
+  minimumAccepted: number;
 }
 
 /**
@@ -418,6 +476,6 @@ export interface RewardSnapshotDoc {
   organizationId: string;
   applicationId: string;
   /** The reward's plain form (`referral.v1.Reward`). */
-  reward: Record<string, unknown>;
+  reward: StoredReward;
   createdAt: Date;
 }

@@ -14,6 +14,7 @@ import type {
   ReferralDoc,
   RewardGrantDoc,
   RewardSnapshotDoc,
+  StoredReward,
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { type EntryList, outboxOf, removeEntries, withOutbox } from "./events.js";
@@ -419,7 +420,7 @@ export async function storeRewardSnapshot(
   db: Collections,
   tenant: Tenant,
   id: string,
-  reward: Record<string, unknown>,
+  reward: StoredReward,
   now: Date,
 ): Promise<void> {
   const cache = snapshotCacheOf(db);
@@ -444,9 +445,9 @@ export async function findRewardSnapshots(
   db: Collections,
   tenant: Tenant,
   ids: readonly (string | null)[],
-): Promise<Map<string, Record<string, unknown>>> {
+): Promise<Map<string, StoredReward>> {
   const cache = snapshotCacheOf(db);
-  const found = new Map<string, Record<string, unknown>>();
+  const found = new Map<string, StoredReward>();
   const missing: string[] = [];
   for (const id of new Set(ids)) {
     if (id === null) continue;
