@@ -345,19 +345,33 @@ export async function planCustomerGrants(
 }
 
 /**
- * Removes made grants from a holder's plan. A referral's plan is written
- * whole by its acceptance and only ever removed whole (by the accepting
- * call, or by the sweep: whichever comes second finds it gone); a
- * customer's gains entries from concurrent manual grants.
+ * Removes made grants from a referral's plan. The plan is written whole by
+ * its acceptance and only ever removed whole (by the accepting call, or by
+ * the sweep: whichever comes second finds it gone).
  */
-export function removeFromGrantPlan<T extends GrantPlanHolder>(
-  collection: StoreCollection<T>,
-  holderId: string,
+export function removeFromReferralPlan(
+  db: Collections,
+  tenant: Tenant,
+  referralId: string,
   grantIds: readonly string[],
-  options: { wholePlan: boolean },
 ): Promise<void> {
-  return removeEntries(collection, holderId, grantPlanList, grantIds, {
-    wholeListRead: options.wholePlan,
+  return removeEntries(db.referrals, tenant, referralId, grantPlanList, grantIds, {
+    wholeListRead: true,
+  });
+}
+
+/**
+ * Removes made grants from a customer's plan, which gains entries from
+ * concurrent manual grants: only those made are pulled.
+ */
+export function removeFromCustomerPlan(
+  db: Collections,
+  tenant: Tenant,
+  customerId: string,
+  grantIds: readonly string[],
+): Promise<void> {
+  return removeEntries(db.customers, tenant, customerId, grantPlanList, grantIds, {
+    wholeListRead: false,
   });
 }
 

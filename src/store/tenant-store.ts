@@ -61,7 +61,8 @@ import {
   insertRewardGrant,
   moveRewardGrant,
   planCustomerGrants,
-  removeFromGrantPlan,
+  removeFromCustomerPlan,
+  removeFromReferralPlan,
   rewardBalanceOf,
   storeRewardSnapshot,
   takeRoom,
@@ -206,10 +207,8 @@ export function createTenantStore(
       findSlotsHeld: bind(findSlotsHeld),
       giveRoomBack: bind(giveRoomBack),
       planForCustomer: bind(planCustomerGrants),
-      removeFromReferralPlan: (referralId: string, grantIds: readonly string[]) =>
-        removeFromGrantPlan(db.referrals, referralId, grantIds, { wholePlan: true }),
-      removeFromCustomerPlan: (customerId: string, grantIds: readonly string[]) =>
-        removeFromGrantPlan(db.customers, customerId, grantIds, { wholePlan: false }),
+      removeFromReferralPlan: bind(removeFromReferralPlan),
+      removeFromCustomerPlan: bind(removeFromCustomerPlan),
       clearReversalPending: bind(clearReversalPending),
       snapshots: bind(findRewardSnapshots),
       storeSnapshot: bind(storeRewardSnapshot),
