@@ -13,19 +13,19 @@ import { canonicalEmail, normalizeEmailForLookup } from "../../src/domain/email.
 import { newId } from "../../src/domain/ids.js";
 import { referralCodeAlphabet, referralCodeLength } from "../../src/domain/referral-code.js";
 import type { ReferralStatusName } from "../../src/domain/referral-status.js";
+import { movedGrant } from "../../src/domain/reward-grant.js";
 import { roomFor } from "../../src/domain/reward-ledger.js";
-import type { EnvironmentName, Tenant } from "../../src/domain/tenancy.js";
-import { newCampaignDoc } from "../../src/services/campaign-records.js";
-import { demoCampaign, provisionDemo } from "../../src/services/provisioning.js";
 import {
   earnedGrant,
   newGrant,
   rewardSnapshotId,
   rewardsOf,
-  type StoredReward,
   valueOfReward,
   withRoom,
-} from "../../src/services/reward-ledger.js";
+} from "../../src/domain/reward-plan.js";
+import type { EnvironmentName, Tenant } from "../../src/domain/tenancy.js";
+import { newCampaignDoc } from "../../src/services/campaign-records.js";
+import { demoCampaign, provisionDemo } from "../../src/services/provisioning.js";
 import { insertCampaign } from "../../src/store/campaigns.js";
 import type { StoreCollection } from "../../src/store/collection.js";
 import type {
@@ -33,8 +33,8 @@ import type {
   CustomerDoc,
   ReferralDoc,
   RewardAllowanceDoc,
+  StoredReward,
 } from "../../src/store/documents.js";
-import { movedGrant } from "../../src/store/reward-grants.js";
 import { openStore, type Store } from "../../src/store/store.js";
 
 /** The keys every bench store is provisioned with, so load generators know them. */
@@ -159,11 +159,11 @@ export async function seedStore(
       bootstrapPublicKey: benchKeys.public,
     });
     if (!demo) throw new Error(`${dataDir} already holds a store; the bench seeds fresh ones`);
-    const campaign = (await store.system.campaigns.findOne({
+    const campaign = await store.system.campaigns.findOne({
       applicationId: demo.applicationId,
       environment: benchEnvironment,
       isDefault: true,
-    })) as CampaignDoc | null;
+    });
     if (!campaign) throw new Error("provisioning created no default campaign");
     const keyDoc = await store.system.apiKeys.findOne({ applicationId: demo.applicationId });
     const tenant = {
@@ -549,7 +549,7 @@ async function seedGrants(
       _id: rewardSnapshotId(reward),
       organizationId: tenant.organizationId,
       applicationId: tenant.applicationId,
-      reward: reward as unknown as Record<string, unknown>,
+      reward,
       createdAt: now,
     });
   }

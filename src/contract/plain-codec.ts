@@ -16,9 +16,9 @@ import {
   timestampFromDate,
   timestampMs,
 } from "@bufbuild/protobuf/wkt";
+import { isoString } from "../domain/iso-time.js";
 import { loneSurrogate } from "../domain/text.js";
 import { unknownFieldDescription } from "./field-suggestion.js";
-import { isoString } from "./iso-time.js";
 import { enumWords, omitWhenUnset } from "./options.js";
 import { encodeOnce } from "./shared-messages.js";
 

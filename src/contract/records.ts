@@ -16,8 +16,14 @@ export function messageFromDoc<Desc extends DescMessage>(
   return fromPlain(schema, doc, { ignoreUnknown: true, overrides });
 }
 
-/** A document's fields from a message: its plain form with `Date` timestamps and `_id`. */
-export function docFieldsFromMessage(schema: DescMessage, message: Message): PlainObject {
+/**
+ * A document's fields from a message: its plain form with `Date` timestamps
+ * and `_id`, as `Doc`, the document type that declares that plain form.
+ */
+export function docFieldsFromMessage<Doc extends { _id: string }>(
+  schema: DescMessage,
+  message: Message,
+): Doc {
   const { id, ...fields } = toPlain(schema, message, { timestamps: "date" });
-  return { _id: id, ...fields };
+  return { _id: id, ...fields } as Doc;
 }

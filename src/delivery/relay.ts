@@ -1,13 +1,12 @@
-import type { Clock, EnvironmentName } from "../domain/tenancy.js";
+import type { Clock } from "../domain/tenancy.js";
 import { endpointWants } from "../domain/webhook-events.js";
 import { eventOf, eventTypeOf } from "../events/events.js";
-import type { StoreCollection } from "../store/collection.js";
 import { type QueuedLease, queueDelivery } from "../store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import { withErasedScrubbed } from "../store/erasure.js";
 import {
   findOutboxHolders,
-  type OutboxHolder,
+  type HolderCollection,
   removeFromOutbox,
   storeEvent,
 } from "../store/events.js";
@@ -40,8 +39,8 @@ export function createOutboxRelay(deps: {
 
   const db = store.system;
 
-  async function relayCollection<T extends OutboxHolder & { environment: EnvironmentName }>(
-    collection: StoreCollection<T>,
+  async function relayCollection(
+    collection: HolderCollection,
     endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
   ): Promise<RelayCount> {
     const holders = await findOutboxHolders(collection, batchSize);
@@ -75,7 +74,7 @@ export function createOutboxRelay(deps: {
         // only relays them again, which queues nothing new.
         await removeFromOutbox(
           collection,
-          holder._id,
+          holder,
           entries.map((entry) => entry.id),
         );
         return { relayed: entries.length, queued };

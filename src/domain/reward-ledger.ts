@@ -1,10 +1,10 @@
 import { hash } from "node:crypto";
-import { zoneDayOf } from "./stats-time.js";
+import { newId } from "./ids.js";
 
 /**
  * The reward ledger's rules, pure: where a grant may move, which grants
- * count against a limit, how much room a limit leaves, the calendar window
- * a grant counts in, and the durations campaigns state holds and expiries in.
+ * count against a limit, how much room a limit leaves, and the durations
+ * campaigns state holds and expiries in.
  */
 
 /** Where a grant stands: the REST words of `referral.v1.RewardGrantStatus`. */
@@ -86,46 +86,6 @@ export function roomFor(unit: LimitUnitName, max: number, used: number, requeste
   return Math.max(0, Math.min(requested, max - used));
 }
 
-/**
- * Year, month and day of an instant on the calendar of a time zone, from
- * the stats calendar's offsets (kept per quarter hour, for a bounded number
- * of zones).
- */
-function calendarDate(at: Date, timeZone: string): { year: number; month: number; day: number } {
-  // Most campaigns keep UTC: its calendar needs no offset.
-  const local = timeZone === "UTC" ? at : new Date(zoneDayOf(at.getTime(), timeZone) * dayMs);
-  return { year: local.getUTCFullYear(), month: local.getUTCMonth() + 1, day: local.getUTCDate() };
-}
-
-const pad = (value: number) => String(value).padStart(2, "0");
-
-/**
- * The limit window an instant falls in, on the calendar of `timeZone`:
- * `2026-11-25` (day), `2026-W48` (ISO week, Monday first, numbered in the
- * year of its Thursday), `2026-11` (month), `2026` (year), or `lifetime`.
- */
-export function limitWindowOf(at: Date, interval: LimitIntervalName, timeZone: string): string {
-  if (interval === "lifetime") return "lifetime";
-  const { year, month, day } = calendarDate(at, timeZone);
-  switch (interval) {
-    case "day":
-      return `${year}-${pad(month)}-${pad(day)}`;
-    case "month":
-      return `${year}-${pad(month)}`;
-    case "year":
-      return String(year);
-    case "week": {
-      // The local date as a UTC midnight: whole-day arithmetic, no zone.
-      const date = Date.UTC(year, month - 1, day);
-      const weekday = (new Date(date).getUTCDay() + 6) % 7; // Monday 0
-      const thursday = new Date(date + (3 - weekday) * dayMs);
-      const weekYear = thursday.getUTCFullYear();
-      const week = 1 + Math.floor((thursday.getTime() - Date.UTC(weekYear, 0, 1)) / (7 * dayMs));
-      return `${weekYear}-W${pad(week)}`;
-    }
-  }
-}
-
 const dayMs = 86_400_000;
 const unitMs: Readonly<Record<string, number>> = {
   s: 1000,
@@ -168,6 +128,11 @@ export function earnedGrantId(
 /** The id of the clawback of a fulfilled grant, derived like {@link earnedGrantId}. */
 export function clawbackGrantId(grantId: string, reversedAt: Date): string {
   return derivedId(reversedAt, `clawback|${grantId}`);
+}
+
+/** A new manual grant's id: drawn, as a manual grant is made once, by one call. */
+export function manualGrantId(at: Date): string {
+  return newId("grt", at);
 }
 
 function derivedId(at: Date, key: string): string {

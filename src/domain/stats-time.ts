@@ -1,5 +1,5 @@
 import { DateTime, FixedOffsetZone } from "luxon";
-import { isoString } from "../contract/iso-time.js";
+import { isoString } from "./iso-time.js";
 
 /**
  * The calendar of the program's numbers. Counters are kept per UTC quarter

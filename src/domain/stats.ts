@@ -1,3 +1,4 @@
+import { timeZoneOfCampaign } from "./campaign-time.js";
 import type { ReferralStatusName } from "./referral-status.js";
 import type { RewardGrantStatusName } from "./reward-ledger.js";
 import { conversionBinOf } from "./stats-time.js";
@@ -22,7 +23,7 @@ export function statsScope(
   return `${applicationId}|${environment}|${campaignId ?? "*"}`;
 }
 
-/** The metric names of the counters. */
+/** The metric names of the counters; {@link metricOf} reads one back. */
 export const metric = {
   identified: "identified",
   created: "created",
@@ -37,6 +38,67 @@ export const metric = {
     `grantsMinor:${status}:${currency ?? ""}`,
   committedMinor: (currency: string) => `committedMinor:${currency}`,
 } as const;
+
+/** What a metric name counts: the parts {@link metric} built it from. */
+export type Metric =
+  | { readonly kind: "identified" }
+  | { readonly kind: "created" }
+  | { readonly kind: "reached"; readonly status: ReferralStatusName }
+  | { readonly kind: "cohortAccepted" }
+  | { readonly kind: "conversionBin"; readonly bin: number }
+  | { readonly kind: "checkpoint"; readonly name: string }
+  | {
+      readonly kind: "grants" | "grantsMinor";
+      readonly status: RewardGrantStatusName;
+      /** Null for grants without a currency (a percentage discount). */
+      readonly currency: string | null;
+    }
+  | { readonly kind: "committedMinor"; readonly currency: string };
+
+// Counters are summed by name, so the same names are read again and again.
+const metricsRead = new Map<string, Metric | null>();
+const metricsReadSize = 10_000;
+
+/** The parts of a metric name (the reverse of {@link metric}); null for a name it never builds. */
+export function metricOf(name: string): Metric | null {
+  let read = metricsRead.get(name);
+  if (read === undefined) {
+    read = readMetric(name);
+    if (metricsRead.size < metricsReadSize) metricsRead.set(name, read);
+  }
+  return read;
+}
+
+function readMetric(name: string): Metric | null {
+  if (name === metric.identified) return { kind: "identified" };
+  if (name === metric.created) return { kind: "created" };
+  if (name === metric.cohortAccepted) return { kind: "cohortAccepted" };
+  const colon = name.indexOf(":");
+  if (colon < 0) return null;
+  const rest = name.slice(colon + 1);
+  switch (name.slice(0, colon)) {
+    case "reached":
+      return { kind: "reached", status: rest as ReferralStatusName };
+    case "ttc":
+      return { kind: "conversionBin", bin: Number(rest) };
+    // A checkpoint's name may hold colons: it is the whole rest.
+    case "checkpoint":
+      return { kind: "checkpoint", name: rest };
+    case "grants":
+    case "grantsMinor": {
+      const [status, currency = ""] = rest.split(":");
+      return {
+        kind: name.startsWith("grantsMinor:") ? "grantsMinor" : "grants",
+        status: status as RewardGrantStatusName,
+        currency: currency === "" ? null : currency,
+      };
+    }
+    case "committedMinor":
+      return { kind: "committedMinor", currency: rest };
+    default:
+      return null;
+  }
+}
 
 /**
  * The moves a change makes, as the engine applies them inside the write.
@@ -177,8 +239,8 @@ export function moveCampaignStats(
   moves: StatsMoves,
 ): void {
   if (!after.applicationId) return;
-  const zone = after.timeZone || "UTC";
-  const previous = before ? before.timeZone || "UTC" : null;
+  const zone = timeZoneOfCampaign(after);
+  const previous = before ? timeZoneOfCampaign(before) : null;
   if (previous === zone) return;
   moves.zoneChanged(statsScope(after.applicationId, after.environment, after._id), zone, previous);
 }

@@ -36,6 +36,7 @@ import type {
   OutboxEntryDoc,
   ReferralDoc,
   RewardGrantDoc,
+  StoredReward,
 } from "../store/documents.js";
 import type { OutboxHolder } from "../store/events.js";
 
@@ -113,7 +114,7 @@ export function referralStatusChanged(
  */
 export function grantView(
   doc: RewardGrantDoc,
-  reward: Record<string, unknown> | null | undefined,
+  reward: StoredReward | null | undefined,
 ): RewardGrant {
   return messageFromDoc(RewardGrantSchema, doc, { reward: reward ?? null });
 }

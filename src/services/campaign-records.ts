@@ -77,7 +77,7 @@ export function newCampaignDoc(
   campaign.lastPingAt = undefined;
   campaign.lastPingOrigin = undefined;
   stampChildren(campaign, now, null);
-  const doc = docFieldsFromMessage(CampaignSchema, campaign) as CampaignDoc;
+  const doc = docFieldsFromMessage<CampaignDoc>(CampaignSchema, campaign);
   doc.rewardCheckpoint = nextRewardCheckpoint(null, rewardTriggerOf(campaign), now);
   doc.placementCheckpoints = [];
   return doc;
@@ -111,7 +111,7 @@ export function campaignUpdateFields(
     lastPingAt: _lastPingAt,
     lastPingOrigin: _lastPingOrigin,
     ...fields
-  } = docFieldsFromMessage(CampaignSchema, merged);
+  } = docFieldsFromMessage<CampaignDoc>(CampaignSchema, merged);
   return {
     ...fields,
     rewardCheckpoint: nextRewardCheckpoint(
@@ -119,7 +119,7 @@ export function campaignUpdateFields(
       rewardTriggerOf(merged),
       now,
     ),
-  } as Partial<CampaignDoc>;
+  };
 }
 
 /**

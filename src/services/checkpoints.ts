@@ -1,7 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
+import { newCheckpoint } from "../domain/checkpoint.js";
 import { checkpointIngested } from "../events/events.js";
-import { newCheckpoint } from "../store/checkpoints.js";
 import { checkpointName } from "./checkpoint-names.js";
 import { callerOf } from "./context.js";
 import { notFound } from "./errors.js";

@@ -1,6 +1,6 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HttpBodySchema } from "../../gen/google/api/httpbody_pb.js";
-import { isoString } from "../contract/iso-time.js";
+import { isoString } from "../domain/iso-time.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { ReferralDoc } from "../store/documents.js";
 import type { ExportFilter } from "../store/insights.js";

@@ -4,6 +4,7 @@ import { CurrencySchema, type RewardTotal } from "../../gen/referral/v1/resource
 import { enumWords } from "../contract/options.js";
 import { type CurrencyName, fromMinorUnits } from "../domain/money.js";
 import type { RewardGrantStatusName } from "../domain/reward-ledger.js";
+import { metric, metricOf } from "../domain/stats.js";
 import {
   conversionBinRange,
   conversionHistogramEdges,
@@ -57,22 +58,6 @@ const grantStatuses: readonly RewardGrantStatusName[] = [
   "capped",
 ];
 
-/** A metric's name in parts (`grants:approved:usd`), split once per name. */
-const metricNames = new Map<string, { kind: string; first?: string; second?: string }>();
-function metricParts(name: string): { kind: string; first?: string; second?: string } {
-  let parts = metricNames.get(name);
-  if (!parts) {
-    const [kind = "", first, second] = name.split(":");
-    parts = {
-      kind,
-      ...(first === undefined ? {} : { first }),
-      ...(second === undefined ? {} : { second }),
-    };
-    if (metricNames.size < 10_000) metricNames.set(name, parts);
-  }
-  return parts;
-}
-
 /** A quotient with both terms. */
 function ratio(numerator: number, denominator: number) {
   return {
@@ -89,30 +74,29 @@ export function programStatsOf(
   options: { histogram: boolean } = { histogram: true },
 ): ProgramStatsInit {
   const get = (name: string) => sums.get(name) ?? 0;
-  const created = get("created");
-  const accepted = get("reached:accepted");
-  const identified = get("identified");
+  const created = get(metric.created);
+  const accepted = get(metric.reached("accepted"));
+  const identified = get(metric.identified);
   const checkpoints: { name: string; count: bigint }[] = [];
   const bins: [number, number][] = [];
   const grants = new Map<string, Map<RewardGrantStatusName, { count: number; minor: number }>>();
   const committed = new Map<string, number>();
   for (const [name, n] of sums) {
-    const { kind, first, second } = metricParts(name);
-    if (kind === "checkpoint") {
-      checkpoints.push({ name: name.slice("checkpoint:".length), count: BigInt(n) });
-    } else if (kind === "ttc") {
-      bins.push([Number(first), n]);
-    } else if (kind === "grants" || kind === "grantsMinor") {
-      const currency = second ?? "";
+    const read = metricOf(name);
+    if (read?.kind === "checkpoint") {
+      checkpoints.push({ name: read.name, count: BigInt(n) });
+    } else if (read?.kind === "conversionBin") {
+      bins.push([read.bin, n]);
+    } else if (read?.kind === "grants" || read?.kind === "grantsMinor") {
+      const currency = read.currency ?? "";
       const byStatus = grants.get(currency) ?? new Map();
       grants.set(currency, byStatus);
-      const status = first as RewardGrantStatusName;
-      const total = byStatus.get(status) ?? { count: 0, minor: 0 };
-      byStatus.set(status, total);
-      if (kind === "grants") total.count += n;
+      const total = byStatus.get(read.status) ?? { count: 0, minor: 0 };
+      byStatus.set(read.status, total);
+      if (read.kind === "grants") total.count += n;
       else total.minor += n;
-    } else if (kind === "committedMinor") {
-      committed.set(first ?? "", n);
+    } else if (read?.kind === "committedMinor") {
+      committed.set(read.currency, n);
     }
   }
   checkpoints.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
@@ -123,15 +107,15 @@ export function programStatsOf(
     referrersActive: BigInt(referrersActive),
     referralsCreated: BigInt(created),
     referralsReached: {
-      pending: BigInt(get("reached:pending")),
-      flagged: BigInt(get("reached:flagged")),
+      pending: BigInt(get(metric.reached("pending"))),
+      flagged: BigInt(get(metric.reached("flagged"))),
       accepted: BigInt(accepted),
-      rejected: BigInt(get("reached:rejected")),
-      reversed: BigInt(get("reached:reversed")),
+      rejected: BigInt(get(metric.reached("rejected"))),
+      reversed: BigInt(get(metric.reached("reversed"))),
     },
     checkpoints,
     conversionRate: ratio(accepted, created),
-    cohortConversionRate: ratio(get("cohort:accepted"), created),
+    cohortConversionRate: ratio(get(metric.cohortAccepted), created),
     kFactor: ratio(accepted, identified),
     timeToConvert: timeToConvertOf(bins, options.histogram),
     rewards: [...grants.entries()]

@@ -12,6 +12,7 @@ import {
 } from "../../gen/referral/v1/insights_pb.js";
 import { EnvironmentSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
 import { enumWords } from "../contract/options.js";
+import { timeZoneOfCampaign } from "../domain/campaign-time.js";
 import { maskedName } from "../domain/display-name.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import {
@@ -33,7 +34,6 @@ import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
 import { referralsCsv } from "./insights-export.js";
 import { spanText, statsOfPeriod } from "./insights-report.js";
-import { timeZoneOf as timeZoneOfCampaign } from "./reward-ledger.js";
 import { rewardBalancesOf } from "./rewards.js";
 import { enumWord, environmentName, optionalText, requiredText } from "./validate.js";
 
@@ -130,9 +130,7 @@ export function createInsightsService(deps: InsightsDeps): ServiceImpl<typeof In
     async getPublicLeaderboard(request, context) {
       const { store } = callerOf(context);
       const campaign = await campaignOf(store, request.id, request.environment);
-      const settings = campaign.leaderboard as
-        | { public?: boolean; minimumAccepted?: number }
-        | undefined;
+      const settings = campaign.leaderboard;
       if (!settings?.public) {
         throw notFound(
           `public leaderboard of campaign ${campaign._id}`,

@@ -8,6 +8,14 @@ import {
   velocityWindowMs,
 } from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
+import {
+  newReferral,
+  reattributed,
+  type StatusChange,
+  statusChange,
+  transitioned,
+} from "../domain/referral-transitions.js";
+import type { PlannedGrant } from "../domain/reward-grant.js";
 import type { Clock } from "../domain/tenancy.js";
 import {
   referralCreated,
@@ -15,20 +23,8 @@ import {
   referralStatusChanged,
   referralView,
 } from "../events/events.js";
-import type {
-  CampaignDoc,
-  CheckpointDoc,
-  CustomerDoc,
-  PlannedGrantDoc,
-  ReferralDoc,
-  StatusChangeDoc,
-} from "../store/documents.js";
-import {
-  newReferral,
-  type ReferralRewardWork,
-  reattributed,
-  transitioned,
-} from "../store/referrals.js";
+import type { CampaignDoc, CheckpointDoc, CustomerDoc, ReferralDoc } from "../store/documents.js";
+import type { ReferralRewardWork } from "../store/referrals.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
@@ -207,9 +203,9 @@ export async function reviewReferral(
 async function accept(
   store: TenantStore,
   current: ReferralDoc,
-  change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+  change: StatusChange & { fromStatus: ReferralStatusName },
   after: ReferralDoc,
-  plan: readonly PlannedGrantDoc[],
+  plan: readonly PlannedGrant[],
 ): Promise<ReferralDoc | null> {
   const grantIds = plan.map((entry) => entry.grant._id);
   const events = referralStatusChanged(after, referralView(after), grantIds);
@@ -267,17 +263,6 @@ export async function convertReferrals(
     }
   }
   return accepted;
-}
-
-function statusChange<From extends ReferralStatusName | null>(
-  fromStatus: From,
-  toStatus: ReferralStatusName,
-  cause: StatusChangeDoc["cause"],
-  actorId: string,
-  changedAt: Date,
-  reason: string | undefined,
-): StatusChangeDoc & { fromStatus: From } {
-  return { fromStatus, toStatus, cause, actorId, reason: reason ?? null, changedAt };
 }
 
 function rulesReason(frauds: readonly SuspectedFraud[]): string | undefined {

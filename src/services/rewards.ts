@@ -16,37 +16,25 @@ import {
 } from "../../gen/referral/v1/resources_pb.js";
 import type { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { enumWords } from "../contract/options.js";
+import { timeZoneOfCampaign } from "../domain/campaign-time.js";
 import { limits } from "../domain/limits.js";
 import { type CurrencyName, fromMinorUnits, rewardAmountMinor } from "../domain/money.js";
+import type { GrantValue } from "../domain/reward-grant.js";
 import {
   canReviewGrant,
+  manualGrantId,
   type RewardGrantKindName,
   type RewardGrantStatusName,
 } from "../domain/reward-ledger.js";
+import { limitOf, newGrant, rewardsOf, valueOfReward } from "../domain/reward-plan.js";
 import type { Clock } from "../domain/tenancy.js";
 import { grantView } from "../events/events.js";
-import type {
-  CampaignDoc,
-  CustomerDoc,
-  RewardGrantDoc,
-  RewardValueDoc,
-} from "../store/documents.js";
+import type { CampaignDoc, CustomerDoc, RewardGrantDoc, StoredReward } from "../store/documents.js";
 import { type BalanceGroup, type ReferralGrants, referralGrants } from "../store/reward-grants.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { type Caller, callerOf } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
-import {
-  limitOf,
-  makePlannedGrants,
-  manualGrantId,
-  moveGrant,
-  newGrant,
-  rewardOfGrant,
-  rewardsOf,
-  type StoredReward,
-  timeZoneOf,
-  valueOfReward,
-} from "./reward-ledger.js";
+import { makePlannedGrants, moveGrant, rewardOfGrant } from "./reward-ledger.js";
 import { enumWord, environmentName, optionalText, pageOf, requiredText } from "./validate.js";
 
 /** What the rewards service needs. */
@@ -213,7 +201,7 @@ async function grantByHand(
   customer: CustomerDoc,
   request: {
     reward: { campaign: CampaignDoc; reward: StoredReward } | undefined;
-    ownValue: { value: RewardValueDoc; amountMinor: number | null } | undefined;
+    ownValue: { value: GrantValue; amountMinor: number | null } | undefined;
     ignoreLimit: boolean;
     reason: string;
     at: Date;
@@ -222,7 +210,7 @@ async function grantByHand(
   const { reward: found, at } = request;
   const limit =
     found && !request.ignoreLimit
-      ? limitOf(found.reward, customer._id, at, timeZoneOf(found.campaign))
+      ? limitOf(found.reward, customer._id, at, timeZoneOfCampaign(found.campaign))
       : null;
   const grant = newGrant({
     id: manualGrantId(at),
@@ -245,8 +233,7 @@ async function grantByHand(
   });
   const planned = { grant, limit };
   if (found && grant.rewardSnapshotId) {
-    const reward = found.reward as unknown as Record<string, unknown>;
-    await store.rewards.storeSnapshot(grant.rewardSnapshotId, reward, at);
+    await store.rewards.storeSnapshot(grant.rewardSnapshotId, found.reward, at);
   }
   if (limit) {
     if (!(await store.rewards.planForCustomer(customer._id, [planned]))) {
@@ -259,7 +246,7 @@ async function grantByHand(
 }
 
 /** A manual grant's own value, checked: a payout or a discount, exact to its currency. */
-function checkedValue(value: RewardValue): { value: RewardValueDoc; amountMinor: number | null } {
+function checkedValue(value: RewardValue): { value: GrantValue; amountMinor: number | null } {
   const type = enumWord<"payout" | "discount">(RewardTypeSchema, value.type, "value.type");
   if (!type) throw invalidArgument("value.type", "is required: payout or discount");
   const method = enumWord<string>(RewardMethodSchema, value.method, "value.method");

@@ -4,15 +4,11 @@
  * `applicationId`, and every update sets `updatedAt`.
  */
 
-import type { FraudRuleName } from "../domain/fraud-rules.js";
-import type { CurrencyName } from "../domain/money.js";
-import type { ReferralStatusName, StatusChangeCauseName } from "../domain/referral-status.js";
-import type {
-  LimitUnitName,
-  RewardGrantCauseName,
-  RewardGrantKindName,
-  RewardGrantStatusName,
-} from "../domain/reward-ledger.js";
+import type { CheckpointRecord } from "../domain/checkpoint.js";
+import type { ReferralRecord } from "../domain/referral-transitions.js";
+import type { GrantRecord, PlannedGrant } from "../domain/reward-grant.js";
+import type { LimitUnitName } from "../domain/reward-ledger.js";
+import type { RewardTerms } from "../domain/reward-plan.js";
 import type { ApiKeyKindName, EnvironmentName } from "../domain/tenancy.js";
 import type { WebhookEventType } from "../domain/webhook-events.js";
 
@@ -76,7 +72,7 @@ export interface CustomerDoc {
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
   /** Manual grants being made for the customer (see {@link GrantPlanHolder}). */
-  grantPlan?: PlannedGrantDoc[];
+  grantPlan?: PlannedGrant[];
   grantPlanPending?: true;
   createdAt: Date;
   updatedAt: Date;
@@ -84,117 +80,148 @@ export interface CustomerDoc {
   deletedAt: Date | null;
 }
 
-/** One reason a referral was flagged. */
-export interface SuspectedFraudDoc {
-  type: FraudRuleName;
-  message: string;
-}
-
-/** One entry of a referral's status history. */
-export interface StatusChangeDoc {
-  /** The status before; null for the entry written at creation. */
-  fromStatus: ReferralStatusName | null;
-  toStatus: ReferralStatusName;
-  /** What made the change. */
-  cause: StatusChangeCauseName;
-  /** The API key (creation, re-attribution, review) or checkpoint (conversion). */
-  actorId: string;
-  /** The reviewer's reason or the rules that fired; null for none. */
-  reason: string | null;
-  changedAt: Date;
-}
-
-/** A referral: referrer, referee and campaign. */
-export interface ReferralDoc {
-  /** Public id, prefix `ref_`. */
-  _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
-  campaignId: string;
-  /** The customer whose code was used. */
-  referrerId: string;
-  refereeId: string;
-  status: ReferralStatusName;
-  /** Why the referral was flagged. */
-  suspectedFrauds: SuspectedFraudDoc[];
-  /** Every status it has had, oldest first. */
-  statusHistory: StatusChangeDoc[];
+/**
+ * A referral as stored: the referral its rules make and move (see
+ * `domain/referral-transitions.ts`), and the work its writes leave.
+ */
+export interface ReferralDoc extends ReferralRecord {
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
   /** The grants its acceptance earned, until they are stored (see {@link GrantPlanHolder}). */
-  grantPlan?: PlannedGrantDoc[];
+  grantPlan?: PlannedGrant[];
   grantPlanPending?: true;
   /**
    * Set by the reversal, until its grants are voided or clawed back: the
    * sweep finishes a reversal a crash interrupted.
    */
   reversalPending?: true;
-  /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
-  attributedAt: Date;
-  createdAt: Date;
-  updatedAt: Date;
-  /** Deletion time; null while the referral exists. */
-  deletedAt: Date | null;
 }
 
-/** A checkpoint: a named event of a customer. */
-export interface CheckpointDoc {
-  /** Public id, prefix `chk_`. */
-  _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
-  customerId: string;
-  /** The customer's external user id, as sent. */
-  externalUserId: string;
-  name: string;
+/** A checkpoint as stored: the checkpoint (see `domain/checkpoint.ts`) and its outbox. */
+export interface CheckpointDoc extends CheckpointRecord {
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
-  createdAt: Date;
 }
 
 /**
  * A campaign with its rewards, emails, pages and FAQs embedded, so a campaign
- * is read and written as one document. Apart from `_id` its fields are the
- * plain form of `referral.v1.Campaign` (see `src/contract/plain-codec.ts`).
+ * is read and written as one document. Apart from `_id` and the storage
+ * fields marked so, its fields are the plain form of `referral.v1.Campaign`
+ * (see `src/contract/plain-codec.ts`); a field added to the message since a
+ * campaign was stored is absent from it.
  */
 export interface CampaignDoc {
   /** Public id, prefix `cmp_`. */
   _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
+  name: string;
+  refereeLandingPageUrl: string | null;
+  termsUrl: string | null;
+  /** The proposed reward trigger (a checkpoint name). */
+  proposedRewardTrigger?: string | null;
+  /** The reward trigger set by hand (a checkpoint name); wins over the proposed one. */
+  manualRewardTrigger?: string | null;
+  inviteMessage: string | null;
   isLive: boolean;
   /** The environment's default campaign. */
   isDefault: boolean;
-  /** The reward trigger set by hand (a checkpoint name); wins over the proposed one. */
-  manualRewardTrigger?: string | null;
-  /** The proposed reward trigger (a checkpoint name). */
-  proposedRewardTrigger?: string | null;
-  /**
-   * The reward trigger as a checkpoint setting: its id and times, kept in
-   * step with the trigger by every update; null without a trigger. Absent
-   * on campaigns stored before checkpoints existed (its id is then derived
-   * from the campaign's, see `rewardCheckpointOf` in services/campaign-records.ts).
-   */
-  rewardCheckpoint?: CampaignCheckpointDoc | null;
-  /** The placement checkpoints the operator set, in their order; absent means none. */
-  placementCheckpoints?: CampaignCheckpointDoc[];
-  /** When an app last reported the campaign shown; a ping does not move `updatedAt`. */
-  lastPingAt?: Date | null;
-  /** The Origin header of that report; null without one. */
-  lastPingOrigin?: string | null;
+  environment: EnvironmentName;
+  /** The campaign it was copied from, if any. */
+  copiedFromCampaignId: string | null;
   createdAt: Date;
   updatedAt: Date;
   /** Deletion time; null while the campaign exists. */
   deletedAt: Date | null;
-  /** The remaining plain fields of `referral.v1.Campaign`. */
-  [field: string]: unknown;
+  organizationId: string;
+  applicationId: string;
+  /** When an app last reported the campaign shown; a ping does not move `updatedAt`. */
+  lastPingAt?: Date | null;
+  /** The Origin header of that report; null without one. */
+  lastPingOrigin?: string | null;
+  /** Its rewards, the terms the ledger grants by. */
+  rewards: StoredReward[];
+  emails: CampaignEmailDoc[];
+  campaignPages: CampaignPageDoc[];
+  faqs: CampaignFaqDoc[];
+  platforms: PlatformName[];
+  /** The calendar of its limit windows and its days of stats; absent on campaigns stored before it (UTC). */
+  timeZone?: string;
+  /** Its public leaderboard's settings; absent on campaigns stored before leaderboards. */
+  leaderboard?: CampaignLeaderboardDoc | null;
+  /**
+   * Storage: the reward trigger as a checkpoint setting: its id and times,
+   * kept in step with the trigger by every update; null without a trigger.
+   * Absent on campaigns stored before checkpoints existed (its id is then
+   * derived from the campaign's, see `rewardCheckpointOf` in
+   * services/campaign-records.ts).
+   */
+  rewardCheckpoint?: CampaignCheckpointDoc | null;
+  /** Storage: the placement checkpoints the operator set, in their order; absent means none. */
+  placementCheckpoints?: CampaignCheckpointDoc[];
+}
+
+/** The REST words of `referral.v1.Platform`. */
+export type PlatformName = "mobile" | "web";
+
+/**
+ * A campaign reward as its campaign stores it: the plain form of
+ * `referral.v1.Reward`, the ledger's terms (see `RewardTerms`) with the
+ * reward's ids and times.
+ */
+export interface StoredReward extends RewardTerms {
+  readonly name: string | null;
+  readonly description: string | null;
+  readonly campaignId: string;
+  readonly organizationId: string;
+  readonly applicationId: string;
+  readonly createdAt: Date;
+  readonly updatedAt: Date;
+  readonly deletedAt: Date | null;
+}
+
+/** An email of a campaign, the plain form of `referral.v1.Email`. */
+export interface CampaignEmailDoc {
+  id: string;
+  organizationId: string;
+  applicationId: string;
+  campaignId: string;
+  message: string;
+  subjectLine: string;
+  buttonText: string;
+  buttonColor: string;
+  /** The REST word of `referral.v1.EmailType`. */
+  type: "referrer:reward" | "invitee:reward" | null;
+  createdAt: Date;
+  updatedAt: Date;
+  deletedAt: Date | null;
+  logoUrl: string | null;
+  logoSize: number | null;
+}
+
+/** A page of a campaign, the plain form of `referral.v1.CampaignPage`. */
+export interface CampaignPageDoc {
+  id: string;
+  path: string;
+  isEmpty: boolean;
+  name: string | null;
+  placementId: string | null;
+  platform: PlatformName | null;
+}
+
+/** A question and answer of a campaign, the plain form of `referral.v1.Faq`. */
+export interface CampaignFaqDoc {
+  id: string;
+  question: string;
+  answer: string;
+}
+
+/** A campaign's leaderboard settings, the plain form of `referral.v1.CampaignLeaderboard`. */
+export interface CampaignLeaderboardDoc {
+  public: boolean;
+  minimumAccepted: number;
 }
 
 /**
@@ -396,126 +423,19 @@ export interface GrantPlanHolder {
   _id: string;
   organizationId: string;
   applicationId: string;
-  grantPlan?: PlannedGrantDoc[];
+  grantPlan?: PlannedGrant[];
   grantPlanPending?: true;
 }
 
-/** One grant of a plan: the grant as it is without a limit, and the limit it is subject to. */
-export interface PlannedGrantDoc {
-  /** The grant to store, before its limit is applied. */
-  grant: RewardGrantDoc;
-  /** The limit that may cap or clamp it; null when it has none (or ignores it). */
-  limit: PlannedLimitDoc | null;
-}
-
-/** The limit a planned grant counts against. */
-export interface PlannedLimitDoc {
-  /**
-   * The limit's (reward, recipient, unit, window) and, for an amount, its
-   * currency: the prefix of a count limit's slots, an amount limit's
-   * allowance id.
-   */
-  key: string;
-  unit: LimitUnitName;
-  /** The limit: a number of grants, or minor units. */
-  max: number;
-  rewardId: string;
-  /** The limit window, as the grant shows it. */
-  window: string;
-}
-
-/** One entry of a grant's status history. */
-export interface GrantStatusChangeDoc {
-  /** The status before; null for the entry written at creation. */
-  fromStatus: RewardGrantStatusName | null;
-  toStatus: RewardGrantStatusName;
-  cause: RewardGrantCauseName;
-  /** An API key, a checkpoint (a grant earned by conversion), or "service". */
-  actorId: string;
-  reason: string | null;
-  changedAt: Date;
-}
-
-/** A grant's value, the plain form of `referral.v1.RewardValue`. */
-export interface RewardValueDoc {
-  type: "payout" | "discount";
-  method: string | null;
-  currency: CurrencyName | null;
-  /** In units, derived from `amountMinor` when written; null for a percentage discount. */
-  amount: number | null;
-  discountPercentage: number | null;
-  discountDurationInMonth: number | null;
-}
-
-/** How a grant was paid or handed over. */
-export interface FulfillmentDoc {
-  reference: string | null;
-  code: string | null;
-  note: string | null;
-  fulfilledAt: Date;
-}
-
 /**
- * A reward grant: one entry of the reward ledger. Apart from `_id` and the
- * storage fields marked so, its fields are the plain form of
- * `referral.v1.RewardGrant`.
+ * A reward grant as stored: the grant the ledger's rules make and move (see
+ * `domain/reward-grant.ts`), and its outbox.
  */
-export interface RewardGrantDoc {
-  /** Public id, prefix `grt_`. */
-  _id: string;
-  organizationId: string;
-  applicationId: string;
-  environment: EnvironmentName;
-  campaignId: string | null;
-  rewardId: string | null;
-  referralId: string | null;
-  customerId: string;
-  party: "referrer" | "referee" | null;
-  kind: RewardGrantKindName;
-  status: RewardGrantStatusName;
-  statusReason: string | null;
-  value: RewardValueDoc;
-  /** Storage: the value's amount in minor units (exact); null for a percentage discount. */
-  amountMinor: number | null;
-  requestedAmount: number | null;
-  /**
-   * Storage: the campaign reward as it was when granted, by its snapshot
-   * (shown as `reward`); null for a value of its own.
-   */
-  rewardSnapshotId: string | null;
-  limitWindow: string | null;
-  ignoresLimit: boolean;
-  /**
-   * Storage, under a count limit: the slot the grant holds (`<key>#<n>`, n
-   * from 1 to the limit), while it holds one. A unique index makes each
-   * slot one grant's, so the grant and its room are one write.
-   */
-  limitSlot?: string;
-  /**
-   * Storage, under an amount limit: the allowance the grant holds room in
-   * (`amountMinor` of it); null otherwise.
-   */
-  allowanceId: string | null;
-  availableAt: Date;
-  expiresAt: Date | null;
-  /** Storage, set only while pending with automatic approval: when the sweep approves it. */
-  approvalDueAt?: Date;
-  /** Storage, set only while approved with an expiry: when the sweep expires it. */
-  expiryDueAt?: Date;
-  /**
-   * Storage: set by the write that stopped the grant holding room, until
-   * its allowance gives the room back (the sweep finishes it after a crash).
-   */
-  releasePending?: true;
-  fulfillment: FulfillmentDoc | null;
-  reversalOf: string | null;
-  statusHistory: GrantStatusChangeDoc[];
+export interface RewardGrantDoc extends GrantRecord {
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */
   outboxPending?: true;
-  createdAt: Date;
-  updatedAt: Date;
 }
 
 /**
@@ -556,6 +476,6 @@ export interface RewardSnapshotDoc {
   organizationId: string;
   applicationId: string;
   /** The reward's plain form (`referral.v1.Reward`). */
-  reward: Record<string, unknown>;
+  reward: StoredReward;
   createdAt: Date;
 }

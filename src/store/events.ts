@@ -1,9 +1,17 @@
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
-import type { EventDoc, OutboxEntryDoc } from "./documents.js";
+import type {
+  CheckpointDoc,
+  CustomerDoc,
+  EventDoc,
+  OutboxEntryDoc,
+  ReferralDoc,
+  RewardGrantDoc,
+} from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { packPayload, unpackPayload } from "./event-payload.js";
 import type { PageRequest } from "./paging.js";
+import { ownedBy } from "./tenant.js";
 
 /** A document that may hold events in its outbox. */
 export interface OutboxHolder {
@@ -42,12 +50,25 @@ export function withOutbox(
   };
 }
 
+/**
+ * The collections whose documents hold entries until they are dealt with:
+ * events in an outbox (see {@link OutboxHolder}), grants in a plan.
+ */
+export type HolderCollection =
+  | StoreCollection<CustomerDoc>
+  | StoreCollection<ReferralDoc>
+  | StoreCollection<CheckpointDoc>
+  | StoreCollection<RewardGrantDoc>;
+
+/** A document of a {@link HolderCollection}. */
+export type HolderDoc = CustomerDoc | ReferralDoc | CheckpointDoc | RewardGrantDoc;
+
 /** Documents with events waiting, a few at a time. */
-export function findOutboxHolders<T extends OutboxHolder>(
-  collection: StoreCollection<T>,
+export function findOutboxHolders(
+  collection: HolderCollection,
   limit: number,
-): Promise<T[]> {
-  return collection.find({ outboxPending: true } as never, { limit }).toArray() as Promise<T[]>;
+): Promise<HolderDoc[]> {
+  return collection.find({ outboxPending: true }, { limit }).toArray();
 }
 
 /**
@@ -56,12 +77,14 @@ export function findOutboxHolders<T extends OutboxHolder>(
  * only append, so an outbox still as long as when it was read holds
  * exactly the relayed entries (see {@link removeEntries}).
  */
-export function removeFromOutbox<T extends OutboxHolder>(
-  collection: StoreCollection<T>,
-  holderId: string,
+export function removeFromOutbox(
+  collection: HolderCollection,
+  holder: OutboxHolder,
   eventIds: readonly string[],
 ): Promise<void> {
-  return removeEntries(collection, holderId, outboxList, eventIds, { wholeListRead: true });
+  return removeEntries(collection, holder, holder._id, outboxList, eventIds, {
+    wholeListRead: true,
+  });
 }
 
 /**
@@ -80,36 +103,32 @@ export interface EntryList {
 export const outboxList: EntryList = { list: "outbox", flag: "outboxPending", idPath: "id" };
 
 /**
- * Removes entries from a document's list and clears its flag once the list
- * is empty. With `wholeListRead`, the caller read the list and removes all
+ * Removes entries from a document's list (the document matched by its
+ * tenant as well as its id) and clears its flag once the list is empty. With `wholeListRead`, the caller read the list and removes all
  * of what it read, and nobody else removes entries: then a list still of
  * that length holds exactly them, and one write empties it. Otherwise (or
  * when an entry was appended meanwhile) they are pulled, and the flag is
  * cleared only if nothing is left, so a new entry is never stranded.
  */
-export async function removeEntries<T extends { _id: string }>(
-  collection: StoreCollection<T>,
+export async function removeEntries(
+  collection: HolderCollection,
+  tenant: Tenant,
   holderId: string,
   entries: EntryList,
   ids: readonly string[],
   options: { wholeListRead: boolean },
 ): Promise<void> {
   const { list, flag, idPath } = entries;
+  const holder = { ...ownedBy(tenant), _id: holderId };
   if (options.wholeListRead) {
     const emptied = await collection.updateOne(
-      { _id: holderId, [list]: { $size: ids.length } } as never,
-      { $unset: { [list]: "", [flag]: "" } } as never,
+      { ...holder, [list]: { $size: ids.length } },
+      { $unset: { [list]: "", [flag]: "" } },
     );
     if (emptied.matchedCount === 1) return;
   }
-  await collection.updateOne(
-    { _id: holderId } as never,
-    { $pull: { [list]: { [idPath]: { $in: [...ids] } } } } as never,
-  );
-  await collection.updateOne(
-    { _id: holderId, [list]: { $size: 0 } } as never,
-    { $unset: { [flag]: "" } } as never,
-  );
+  await collection.updateOne(holder, { $pull: { [list]: { [idPath]: { $in: [...ids] } } } });
+  await collection.updateOne({ ...holder, [list]: { $size: 0 } }, { $unset: { [flag]: "" } });
 }
 
 /**

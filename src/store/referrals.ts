@@ -1,33 +1,13 @@
 import type { Filter, UpdateFilter } from "mongodb";
-import { newId } from "../domain/ids.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
+import type { ReferralParties, RuledStatus, StatusChange } from "../domain/referral-transitions.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
-import type {
-  CustomerDoc,
-  OutboxEntryDoc,
-  ReferralDoc,
-  StatusChangeDoc,
-  SuspectedFraudDoc,
-} from "./documents.js";
+import type { CustomerDoc, OutboxEntryDoc, ReferralDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { outboxOf, withOutbox } from "./events.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
 import { ownedBy } from "./tenant.js";
-
-/** The parties of a referral. */
-export interface ReferralParties {
-  readonly environment: EnvironmentName;
-  readonly campaignId: string;
-  readonly referrerId: string;
-  readonly refereeId: string;
-}
-
-/** What the fraud rules decided for a referral's current attribution. */
-export interface RuledStatus {
-  readonly status: ReferralStatusName;
-  readonly suspectedFrauds: SuspectedFraudDoc[];
-}
 
 /** One referral of the application by id. */
 export function findReferral(
@@ -52,28 +32,6 @@ export function findReferralOfReferee(
   });
 }
 
-/** A new referral, not yet stored, as its first status change leaves it. */
-export function newReferral(
-  tenant: Tenant,
-  parties: ReferralParties,
-  ruled: RuledStatus,
-  change: StatusChangeDoc,
-): ReferralDoc {
-  const now = change.changedAt;
-  return {
-    _id: newId("ref", now),
-    organizationId: tenant.organizationId,
-    applicationId: tenant.applicationId,
-    ...parties,
-    ...ruled,
-    statusHistory: [change],
-    attributedAt: now,
-    createdAt: now,
-    updatedAt: now,
-    deletedAt: null,
-  };
-}
-
 /**
  * Inserts a referral with the events it raises, or returns the one a
  * concurrent call inserted first: the unique index on (application,
@@ -96,25 +54,6 @@ export async function insertReferral(
   }
 }
 
-/** A referral as moving it to another referrer leaves it (see {@link reattributeReferral}). */
-export function reattributed(
-  current: ReferralDoc,
-  referrerId: string,
-  ruled: RuledStatus,
-  change: StatusChangeDoc,
-): ReferralDoc {
-  const now = change.changedAt;
-  const statusMoves = ruled.status !== current.status;
-  return {
-    ...current,
-    referrerId,
-    ...ruled,
-    attributedAt: now,
-    updatedAt: now,
-    statusHistory: statusMoves ? [...current.statusHistory, change] : current.statusHistory,
-  };
-}
-
 /**
  * Moves a referral to another referrer with the status and frauds the rules
  * gave, appending `change` when the status moves, with the events it raises.
@@ -128,7 +67,7 @@ export function reattributeReferral(
   current: ReferralDoc,
   referrerId: string,
   ruled: RuledStatus,
-  change: StatusChangeDoc,
+  change: StatusChange,
   outbox: readonly OutboxEntryDoc[],
 ): Promise<ReferralDoc | null> {
   const now = change.changedAt;
@@ -153,16 +92,6 @@ export type ReferralRewardWork = Pick<
   "grantPlan" | "grantPlanPending" | "reversalPending"
 >;
 
-/** A referral as a status change leaves it (see {@link transitionReferral}). */
-export function transitioned(current: ReferralDoc, change: StatusChangeDoc): ReferralDoc {
-  return {
-    ...current,
-    status: change.toStatus,
-    updatedAt: change.changedAt,
-    statusHistory: [...current.statusHistory, change],
-  };
-}
-
 /**
  * Moves a referral to `change.toStatus` and records the change with the
  * events it raises, and the reward work it starts, only if it is still as
@@ -173,7 +102,7 @@ export function transitionReferral(
   db: Collections,
   tenant: Tenant,
   current: ReferralDoc,
-  change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+  change: StatusChange & { fromStatus: ReferralStatusName },
   outbox: readonly OutboxEntryDoc[],
   rewards: ReferralRewardWork = {},
 ): Promise<ReferralDoc | null> {

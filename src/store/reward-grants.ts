@@ -1,5 +1,6 @@
 import type { Filter, UpdateFilter } from "mongodb";
 import type { CurrencyName } from "../domain/money.js";
+import type { GrantMove, PlannedGrant, PlannedLimit } from "../domain/reward-grant.js";
 import {
   type RewardGrantKindName,
   type RewardGrantStatusName,
@@ -9,13 +10,11 @@ import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import type {
   GrantPlanHolder,
-  GrantStatusChangeDoc,
   OutboxEntryDoc,
-  PlannedGrantDoc,
-  PlannedLimitDoc,
   ReferralDoc,
   RewardGrantDoc,
   RewardSnapshotDoc,
+  StoredReward,
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { type EntryList, outboxOf, removeEntries, withOutbox } from "./events.js";
@@ -128,26 +127,6 @@ export async function insertRewardGrant(
   }
 }
 
-/** A status change of a grant, and what else the same write sets and removes. */
-export interface GrantMove {
-  readonly change: GrantStatusChangeDoc & { fromStatus: RewardGrantStatusName };
-  readonly set?: Partial<RewardGrantDoc>;
-  readonly unset?: readonly (keyof RewardGrantDoc)[];
-}
-
-/** A grant as a move leaves it (see {@link moveRewardGrant}). */
-export function movedGrant(current: RewardGrantDoc, move: GrantMove): RewardGrantDoc {
-  const after: RewardGrantDoc = {
-    ...current,
-    ...move.set,
-    status: move.change.toStatus,
-    updatedAt: move.change.changedAt,
-    statusHistory: [...current.statusHistory, move.change],
-  };
-  for (const field of move.unset ?? []) delete after[field];
-  return after;
-}
-
 /**
  * Applies a move with the events it raises, only if the grant is still in
  * the status the move starts from: of concurrent moves exactly one
@@ -234,7 +213,7 @@ export async function rewardBalanceOf(
 
 /**
  * How many slots of a count limit are held: grants hold slots `<key>#1`
- * to `<key>#<limit>` (see `RewardGrantDoc.limitSlot`), counted on their
+ * to `<key>#<limit>` (see `GrantRecord.limitSlot`), counted on their
  * unique index.
  */
 export function countSlotsHeld(db: Collections, tenant: Tenant, key: string): Promise<number> {
@@ -272,7 +251,7 @@ const maxRounds = 1000;
 export async function takeRoom(
   db: Collections,
   tenant: Tenant,
-  limit: PlannedLimitDoc,
+  limit: PlannedLimit,
   grant: Pick<RewardGrantDoc, "_id" | "customerId">,
   requested: number,
   now: Date,
@@ -356,7 +335,7 @@ export async function planCustomerGrants(
   db: Collections,
   tenant: Tenant,
   customerId: string,
-  planned: readonly PlannedGrantDoc[],
+  planned: readonly PlannedGrant[],
 ): Promise<boolean> {
   const { matchedCount } = await db.customers.updateOne(
     { ...ownedBy(tenant), _id: customerId },
@@ -366,19 +345,33 @@ export async function planCustomerGrants(
 }
 
 /**
- * Removes made grants from a holder's plan. A referral's plan is written
- * whole by its acceptance and only ever removed whole (by the accepting
- * call, or by the sweep: whichever comes second finds it gone); a
- * customer's gains entries from concurrent manual grants.
+ * Removes made grants from a referral's plan. The plan is written whole by
+ * its acceptance and only ever removed whole (by the accepting call, or by
+ * the sweep: whichever comes second finds it gone).
  */
-export function removeFromGrantPlan<T extends GrantPlanHolder>(
-  collection: StoreCollection<T>,
-  holderId: string,
+export function removeFromReferralPlan(
+  db: Collections,
+  tenant: Tenant,
+  referralId: string,
   grantIds: readonly string[],
-  options: { wholePlan: boolean },
 ): Promise<void> {
-  return removeEntries(collection, holderId, grantPlanList, grantIds, {
-    wholeListRead: options.wholePlan,
+  return removeEntries(db.referrals, tenant, referralId, grantPlanList, grantIds, {
+    wholeListRead: true,
+  });
+}
+
+/**
+ * Removes made grants from a customer's plan, which gains entries from
+ * concurrent manual grants: only those made are pulled.
+ */
+export function removeFromCustomerPlan(
+  db: Collections,
+  tenant: Tenant,
+  customerId: string,
+  grantIds: readonly string[],
+): Promise<void> {
+  return removeEntries(db.customers, tenant, customerId, grantPlanList, grantIds, {
+    wholeListRead: false,
   });
 }
 
@@ -441,7 +434,7 @@ export async function storeRewardSnapshot(
   db: Collections,
   tenant: Tenant,
   id: string,
-  reward: Record<string, unknown>,
+  reward: StoredReward,
   now: Date,
 ): Promise<void> {
   const cache = snapshotCacheOf(db);
@@ -466,9 +459,9 @@ export async function findRewardSnapshots(
   db: Collections,
   tenant: Tenant,
   ids: readonly (string | null)[],
-): Promise<Map<string, Record<string, unknown>>> {
+): Promise<Map<string, StoredReward>> {
   const cache = snapshotCacheOf(db);
-  const found = new Map<string, Record<string, unknown>>();
+  const found = new Map<string, StoredReward>();
   const missing: string[] = [];
   for (const id of new Set(ids)) {
     if (id === null) continue;

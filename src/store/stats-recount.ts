@@ -1,4 +1,5 @@
 import type { Document, Filter } from "mongodb";
+import { timeZoneOfCampaign } from "../domain/campaign-time.js";
 import { campaignOfScope, type StatsMoves, statsScope } from "../domain/stats.js";
 import { bucketsOf, zoneDay, zoneDayOf } from "../domain/stats-time.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
@@ -25,7 +26,7 @@ export interface Recount {
 export async function recountStats(db: Collections, applicationId: string): Promise<Recount> {
   const campaigns = await db.campaigns.find({ applicationId }).toArray();
   const timeZones = new Map(
-    campaigns.map((campaign) => [campaign._id, (campaign.timeZone as string) || "UTC"]),
+    campaigns.map((campaign) => [campaign._id, timeZoneOfCampaign(campaign)]),
   );
   const scopes = new Set<string>();
   const addCampaignScope = (environment: string, campaignId: string) => {

@@ -1,4 +1,6 @@
 import type { ReferralStatusName } from "../domain/referral-status.js";
+import type { RuledStatus, StatusChange } from "../domain/referral-transitions.js";
+import type { GrantMove } from "../domain/reward-grant.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import {
   findCampaign,
@@ -28,7 +30,6 @@ import type {
   OutboxEntryDoc,
   ReferralDoc,
   RewardGrantDoc,
-  StatusChangeDoc,
 } from "./documents.js";
 import { eraseEverywhere } from "./erasure.js";
 import { findEventsAboutCustomer } from "./events.js";
@@ -44,7 +45,6 @@ import {
   insertReferral,
   isMailboxAlreadyReferred,
   type ReferralRewardWork,
-  type RuledStatus,
   reattributeReferral,
   transitionReferral,
 } from "./referrals.js";
@@ -57,12 +57,12 @@ import {
   findRewardGrants,
   findRewardSnapshots,
   findSlotsHeld,
-  type GrantMove,
   giveRoomBack,
   insertRewardGrant,
   moveRewardGrant,
   planCustomerGrants,
-  removeFromGrantPlan,
+  removeFromCustomerPlan,
+  removeFromReferralPlan,
   rewardBalanceOf,
   storeRewardSnapshot,
   takeRoom,
@@ -174,7 +174,7 @@ export function createTenantStore(
         current: ReferralDoc,
         referrerId: string,
         ruled: RuledStatus,
-        change: StatusChangeDoc,
+        change: StatusChange,
         outbox: readonly OutboxEntryDoc[],
       ) =>
         listened(current.environment, outbox, (events) =>
@@ -182,7 +182,7 @@ export function createTenantStore(
         ),
       transition: (
         current: ReferralDoc,
-        change: StatusChangeDoc & { fromStatus: ReferralStatusName },
+        change: StatusChange & { fromStatus: ReferralStatusName },
         outbox: readonly OutboxEntryDoc[],
         rewards?: ReferralRewardWork,
       ) =>
@@ -207,10 +207,8 @@ export function createTenantStore(
       findSlotsHeld: bind(findSlotsHeld),
       giveRoomBack: bind(giveRoomBack),
       planForCustomer: bind(planCustomerGrants),
-      removeFromReferralPlan: (referralId: string, grantIds: readonly string[]) =>
-        removeFromGrantPlan(db.referrals, referralId, grantIds, { wholePlan: true }),
-      removeFromCustomerPlan: (customerId: string, grantIds: readonly string[]) =>
-        removeFromGrantPlan(db.customers, customerId, grantIds, { wholePlan: false }),
+      removeFromReferralPlan: bind(removeFromReferralPlan),
+      removeFromCustomerPlan: bind(removeFromCustomerPlan),
       clearReversalPending: bind(clearReversalPending),
       snapshots: bind(findRewardSnapshots),
       storeSnapshot: bind(storeRewardSnapshot),

@@ -2,8 +2,9 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import test from "ava";
+import { limitWindowOf } from "../../src/domain/campaign-time.js";
 import { fromMinorUnits, toMinorUnits } from "../../src/domain/money.js";
-import { type LimitIntervalName, limitWindowOf, roomFor } from "../../src/domain/reward-ledger.js";
+import { type LimitIntervalName, roomFor } from "../../src/domain/reward-ledger.js";
 import { tableAfter } from "../helpers/markdown.js";
 
 /** The worked examples of docs/rewards.md's tables, checked against the ledger's own rules. */

@@ -1,10 +1,10 @@
 import test from "ava";
+import { limitWindowOf } from "../../src/domain/campaign-time.js";
 import {
   canReviewGrant,
   clawbackGrantId,
   earnedGrantId,
   holdsRoom,
-  limitWindowOf,
   parseDuration,
   type RewardGrantStatusName,
   reversalOf,

@@ -135,3 +135,16 @@ test("the store's engines are reached only through the store: store.ts wires the
     "repositories use an engine through collection.ts alone; store.ts alone picks and opens one",
   );
 });
+
+test("the domain imports nothing of the project outside src/domain", (t) => {
+  const outside: string[] = [];
+  for (const [path, text] of sources) {
+    if (!path.startsWith("src/domain/")) continue;
+    for (const [, specifier] of text.matchAll(/(?:from|import)\s*\(?\s*"([^"]+)"/g)) {
+      if (!specifier?.startsWith(".")) continue;
+      const target = normalize(join(dirname(path), specifier));
+      if (!target.startsWith("src/domain/")) outside.push(`${path} -> ${specifier}`);
+    }
+  }
+  t.deepEqual(outside, []);
+});

@@ -6,6 +6,7 @@ import { fromPlain } from "../../src/contract/plain-codec.js";
 import { limits } from "../../src/domain/limits.js";
 import { call, callMessage, type Outcome } from "../helpers/callers.js";
 import { tableAfter } from "../helpers/markdown.js";
+import { discount, payout } from "../helpers/rewards.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
 
 /**
@@ -20,22 +21,8 @@ const server = useServer();
 const createCampaign = AdminService.method.createCampaign;
 const updateCampaign = AdminService.method.updateCampaign;
 
-const payout = (fields: Json = {}) => ({
-  type: "payout",
-  party: "referrer",
-  method: "paypal",
-  currency: "usd",
-  payoutAmount: 20,
-  ...fields,
-});
-const discount = (fields: Json = {}) => ({
-  type: "discount",
-  party: "referee",
-  method: "mobile_coupon",
-  currency: "eur",
-  discountPercentage: 15,
-  ...fields,
-});
+/** The bounds' discount is in euros, beside a payout in dollars. */
+const euroDiscount = (fields: Json = {}) => discount({ currency: "eur", ...fields });
 const email = (fields: Json = {}) => ({
   type: "referrer:reward",
   subjectLine: "You earned $20",
@@ -68,7 +55,7 @@ const valid: Json = {
   proposedRewardTrigger: "purchase",
   inviteMessage: "Sign up with my code.",
   platforms: ["mobile", "web"],
-  rewards: [payout(), discount()],
+  rewards: [payout(), euroDiscount()],
   emails: [email()],
   campaignPages: [page()],
   faqs: [faq()],
@@ -99,7 +86,7 @@ const inReward = (why: string, field: string, fields: Json, says?: string): Refu
 const inDiscount = (why: string, field: string, fields: Json, says?: string): Refusal => ({
   field: `campaign.rewards[0].${field}`,
   why,
-  change: { rewards: [discount(fields)] },
+  change: { rewards: [euroDiscount(fields)] },
   says,
 });
 const inEmail = (why: string, field: string, fields: Json): Refusal => ({
@@ -373,8 +360,8 @@ const accepted: Array<{
     why: "the largest payout with cents",
     change: { rewards: [payout({ payoutAmount: maxAmount - 0.01 })] },
   },
-  { why: "a 100% discount", change: { rewards: [discount({ discountPercentage: 100 })] } },
-  { why: "a 0.5% discount", change: { rewards: [discount({ discountPercentage: 0.5 })] } },
+  { why: "a 100% discount", change: { rewards: [euroDiscount({ discountPercentage: 100 })] } },
+  { why: "a 0.5% discount", change: { rewards: [euroDiscount({ discountPercentage: 0.5 })] } },
   { why: "a limit of 1", change: { rewards: [payout({ limit: 1, ...limited })] } },
   {
     why: "the largest amount limit",
@@ -390,8 +377,8 @@ const accepted: Array<{
     why: "discounts of 1 and 120 months",
     change: {
       rewards: [
-        discount({ discountDurationInMonth: 1 }),
-        discount({ discountDurationInMonth: 120 }),
+        euroDiscount({ discountDurationInMonth: 1 }),
+        euroDiscount({ discountDurationInMonth: 120 }),
       ],
     },
   },

@@ -1,4 +1,5 @@
 import test from "ava";
+import { discount, payout } from "../helpers/rewards.js";
 import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 
 /**
@@ -32,23 +33,6 @@ function expectOk<T = Json>(response: { status: number; body: Json }, status = 2
 let names = 0;
 /** A fresh name for each customer, so the tests share nothing. */
 const fresh = (name: string) => `${name}-${++names}`;
-
-const payout = (fields: Json = {}) => ({
-  type: "payout",
-  party: "referrer",
-  method: "paypal",
-  currency: "usd",
-  payoutAmount: 20,
-  ...fields,
-});
-const discount = (fields: Json = {}) => ({
-  type: "discount",
-  party: "referee",
-  method: "mobile_coupon",
-  currency: "usd",
-  discountPercentage: 15,
-  ...fields,
-});
 
 /** A live campaign of the demo application, its reward trigger "purchase". */
 async function campaignWith(rewards: Json[], fields: Json = {}): Promise<Json> {

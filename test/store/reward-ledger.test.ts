@@ -1,13 +1,12 @@
 import type { ExecutionContext } from "ava";
+import type { PlannedGrant } from "../../src/domain/reward-grant.js";
 import {
   limitOf,
-  makePlannedGrants,
-  moveGrant,
   newGrant,
-  type StoredReward,
+  type RewardTerms,
   valueOfReward,
-} from "../../src/services/reward-ledger.js";
-import type { PlannedGrantDoc } from "../../src/store/documents.js";
+} from "../../src/domain/reward-plan.js";
+import { makePlannedGrants, moveGrant } from "../../src/services/reward-ledger.js";
 import type { Store } from "../../src/store/store.js";
 import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.js";
 
@@ -21,7 +20,7 @@ import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.j
 const tenant = { organizationId: "org_1", applicationId: "app_1" };
 const november = new Date("2026-11-10T12:00:00Z");
 
-function reward(fields: Partial<StoredReward> = {}): StoredReward {
+function reward(fields: Partial<RewardTerms> = {}): RewardTerms {
   return {
     id: "rwd_monthly",
     type: "payout",
@@ -44,7 +43,7 @@ function reward(fields: Partial<StoredReward> = {}): StoredReward {
 }
 
 /** The grant one conversion plans for the referrer, as an acceptance writes it. */
-function planned(index: number, terms: StoredReward, at = november): PlannedGrantDoc {
+function planned(index: number, terms: RewardTerms, at = november): PlannedGrant {
   const limit = limitOf(terms, "cus_referrer", at, "UTC");
   const grant = newGrant({
     id: `grt_${String(index).padStart(4, "0")}`,

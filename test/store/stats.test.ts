@@ -1,10 +1,10 @@
 import type { ExecutionContext } from "ava";
+import { newReferral, statusChange } from "../../src/domain/referral-transitions.js";
 import { statsScope } from "../../src/domain/stats.js";
 import { bucketRunsOf } from "../../src/domain/stats-time.js";
-import type { ReferralDoc, StatusChangeDoc } from "../../src/store/documents.js";
+import type { ReferralDoc } from "../../src/store/documents.js";
 import {
   insertReferral,
-  newReferral,
   reattributeReferral,
   transitionReferral,
 } from "../../src/store/referrals.js";
@@ -23,12 +23,11 @@ const created = new Date("2026-05-04T10:00:00.000Z");
 const accepted = new Date("2026-05-05T12:00:00.000Z");
 const day = { from: Date.parse("2026-05-01T00:00:00Z"), to: Date.parse("2026-06-01T00:00:00Z") };
 
-const change = (
-  fromStatus: ReferralDoc["status"] | null,
+const change = <From extends ReferralDoc["status"] | null>(
+  fromStatus: From,
   toStatus: ReferralDoc["status"],
   changedAt: Date,
-): StatusChangeDoc & { fromStatus: ReferralDoc["status"] } =>
-  ({ fromStatus, toStatus, cause: "review", actorId: "key_1", reason: null, changedAt }) as never;
+) => statusChange(fromStatus, toStatus, "review", "key_1", changedAt, undefined);
 
 async function referral(store: Store, index: number, referrerId: string): Promise<ReferralDoc> {
   const doc = newReferral(

@@ -1,6 +1,6 @@
 import test from "ava";
 import fc from "fast-check";
-import { isoString } from "../../src/contract/iso-time.js";
+import { isoString } from "../../src/domain/iso-time.js";
 
 /** What the built-in says: its string, or that it refuses. */
 function builtIn(ms: number): string {
