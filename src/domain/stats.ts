@@ -6,7 +6,7 @@ import { conversionBinOf } from "./stats-time.js";
 /**
  * What the program's numbers are made of, and how each change of a record
  * moves them. The engines apply the moves in the same atomic write as the
- * change (see `src/store/stats-*.ts`); this file decides what they are,
+ * change (see `src/store/engine/stats-*.ts`); this file decides what they are,
  * once for both.
  */
 
@@ -38,6 +38,9 @@ export const metric = {
     `grantsMinor:${status}:${currency ?? ""}`,
   committedMinor: (currency: string) => `committedMinor:${currency}`,
 } as const;
+
+/** Every checkpoint's metric name starts so (an engine's filter on them all). */
+export const checkpointMetricPrefix = metric.checkpoint("");
 
 /** What a metric name counts: the parts {@link metric} built it from. */
 export type Metric =

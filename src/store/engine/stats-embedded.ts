@@ -1,4 +1,10 @@
-import { campaignOfScope, type StatsMoves, statsScope } from "../../domain/stats.js";
+import {
+  campaignOfScope,
+  checkpointMetricPrefix,
+  metric,
+  type StatsMoves,
+  statsScope,
+} from "../../domain/stats.js";
 import {
   type BucketRun,
   bucketSeconds,
@@ -437,7 +443,7 @@ export class EmbeddedStats implements StatsStore {
     const metricFilter =
       only === undefined
         ? ""
-        : " AND (metric = 'identified' OR (metric >= 'checkpoint:' AND metric < 'checkpoint;'))";
+        : ` AND (metric = '${metric.identified}' OR (metric >= '${checkpointMetricPrefix}' AND metric < '${afterPrefix(checkpointMetricPrefix)}'))`;
     const sums = points.map(() => new Map<string, number>());
     const add = (point: number, metric: string, n: number) => {
       const sum = sums[point] as Map<string, number>;
@@ -673,4 +679,9 @@ export class EmbeddedStats implements StatsStore {
 
 function leaderRow(row: { referrer: string; accepted: number; reached_at: number }): LeaderRow {
   return { referrerId: row.referrer, accepted: row.accepted, reachedAt: row.reached_at };
+}
+
+/** The first string after every one that starts with `prefix` (a range's end in SQL). */
+function afterPrefix(prefix: string): string {
+  return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
 }

@@ -9,7 +9,13 @@ import type {
   UpdateFilter,
   UpdateOptions,
 } from "mongodb";
-import { campaignOfScope, type StatsMoves, statsScope } from "../../domain/stats.js";
+import {
+  campaignOfScope,
+  checkpointMetricPrefix,
+  metric,
+  type StatsMoves,
+  statsScope,
+} from "../../domain/stats.js";
 import {
   type BucketRun,
   bucketSeconds,
@@ -450,7 +456,14 @@ export class MongoStats implements StatsStore {
       }
     }
     const metricFilter =
-      only === undefined ? {} : { $or: [{ metric: "identified" }, { metric: /^checkpoint:/ }] };
+      only === undefined
+        ? {}
+        : {
+            $or: [
+              { metric: metric.identified },
+              { metric: new RegExp(`^${checkpointMetricPrefix}`) },
+            ],
+          };
     for (const [size, runs] of bySize) {
       runs.sort((a, b) => a.from - b.from);
       const first = runs[0]?.from ?? 0;
