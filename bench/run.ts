@@ -8,9 +8,9 @@
  */
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";
-import { writePerformanceDocs } from "../scripts/generate-performance-docs.js";
 import { createContext } from "./lib/context.js";
 import { type BenchOptions, parseOptions, usage } from "./lib/options.js";
+import { writePerformanceDocs } from "./lib/performance-docs.js";
 import { repoRoot } from "./lib/processes.js";
 import { machineInfo } from "./lib/report.js";
 import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/results.js";

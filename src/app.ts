@@ -15,7 +15,13 @@ import {
 import { deliveryQueueOf } from "./store/deliveries.js";
 import { type RetentionSweep, startRetentionSweep } from "./store/retention.js";
 import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
-import { openStore, type Store } from "./store/store.js";
+import {
+  type EmbeddedReader,
+  type EmbeddedWriter,
+  type MongoStore,
+  openStore,
+  type Store,
+} from "./store/store.js";
 import { startStoreHealth } from "./store/store-health.js";
 import { clientAddressResolver } from "./transport/client-address.js";
 import type { ErrorLogger } from "./transport/errors.js";
@@ -133,17 +139,15 @@ export async function buildApp(
   const logger = cluster ? rootLogger.child({ worker: workerName }) : rootLogger;
   const metrics = createMetrics(cluster ? { worker: String(workerName) } : undefined);
   const operations = options.operations ?? true;
-  const embedded = "dataDir" in config.store;
-  // A worker on the embedded store reads the file and sends its writes to the primary.
   const link = cluster?.role === "worker" ? cluster.link : undefined;
-  const forwards = link !== undefined && embedded;
-  const serves = cluster?.role !== "writer";
   const store = await openStore(config.store, {
     observe: operations ? metrics.observeStore : undefined,
     eventRetentionMs: config.eventRetentionMs,
     keepStats: options.keepStats ?? true,
-    ...(forwards ? { forwardWrites: link.writes } : {}),
+    // A worker on the embedded store reads the file and sends its writes to the primary.
+    ...(link && "dataDir" in config.store ? { forwardWrites: link.writes } : {}),
   });
+  const part = partOf(cluster, store);
   let webhooks: WebhookRuntime | undefined;
   let retention: RetentionSweep | undefined;
   let rewardSweep: RewardSweep | undefined;
@@ -151,26 +155,38 @@ export async function buildApp(
   const readiness = createReadiness();
   let setServing: ((serving: boolean) => void) | undefined;
   const writesRefusedListeners: ((reason: string | undefined) => void)[] = [];
-  const storeHealth = forwards
-    ? link.storeHealth
-    : startStoreHealth({
-        store,
-        minFreeBytes: config.minFreeDiskBytes,
-        logger,
-        onChange: (reason) => {
-          setServing?.(serving());
-          for (const listener of writesRefusedListeners) listener(reason);
-        },
-      });
-  if (forwards) {
-    link.onWritesRefused(() => setServing?.(serving()));
-  } else {
-    metrics.watchDisk(() => storeHealth.diskUsage());
-  }
+  const onWritesRefused = (reason: string | undefined) => {
+    setServing?.(serving());
+    for (const listener of writesRefusedListeners) listener(reason);
+  };
+  const storeHealth =
+    part.kind === "reader"
+      ? part.link.storeHealth
+      : startStoreHealth({
+          store: part.store,
+          minFreeBytes: config.minFreeDiskBytes,
+          logger,
+          onChange: onWritesRefused,
+        });
   // gRPC health says SERVING while `/readyz` would answer 200.
   const serving = () =>
     readiness.isReady() && !draining && storeHealth.writesRefused() === undefined;
-  if (store.commits && store.queuedWrites) metrics.watchCommits(store.commits, store.queuedWrites);
+  switch (part.kind) {
+    case "reader":
+      part.link.onWritesRefused(() => setServing?.(serving()));
+      part.link.onStatsChanged((scopes) => part.store.statsChangedElsewhere(scopes));
+      break;
+    default:
+      metrics.watchDisk(() => storeHealth.diskUsage());
+      if (part.store.engine === "embedded") {
+        const writer = part.store;
+        metrics.watchCommits(
+          () => writer.commits(),
+          () => writer.queuedWrites(),
+        );
+      }
+  }
+  const seeNewCommits = part.kind === "reader" ? () => part.store.seeNewCommits() : undefined;
   // The store's passing failures (a full disk, ...) are told to its health,
   // which logs them once a second with a count; anything else is logged here.
   const logError = (error: unknown, fields: Record<string, unknown>, message: string) => {
@@ -191,7 +207,7 @@ export async function buildApp(
         : localStreamSlots(config.streamsPerKey),
       isRevoked: (keyId) => authenticator.isRevoked(keyId),
       ticker: streamTicks,
-      seeNewCommits: store.seeNewCommits,
+      seeNewCommits,
       log: (error, where) => logError(error, { where }, "unexpected error"),
     });
     // A key revoked through another worker: forgotten here too, and its streams here end.
@@ -199,7 +215,7 @@ export async function buildApp(
       authenticator.forget(hash);
       streams.keyRevoked();
     });
-    const transports = !serves
+    const transports = !part.serves
       ? undefined
       : await buildTransports(
           config,
@@ -222,7 +238,8 @@ export async function buildApp(
             isDraining: () => draining,
             readiness,
             writesRefused: () => storeHealth.writesRefused(),
-            writeQueueFull: writeQueueFull(config, store, forwards ? link : undefined),
+            writeQueueFull: writeQueueFull(config.writeQueueLimit, part),
+            seeNewCommits,
             extraInterceptors: options.extraInterceptors ?? [],
             operations,
             registrations: options.registrations,
@@ -230,9 +247,8 @@ export async function buildApp(
             streams,
           },
         );
-    if (forwards && store.statsChangedElsewhere) link.onStatsChanged(store.statsChangedElsewhere);
     // The background jobs run once, in the primary (or the one process).
-    const runtime = link
+    const runtime = !part.background
       ? undefined
       : startWebhookRuntime({
           store,
@@ -246,7 +262,7 @@ export async function buildApp(
     if (runtime) metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
     webhooks = runtime;
     // On MongoDB the TTL indexes remove expired events and deliveries.
-    if (store.engine === "embedded" && !link) {
+    if (store.engine === "embedded" && part.background) {
       retention = startRetentionSweep({
         db: store.system,
         clock,
@@ -255,7 +271,7 @@ export async function buildApp(
         report: (removed) => logger.info({ removed }, "removed expired events and deliveries"),
       });
     }
-    rewardSweep = link
+    rewardSweep = !part.background
       ? undefined
       : startRewardSweep({
           store,
@@ -281,7 +297,7 @@ export async function buildApp(
     // A worker serves once the writer says what it needs is committed, and
     // looks at the file again before it does.
     link?.onReady(() => {
-      store.seeNewCommits?.();
+      seeNewCommits?.();
       markReady();
       link.served();
     });
@@ -365,6 +381,8 @@ async function buildTransports(
     readiness: Readiness;
     writesRefused: () => string | undefined;
     writeQueueFull: (() => number | undefined) | undefined;
+    /** A cluster worker's store on the embedded engine: each call sees the commits before it. */
+    seeNewCommits: (() => void) | undefined;
     extraInterceptors: readonly Interceptor[];
     operations: boolean;
     registrations: ((standard: ServiceRegistration[]) => ServiceRegistration[]) | undefined;
@@ -398,7 +416,7 @@ async function buildTransports(
       readiness: serving.readiness,
       writesRefused: serving.writesRefused,
       writeQueueFull: serving.writeQueueFull,
-      seeNewCommits: store.seeNewCommits,
+      seeNewCommits: serving.seeNewCommits,
     }),
     ...serving.extraInterceptors,
   ]);
@@ -445,16 +463,55 @@ async function buildTransports(
  * wait for the writer's commit (in a worker: for the primary's answers).
  * Calls are refused whole at it, so the background jobs' writes never are.
  */
-function writeQueueFull(
-  config: Config,
-  store: Store,
-  link: PrimaryLink | undefined,
-): (() => number | undefined) | undefined {
-  const limit = config.writeQueueLimit;
-  if (link) return () => (link.writes.pending >= limit ? limit : undefined);
-  const queued = store.queuedWrites;
-  if (!queued) return undefined;
-  return () => (queued() >= limit ? limit : undefined);
+function writeQueueFull(limit: number, part: ProcessPart): (() => number | undefined) | undefined {
+  if (part.kind === "reader") return () => (part.link.writes.pending >= limit ? limit : undefined);
+  if (part.store.engine !== "embedded") return undefined;
+  const writer = part.store;
+  return () => (writer.queuedWrites() >= limit ? limit : undefined);
+}
+
+/**
+ * The process's part, from its cluster role and its store: `alone` serves
+ * and runs the background jobs; a cluster's `writer` (the primary) runs the
+ * background jobs and serves no port; its workers serve, each a `worker`
+ * that writes itself (MongoDB) or a `reader` that reads the file and sends
+ * its writes to the writer (the embedded engine).
+ */
+type ProcessPart =
+  | {
+      readonly kind: "alone" | "writer";
+      readonly store: MongoStore | EmbeddedWriter;
+      readonly serves: boolean;
+      readonly background: true;
+    }
+  | {
+      readonly kind: "worker";
+      readonly store: MongoStore;
+      readonly link: PrimaryLink;
+      readonly serves: true;
+      readonly background: false;
+    }
+  | {
+      readonly kind: "reader";
+      readonly store: EmbeddedReader;
+      readonly link: PrimaryLink;
+      readonly serves: true;
+      readonly background: false;
+    };
+
+function partOf(cluster: ClusterRole | undefined, store: Store): ProcessPart {
+  if (store.engine === "embedded" && store.role === "reader") {
+    if (cluster?.role !== "worker")
+      throw new Error("a store that reads only serves a cluster's worker");
+    return { kind: "reader", store, link: cluster.link, serves: true, background: false };
+  }
+  if (cluster?.role === "worker") {
+    if (store.engine !== "mongodb")
+      throw new Error("a worker on the embedded store forwards its writes");
+    return { kind: "worker", store, link: cluster.link, serves: true, background: false };
+  }
+  const kind = cluster?.role === "writer" ? "writer" : "alone";
+  return { kind, store, serves: kind === "alone", background: true };
 }
 
 /** A {@link Ticker} whose next tick is `intervalMs` after each wait begins. */

@@ -3,12 +3,12 @@ import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import { resolve } from "node:path";
 import { createSecureContext } from "node:tls";
+import proxyaddr from "@fastify/proxy-addr";
 import { defaultFraudPolicy, type FraudPolicy } from "./domain/fraud-rules.js";
 import { defaultRetrySchedule } from "./domain/webhook-delivery.js";
 import { defaultEventRetentionMs } from "./store/retention.js";
 import { parseSecretKey } from "./store/secret-box.js";
 import type { StoreConfig } from "./store/store.js";
-import { checkTrustedProxies } from "./transport/client-address.js";
 
 /** The service's settings, read once from the environment. */
 export interface Config {
@@ -257,7 +257,16 @@ function trustedProxies(env: NodeJS.ProcessEnv): readonly string[] {
     .split(",")
     .map((entry) => entry.trim())
     .filter((entry) => entry.length > 0);
-  checkTrustedProxies(entries);
+  // Checked as the resolver (transport/client-address.ts) will compile them.
+  for (const entry of entries) {
+    try {
+      proxyaddr.compile(entry);
+    } catch {
+      throw new Error(
+        `TRUSTED_PROXIES: ${JSON.stringify(entry)} is not an address, a CIDR range, loopback, linklocal or uniquelocal`,
+      );
+    }
+  }
   return entries;
 }
 

@@ -1,11 +1,11 @@
 import cluster, { type Worker } from "node:cluster";
 import { type AddressInfo, createServer } from "node:net";
 import { pino } from "pino";
-import { AggregatorRegistry } from "prom-client";
+import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
 import { RateLimiterClusterMaster } from "rate-limiter-flexible";
-import type { App } from "../app.js";
 import type { Config } from "../config.js";
 import { answerStoreRequest } from "../store/forwarded-writes.js";
+import type { Store } from "../store/store.js";
 import { StreamCounts } from "../transport/streams-by-key.js";
 import { closeConnectionsLeftBy, heldConnectionsVisible } from "./handed-connections.js";
 import {
@@ -52,14 +52,27 @@ const handOverGraceMs = 2_000;
 /** How long the primary waits for a worker's metrics. */
 const metricsTimeoutMs = 2_000;
 
-export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): Primary {
+/** What the primary runs beside its workers: the service built as the writer (`buildApp`'s `App`). */
+export interface WriterApp {
+  readonly store: Store;
+  writesRefused(): string | undefined;
+  onWritesRefused(listener: (reason: string | undefined) => void): void;
+  metricsJson(): Promise<MetricObjectWithValues<MetricValue<string>>[]>;
+  noteStoreFailure(error: unknown): void;
+  notifyWebhooks(): void;
+  forgetKey(hash: string): void;
+  close(): Promise<void>;
+}
+
+export function startPrimary(config: Config, app: WriterApp, env: NodeJS.ProcessEnv): Primary {
   const logger = pino({ level: config.logLevel }).child({ worker: "primary" });
   if ("dataDir" in config.store) {
     // The rate limits' counters, one budget per key for every worker.
     new RateLimiterClusterMaster();
   }
   const store = app.store;
-  const runCommand = store.runCommand;
+  // On the embedded engine the primary is the writer; on MongoDB each worker writes itself.
+  const writer = store.engine === "embedded" && store.role === "writer" ? store : undefined;
   let stopping = false;
   // The store may refuse writes from the start (a disk under its floor).
   let writesRefused = app.writesRefused();
@@ -104,7 +117,7 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
     writesRefused = reason;
     broadcast({ type: "writes-refused", reason });
   });
-  store.statsChanged?.((scopes) => broadcast({ type: "stats-changed", scopes: [...scopes] }));
+  writer?.statsChanged((scopes) => broadcast({ type: "stats-changed", scopes: [...scopes] }));
   // Every worker's open streams per key: STREAMS_PER_KEY holds for the whole
   // service, and a worker that dies gives its slots back.
   const streamCounts = new StreamCounts(config.streamsPerKey);
@@ -136,8 +149,8 @@ export function startPrimary(config: Config, app: App, env: NodeJS.ProcessEnv): 
   const handle = (worker: Worker, message: WorkerMessage) => {
     switch (message.type) {
       case "store":
-        if (!runCommand) return;
-        void answerStoreRequest(message, runCommand).then((reply) => {
+        if (!writer) return;
+        void answerStoreRequest(message, (command) => writer.runCommand(command)).then((reply) => {
           if (reply.error) app.noteStoreFailure(Object.assign(new Error(), reply.error));
           send(worker, reply);
         });

@@ -94,7 +94,7 @@ export function createDispatcher(deps: DispatcherDeps) {
   // Leases are taken and compared in the store's time where it has one
   // (MongoDB's): instances whose clocks disagree still never hold one
   // delivery's attempt at once.
-  const leaseClock = deps.store.leaseClock ?? clock;
+  const leaseClock = deps.store.engine === "mongodb" ? deps.store.leaseClock : clock;
   const db = deps.store.system;
   const owner = newId("wkr");
   const inFlight = new AbortController();

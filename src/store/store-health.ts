@@ -29,7 +29,9 @@ export interface StoreHealth {
 const checkIntervalMs = 1000;
 
 export function startStoreHealth(deps: {
-  store: Pick<Store, "probeWrite" | "diskUsage">;
+  store: Pick<Store, "probeWrite"> & {
+    diskUsage?: () => { freeBytes: number; storeBytes: number };
+  };
   /** DATA_DIR's free space under which writes are refused (MIN_FREE_DISK); 0 is no floor. */
   minFreeBytes: number;
   logger: Logger;

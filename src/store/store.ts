@@ -35,63 +35,78 @@ import { createWebhookAudience } from "./webhook-audience.js";
 /**
  * The data, two ways in: `forTenant` gives one application's repositories
  * (what services use), `system` every collection unscoped (authentication,
- * provisioning, admin, the webhook relay and workers, tests).
+ * provisioning, admin, the webhook relay and workers, tests). One type per
+ * engine and role, each with the controls of that role alone.
  */
-export interface Store {
+export type Store = MongoStore | EmbeddedWriter | EmbeddedReader;
+
+/** What every store does, whatever its engine and role. */
+interface StoreBase {
   /** Every collection, unscoped: for the system paths only. */
   readonly system: Collections;
   /** The tenant's repositories; the same object for the same tenant object. */
   forTenant(tenant: Tenant): TenantStore;
-  /** `mongodb` or `embedded`, for logs. */
-  readonly engine: "mongodb" | "embedded";
-  /** The embedded engine's plan for every distinct query run so far (diagnostics, tests). */
-  readonly queryPlans?: () => QueryPlan[];
-  /**
-   * The MongoDB database, on that engine only: the connection shared with
-   * what keeps its own collection there (the rate limits' counters).
-   */
-  readonly mongoDatabase?: Db;
+  /** The program's numbers (InsightsService), kept by the same writes as the records. */
+  readonly stats: StatsStore;
   /** Resolves when the store answers; rejects otherwise (readiness). */
   ping(): Promise<void>;
   /** Resolves once a small write is committed: whether the store takes writes again. */
   probeWrite(): Promise<void>;
-  /**
-   * On the embedded engine: the free bytes of DATA_DIR's file system (for
-   * an unprivileged process, as `df` shows them) and the database's size.
-   */
-  readonly diskUsage?: () => { freeBytes: number; storeBytes: number };
-  /** The program's numbers (InsightsService), kept by the same writes as the records. */
-  readonly stats: StatsStore;
-  /**
-   * The embedded engine's writer: runs a command a cluster's worker sent
-   * (see `forwarded-writes.ts`), as if it were this process's own.
-   */
-  readonly runCommand?: (command: StoreCommand) => Promise<unknown>;
-  /**
-   * The embedded engine's writer: told which scopes' numbers each commit
-   * moved, for the workers' watches (see `EmbeddedStats.changedElsewhere`).
-   */
-  readonly statsChanged?: (listener: (scopes: ReadonlySet<string>) => void) => () => void;
-  /** A worker's store: hears the scopes the writer's commits moved. */
-  readonly statsChangedElsewhere?: (scopes: ReadonlySet<string>) => void;
-  /**
-   * A worker's store: its next read looks for the writer's commits again.
-   * Each call enters the pipeline with it, so it sees every write
-   * acknowledged before it arrived (see `SqliteDatabase.forgetVersionsRead`).
-   */
-  readonly seeNewCommits?: () => void;
-  /**
-   * The time leases are taken and compared in (webhook deliveries):
-   * MongoDB's own, so instances on different machines agree; the service's
-   * clock when unset (the embedded store has one machine).
-   */
-  readonly leaseClock?: () => Date;
-  /** The embedded writer's writes waiting for their group's commit now (WRITE_QUEUE_LIMIT). */
-  readonly queuedWrites?: () => number;
-  /** The embedded writer's group commits so far and the writes in them. */
-  readonly commits?: () => { groups: number; writes: number };
   /** Releases connections, files and locks. */
   close(): Promise<void>;
+}
+
+/** MongoDB: every process a whole service, sharing the database. */
+export interface MongoStore extends StoreBase {
+  readonly engine: "mongodb";
+  readonly role: "shared";
+  /** The database: the connection shared with what keeps its own collection there (the rate limits' counters). */
+  readonly database: Db;
+  /**
+   * The time leases are taken and compared in (webhook deliveries):
+   * MongoDB's own, so instances on different machines agree.
+   */
+  readonly leaseClock: () => Date;
+}
+
+/** The embedded engine, in either role. */
+interface EmbeddedBase extends StoreBase {
+  readonly engine: "embedded";
+  /** The plan of every distinct query run so far (diagnostics, tests). */
+  queryPlans(): QueryPlan[];
+  /** The free bytes of DATA_DIR's file system (for an unprivileged process, as `df` shows them) and the database's size. */
+  diskUsage(): { freeBytes: number; storeBytes: number };
+}
+
+/** The embedded engine's one writer: the process alone, or a cluster's primary. */
+export interface EmbeddedWriter extends EmbeddedBase {
+  readonly role: "writer";
+  /** Runs a command a cluster's worker sent (see `forwarded-writes.ts`), as if it were this process's own. */
+  runCommand(command: StoreCommand): Promise<unknown>;
+  /** Told which scopes' numbers each commit moved, for the workers' watches (see `EmbeddedStats.changedElsewhere`). */
+  statsChanged(listener: (scopes: ReadonlySet<string>) => void): () => void;
+  /** The writes waiting for their group's commit now (WRITE_QUEUE_LIMIT). */
+  queuedWrites(): number;
+  /** The group commits so far and the writes in them. */
+  commits(): { groups: number; writes: number };
+}
+
+/** A cluster worker's view of the embedded engine: it reads the file and forwards its writes to the writer. */
+export interface EmbeddedReader extends EmbeddedBase {
+  readonly role: "reader";
+  /** Hears the scopes the writer's commits moved. */
+  statsChangedElsewhere(scopes: ReadonlySet<string>): void;
+  /**
+   * Its next read looks for the writer's commits again. Each call enters
+   * the pipeline with it, so it sees every write acknowledged before it
+   * arrived (see `SqliteDatabase.forgetVersionsRead`).
+   */
+  seeNewCommits(): void;
+}
+
+/** The embedded engine's plan of every distinct query run so far; none on MongoDB (tests, diagnostics). */
+export function queryPlansOf(store: Store): QueryPlan[] {
+  return store.engine === "embedded" ? store.queryPlans() : [];
 }
 
 /** Where the data lives. */
@@ -166,8 +181,8 @@ export async function openStore(
 // MongoDB's Unauthorized: readWrite alone may create indexes but not collMod them.
 const unauthorized = 13;
 
-async function withIndexes(store: Store, retentionMs: number): Promise<Store> {
-  const mongo = store.mongoDatabase;
+async function withIndexes<S extends Store>(store: S, retentionMs: number): Promise<S> {
+  const mongo = store.engine === "mongodb" ? store.database : undefined;
   try {
     await ensureIndexes(store.system, {
       expireAfterSeconds: Math.ceil(retentionMs / 1000),
@@ -197,7 +212,7 @@ async function openMongo(
   config: { mongodbUri: string; mongodbDb: string },
   observe: OperationObserver | undefined,
   keepStats: boolean,
-): Promise<Store> {
+): Promise<MongoStore> {
   const client = new MongoClient(config.mongodbUri, {
     serverSelectionTimeoutMS: mongoServerSelectionTimeoutMs,
   });
@@ -216,7 +231,8 @@ async function openMongo(
   return {
     ...tenantAccess(observed(collections as unknown as Collections, observe), stats),
     engine: "mongodb",
-    mongoDatabase: db,
+    role: "shared",
+    database: db,
     stats,
     leaseClock: serverClock.now,
     async ping() {
@@ -242,7 +258,7 @@ function openEmbedded(
   observe: OperationObserver | undefined,
   keepStats: boolean,
 ): {
-  store: Store;
+  store: EmbeddedWriter;
   database: SqliteDatabase;
 } {
   const releaseLock = acquireLock(config.dataDir);
@@ -270,9 +286,10 @@ function openEmbedded(
       string,
       Record<string, (...args: unknown[]) => unknown>
     >;
-    const store: Store = {
+    const store: EmbeddedWriter = {
       ...tenantAccess(system, stats, kept),
       engine: "embedded",
+      role: "writer",
       stats,
       async runCommand(command) {
         switch (command.kind) {
@@ -352,7 +369,7 @@ function openEmbeddedReader(
   dataDir: string,
   writes: ForwardedWrites,
   observe: OperationObserver | undefined,
-): Store {
+): EmbeddedReader {
   const db = SqliteDatabase.openReader(join(dataDir, embeddedDatabaseFile));
   writes.onAnswer(() => db.forgetVersionsRead());
   try {
@@ -375,6 +392,7 @@ function openEmbeddedReader(
     return {
       ...tenantAccess(system, stats, kept),
       engine: "embedded",
+      role: "reader",
       stats,
       statsChangedElsewhere: (scopes) => {
         db.forgetVersionsRead();

@@ -42,19 +42,6 @@ export function clientAddressResolver(trustedProxies: readonly string[]): Client
   };
 }
 
-/** Checks a TRUSTED_PROXIES list as proxy-addr reads it; throws with the entry it refuses. */
-export function checkTrustedProxies(entries: readonly string[]): void {
-  for (const entry of entries) {
-    try {
-      proxyaddr.compile(entry);
-    } catch {
-      throw new Error(
-        `TRUSTED_PROXIES: ${JSON.stringify(entry)} is not an address, a CIDR range, loopback, linklocal or uniquelocal`,
-      );
-    }
-  }
-}
-
 /**
  * The `for` of each element of a `Forwarded` header, as X-Forwarded-For
  * would list them (IPv6 without brackets, no ports); undefined when there

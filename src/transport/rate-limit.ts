@@ -11,7 +11,7 @@ import { Access } from "../../gen/referral/v1/options_pb.js";
 import type { RateLimit, RateLimitConfig } from "../config.js";
 import { methodAccess } from "../contract/options.js";
 import { callerKey } from "../services/context.js";
-import type { Store } from "../store/store.js";
+import type { MongoStore, Store } from "../store/store.js";
 import type { Call, Interceptor, Next } from "./pipeline.js";
 
 /**
@@ -74,7 +74,7 @@ export async function createRateLimits(
     sharedByWorkers?: boolean;
   },
 ): Promise<RateLimits> {
-  const database = deps.store.mongoDatabase;
+  const database = deps.store.engine === "mongodb" ? deps.store.database : undefined;
   const where: CounterHome = database
     ? { kind: "mongodb", database }
     : { kind: deps.sharedByWorkers ? "primary" : "memory" };
@@ -235,7 +235,7 @@ const refusals: Record<LimitName, string> = {
 
 /** Where a limit's counters live. */
 type CounterHome =
-  | { kind: "mongodb"; database: NonNullable<Store["mongoDatabase"]> }
+  | { kind: "mongodb"; database: MongoStore["database"] }
   | { kind: "primary" }
   | { kind: "memory" };
 

@@ -3,12 +3,12 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import test from "ava";
 import { allSuites } from "../../bench/lib/options.js";
-import { readSuiteResults, resultsDir } from "../../bench/lib/results.js";
 import {
   performancePagePath,
   renderPerformanceDocs,
   rewardsPagePath,
-} from "../../scripts/generate-performance-docs.js";
+} from "../../bench/lib/performance-docs.js";
+import { readSuiteResults, resultsDir } from "../../bench/lib/results.js";
 
 /**
  * docs/performance.md and the generated tables of docs/rewards.md are

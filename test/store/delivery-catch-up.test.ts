@@ -13,7 +13,7 @@ import {
 } from "../../src/store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../../src/store/documents.js";
 import { createSecretBox } from "../../src/store/secret-box.js";
-import type { Store } from "../../src/store/store.js";
+import { queryPlansOf, type Store } from "../../src/store/store.js";
 import { healthyWebhook } from "../../src/store/webhooks.js";
 import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.js";
 
@@ -324,7 +324,7 @@ for (const engine of engineNames) {
     storeTest("the step's query is served by the endpoint's index", async (t, store) => {
       await store.system.deliveries.insertOne(waiting("whd_1", at(-20_000)));
       await bringForwardWaitingDeliveries(store.system, "whk_1", now, pace);
-      const [query] = (store.queryPlans?.() ?? []).filter(
+      const [query] = queryPlansOf(store).filter(
         (plan) => plan.collection === "deliveries" && "$or" in plan.filter,
       );
       t.truthy(query, "the step's query was run");

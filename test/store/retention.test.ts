@@ -5,7 +5,7 @@ import { loadConfig } from "../../src/config.js";
 import type { Collections } from "../../src/store/collection.js";
 import type { DeliveryDoc, DeliveryStatusName, EventDoc } from "../../src/store/documents.js";
 import { removeExpired } from "../../src/store/retention.js";
-import { openStore } from "../../src/store/store.js";
+import { openStore, queryPlansOf } from "../../src/store/store.js";
 import {
   dropDatabase,
   engineNames,
@@ -107,7 +107,7 @@ for (const engine of engineNames) {
 
       if (engine === "embedded") {
         // Every retention query, the batch bounds included, walks the createdAt index.
-        const retentionPlans = (store.queryPlans?.() ?? []).filter(
+        const retentionPlans = queryPlansOf(store).filter(
           (plan) =>
             (plan.collection === "events" || plan.collection === "deliveries") &&
             "createdAt" in plan.filter,

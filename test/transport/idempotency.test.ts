@@ -17,7 +17,7 @@ import { toPlain } from "../../src/contract/plain-codec.js";
 import { type Caller, callerKey } from "../../src/services/context.js";
 import { claimIdempotencyKey, updateIdempotencyOutcome } from "../../src/store/idempotency.js";
 import { createSecretBox } from "../../src/store/secret-box.js";
-import type { Store } from "../../src/store/store.js";
+import { queryPlansOf, type Store } from "../../src/store/store.js";
 import {
   defaultIdempotencyTimes,
   idempotencyKeys,
@@ -714,9 +714,7 @@ storeTest("embedded", "expired keys are swept, and every query uses an index", a
   await call("app_a", "k4");
   await call("app_a", "k5");
   t.is(await store.system.idempotencyKeys.countDocuments({ expiresAt: { $lte: now } }), 0);
-  const plans = (store.queryPlans?.() ?? []).filter(
-    (plan) => plan.collection === "idempotencyKeys",
-  );
+  const plans = queryPlansOf(store).filter((plan) => plan.collection === "idempotencyKeys");
   t.true(plans.length >= 3);
   for (const plan of plans) {
     t.deepEqual(
