@@ -17,12 +17,16 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import type * as AppModule from "../src/app.js";
 import type * as ConfigModule from "../src/config.js";
+import type * as InterceptorsModule from "../src/transport/interceptors.js";
 
 // The compiled service (`npm run build`), as deployed, not these sources.
 const compiled = (module: string) =>
   pathToFileURL(join(import.meta.dirname, "../dist/src", module)).href;
 const { loadConfig } = (await import(compiled("config.js"))) as typeof ConfigModule;
 const { buildApp } = (await import(compiled("app.js"))) as typeof AppModule;
+const { withoutOperations } = (await import(
+  compiled("transport/interceptors.js")
+)) as typeof InterceptorsModule;
 
 const variants = ["without-operations", "without-stats", "per-write-commit"] as const;
 const variant = process.argv[2] as (typeof variants)[number];
@@ -35,7 +39,7 @@ const app =
     ? await buildApp(perWriteCommit(config))
     : await buildApp(
         config,
-        variant === "without-operations" ? { operations: false } : { keepStats: false },
+        variant === "without-operations" ? { steps: withoutOperations } : { statsWatchers: {} },
       );
 await app.listen(config.port, config.host);
 process.once("SIGTERM", () => {

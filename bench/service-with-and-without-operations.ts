@@ -15,6 +15,7 @@ import { join } from "node:path";
 import { pathToFileURL } from "node:url";
 import type * as AppModule from "../src/app.js";
 import type * as ConfigModule from "../src/config.js";
+import type * as InterceptorsModule from "../src/transport/interceptors.js";
 import type { Interceptor } from "../src/transport/pipeline.js";
 
 // The compiled service (`npm run build`), as deployed, not these sources.
@@ -22,6 +23,9 @@ const compiled = (module: string) =>
   pathToFileURL(join(import.meta.dirname, "../dist/src", module)).href;
 const { loadConfig } = (await import(compiled("config.js"))) as typeof ConfigModule;
 const { buildApp } = (await import(compiled("app.js"))) as typeof AppModule;
+const { withoutOperations } = (await import(
+  compiled("transport/interceptors.js")
+)) as typeof InterceptorsModule;
 
 const config = loadConfig();
 const { store } = config;
@@ -46,14 +50,19 @@ const apps = [
     port: Number(required("PORT_WITHOUT_OPERATIONS")),
     app: await buildApp(
       { ...config, store: { ...store, dataDir: required("DATA_DIR_WITHOUT_OPERATIONS") } },
-      { operations: false },
+      { steps: withoutOperations },
     ),
   },
   {
     port: Number(required("PORT_CALIBRATION")),
     app: await buildApp(
       { ...config, store: { ...store, dataDir: required("DATA_DIR_CALIBRATION") } },
-      { operations: false, extraInterceptors: [burnCalibration] },
+      {
+        steps: (standard) => [
+          ...withoutOperations(standard),
+          { name: "burn-calibration", run: burnCalibration },
+        ],
+      },
     ),
   },
 ];

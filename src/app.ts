@@ -15,6 +15,7 @@ import {
 import { deliveryQueueOf } from "./store/deliveries.js";
 import { type RetentionSweep, startRetentionSweep } from "./store/retention.js";
 import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
+import type { StatsWatchers } from "./store/stats.js";
 import {
   type EmbeddedReader,
   type EmbeddedWriter,
@@ -28,14 +29,9 @@ import type { ErrorLogger } from "./transport/errors.js";
 import { createGrpcServer } from "./transport/grpc.js";
 import { buildHttpApp } from "./transport/http-app.js";
 import { idempotencyKeys } from "./transport/idempotency.js";
-import { interceptors } from "./transport/interceptors.js";
+import { interceptors, type NamedStep } from "./transport/interceptors.js";
 import { createMetrics, measureCalls } from "./transport/metrics.js";
-import {
-  createPipeline,
-  type Interceptor,
-  observeCalls,
-  type ServiceRegistration,
-} from "./transport/pipeline.js";
+import { createPipeline, observeCalls, type ServiceRegistration } from "./transport/pipeline.js";
 import { createRateLimits } from "./transport/rate-limit.js";
 import { createReadiness, type Readiness } from "./transport/readiness.js";
 import { logCalls } from "./transport/request-log.js";
@@ -104,28 +100,23 @@ export async function buildApp(
     /** Where log lines go; stdout when unset (tests read them). */
     logTo?: DestinationStream;
     /**
-     * Tests and the bench: interceptors run after the standard ones, next
-     * to the implementation (the drain tests hold calls in flight with one;
-     * the bench's calibration burns a known amount of CPU in one).
+     * Tests and the bench: the steps of every call, given the standard ones
+     * in order (see `interceptors`). The drain tests add one that holds
+     * calls in flight; the bench leaves out the operations steps
+     * (`operationsSteps`) to measure what they cost, and adds one that burns
+     * a known amount of CPU for its calibration.
      */
-    extraInterceptors?: readonly Interceptor[];
+    steps?: (standard: readonly NamedStep[]) => readonly NamedStep[];
     /**
      * Tests only: replaces the services every transport serves (a fake
      * implementation of one service), given the standard ones.
      */
     registrations?: (standard: ServiceRegistration[]) => ServiceRegistration[];
     /**
-     * Bench-only (`bench/service-variant.ts without-operations`): false leaves out
-     * the operations steps around each call (request log, metrics, rate
-     * limits, idempotency keys) and the store's timings, to measure what
-     * they cost. `npm start` always runs them.
+     * The bench: what keeps the program's counters (`statsWatchers` when
+     * unset); its variant without them passes none (`bench/service-variant.ts`).
      */
-    operations?: boolean;
-    /**
-     * Bench-only (`bench/service-variant.ts without-stats`): false keeps no program
-     * counters, to measure what keeping them costs the writes.
-     */
-    keepStats?: boolean;
+    statsWatchers?: StatsWatchers;
     /** In a cluster: this process's part (see {@link ClusterRole}); alone when unset. */
     cluster?: ClusterRole;
   } = {},
@@ -138,12 +129,11 @@ export async function buildApp(
   // In a cluster each line says which process wrote it.
   const logger = cluster ? rootLogger.child({ worker: workerName }) : rootLogger;
   const metrics = createMetrics(cluster ? { worker: String(workerName) } : undefined);
-  const operations = options.operations ?? true;
   const link = cluster?.role === "worker" ? cluster.link : undefined;
   const store = await openStore(config.store, {
-    observe: operations ? metrics.observeStore : undefined,
+    observe: metrics.observeStore,
     eventRetentionMs: config.eventRetentionMs,
-    keepStats: options.keepStats ?? true,
+    ...(options.statsWatchers ? { watchers: options.statsWatchers } : {}),
     // A worker on the embedded store reads the file and sends its writes to the primary.
     ...(link && "dataDir" in config.store ? { forwardWrites: link.writes } : {}),
   });
@@ -240,8 +230,7 @@ export async function buildApp(
             writesRefused: () => storeHealth.writesRefused(),
             writeQueueFull: writeQueueFull(config.writeQueueLimit, part),
             seeNewCommits,
-            extraInterceptors: options.extraInterceptors ?? [],
-            operations,
+            steps: options.steps,
             registrations: options.registrations,
             link,
             streams,
@@ -383,8 +372,7 @@ async function buildTransports(
     writeQueueFull: (() => number | undefined) | undefined;
     /** A cluster worker's store on the embedded engine: each call sees the commits before it. */
     seeNewCommits: (() => void) | undefined;
-    extraInterceptors: readonly Interceptor[];
-    operations: boolean;
+    steps: ((standard: readonly NamedStep[]) => readonly NamedStep[]) | undefined;
     registrations: ((standard: ServiceRegistration[]) => ServiceRegistration[]) | undefined;
     /** A worker's link to the primary: one rate limit budget and one `/metrics` for all. */
     link: PrimaryLink | undefined;
@@ -404,22 +392,20 @@ async function buildTransports(
     sharedByWorkers: serving.link !== undefined,
   });
   const observedCalls = observeCalls([logCalls(logger), measureCalls(metrics.calls)]);
-  const pipeline = createPipeline([
-    ...interceptors({
-      authenticator,
-      log,
-      observeCalls: observedCalls.step,
-      rateLimits,
-      streamsByKey: serving.streams.step,
-      idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
-      operations: serving.operations,
-      readiness: serving.readiness,
-      writesRefused: serving.writesRefused,
-      writeQueueFull: serving.writeQueueFull,
-      seeNewCommits: serving.seeNewCommits,
-    }),
-    ...serving.extraInterceptors,
-  ]);
+  const standardSteps = interceptors({
+    authenticator,
+    log,
+    observeCalls: observedCalls.step,
+    rateLimits,
+    streamsByKey: serving.streams.step,
+    idempotency: idempotencyKeys({ store, clock: deps.clock, log, secretBox: deps.secretBox }),
+    readiness: serving.readiness,
+    writesRefused: serving.writesRefused,
+    writeQueueFull: serving.writeQueueFull,
+    seeNewCommits: serving.seeNewCommits,
+  });
+  const steps = serving.steps?.(standardSteps) ?? standardSteps;
+  const pipeline = createPipeline(steps.map((step) => step.run));
   const http = await buildHttpApp({
     registrations,
     pipeline,

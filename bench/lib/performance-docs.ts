@@ -67,9 +67,9 @@ whether every event arrived (deduplicated by \`webhook-id\`).`,
   },
   operations: {
     title: "Operations",
-    measures: `What the steps around every call cost in throughput: the request log and id, the metrics,
+    measures: `What the steps around every call cost in throughput: the request log and id, the call metrics,
 the rate limits and the idempotency keys. The deployed service against the same build
-without those steps (\`buildApp(config, { operations: false })\`), closed loop, alternating
+without those steps (\`buildApp(config, { steps: withoutOperations })\`), closed loop, alternating
 within every repeat. *one each*: each variant in its own process, as deployed; *one for
 both*: both in one process on two ports, loaded one at a time, which takes the difference
 between two processes of one build out. *kept* is req/s with the steps over req/s without;

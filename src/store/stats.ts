@@ -129,6 +129,9 @@ export function scopeKey(scope: string): number {
   return key;
 }
 
+/** Some of {@link statsWatchers}: what an engine is given to keep the counters with. */
+export type StatsWatchers = Partial<typeof statsWatchers>;
+
 /**
  * The collections whose changes move the numbers, and how: the engines
  * call these inside each write of them (see `SqliteCollection.watch` and

@@ -28,7 +28,7 @@ import {
 import { type CollectionName, counterDeclarations, ensureIndexes } from "./indexes.js";
 import { mongoServerSelectionTimeoutMs } from "./mongo-options.js";
 import { defaultEventRetentionMs } from "./retention.js";
-import { type StatsStore, statsWatchers } from "./stats.js";
+import { type StatsStore, type StatsWatchers, statsWatchers } from "./stats.js";
 import { createTenantStore, type KeptInMemory, type TenantStore } from "./tenant-store.js";
 import { createWebhookAudience } from "./webhook-audience.js";
 
@@ -149,10 +149,11 @@ export async function openStore(
     observe?: OperationObserver;
     eventRetentionMs?: number;
     /**
-     * Bench-only: false keeps no program counters (InsightsService reads
-     * zeros), to measure what keeping them costs the writes.
+     * What keeps the program's counters (see `statsWatchers`, the default).
+     * The bench's variant without them passes none, to measure what keeping
+     * them costs the writes (InsightsService then reads zeros).
      */
-    keepStats?: boolean;
+    watchers?: StatsWatchers;
     /**
      * In a cluster's worker, on the embedded engine: the file is read here
      * and every write goes to the writer (the primary) through `writes`.
@@ -161,9 +162,9 @@ export async function openStore(
   } = {},
 ): Promise<Store> {
   const retentionMs = options.eventRetentionMs ?? defaultEventRetentionMs;
-  const keepStats = options.keepStats ?? true;
+  const watchers = options.watchers ?? statsWatchers;
   if ("mongodbUri" in config) {
-    return withIndexes(await openMongo(config, options.observe, keepStats), retentionMs);
+    return withIndexes(await openMongo(config, options.observe, watchers), retentionMs);
   }
   if (options.forwardWrites) {
     return withIndexes(
@@ -171,7 +172,7 @@ export async function openStore(
       retentionMs,
     );
   }
-  const { store, database } = openEmbedded(config, options.observe, keepStats);
+  const { store, database } = openEmbedded(config, options.observe, watchers);
   await withIndexes(store, retentionMs);
   // The planner's statistics, now that every index exists.
   database.declareStatistics();
@@ -211,7 +212,7 @@ async function withIndexes<S extends Store>(store: S, retentionMs: number): Prom
 async function openMongo(
   config: { mongodbUri: string; mongodbDb: string },
   observe: OperationObserver | undefined,
-  keepStats: boolean,
+  watchers: StatsWatchers,
 ): Promise<MongoStore> {
   const client = new MongoClient(config.mongodbUri, {
     serverSelectionTimeoutMS: mongoServerSelectionTimeoutMs,
@@ -224,7 +225,7 @@ async function openMongo(
   const stats = new MongoStats(client, db, await supportsTransactions(db));
   await stats.createIndexes();
   const serverClock = await startServerClock(db);
-  for (const [name, watcher] of Object.entries(keepStats ? statsWatchers : {})) {
+  for (const [name, watcher] of Object.entries(watchers)) {
     const raw = db.collection<Document>(name);
     collections[name] = stats.watched(raw, raw, watcher);
   }
@@ -256,7 +257,7 @@ function openEmbedded(
     writeLimits?: Partial<WriteLimits>;
   },
   observe: OperationObserver | undefined,
-  keepStats: boolean,
+  watchers: StatsWatchers,
 ): {
   store: EmbeddedWriter;
   database: SqliteDatabase;
@@ -275,7 +276,7 @@ function openEmbedded(
       db,
       () => db.versionOf("campaigns") + db.changesOf("campaigns"),
     );
-    for (const [name, watcher] of Object.entries(keepStats ? statsWatchers : {})) {
+    for (const [name, watcher] of Object.entries(watchers)) {
       collections[name as CollectionName].watch((before, after) =>
         watcher(before, after, stats.moves),
       );

@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, ConnectError, createContextKey } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import { type Authenticator, KeyKindRefused } from "../services/authentication.js";
 import { type Caller, callerKey } from "../services/context.js";
@@ -9,9 +9,33 @@ import {
   writeQueueFullError,
 } from "./errors.js";
 import { isWriteRpc } from "./idempotency.js";
-import type { Call, Interceptor } from "./pipeline.js";
+import type { Interceptor } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
 import type { Readiness } from "./readiness.js";
+
+/** A step of every call, by name: tests and the bench find a step by it (see `buildApp`'s `steps`). */
+export interface NamedStep {
+  readonly name: string;
+  readonly run: Interceptor;
+}
+
+/**
+ * The steps that operate the service rather than answer the call: the
+ * request log and id, the metrics, the rate limits, idempotency keys. The
+ * bench leaves them out to measure what they cost; the service always runs them.
+ */
+export const operationsSteps: ReadonlySet<string> = new Set([
+  "observe-calls",
+  "rate-limit-by-address",
+  "count-failed-authentications",
+  "rate-limit-by-key",
+  "idempotency",
+]);
+
+/** The standard steps without {@link operationsSteps} (the bench's variant, and tests of it). */
+export function withoutOperations(standard: readonly NamedStep[]): NamedStep[] {
+  return standard.filter((step) => !operationsSteps.has(step.name));
+}
 
 /**
  * Every step a call takes before its implementation, in order, for every
@@ -40,39 +64,31 @@ export function interceptors(deps: {
   writesRefused?: () => string | undefined;
   /** WRITE_QUEUE_LIMIT while that many writes wait for the store; undefined below it. */
   writeQueueFull?: () => number | undefined;
-  /** A cluster worker's store: each call sees the commits before it (`Store.seeNewCommits`). */
+  /** A cluster worker's store: each call sees the commits before it (`EmbeddedReader.seeNewCommits`). */
   seeNewCommits?: () => void;
-  /**
-   * False leaves out the operations steps (request log and id, metrics,
-   * rate limits, idempotency keys), so the bench can measure what they
-   * cost; the service always runs them.
-   */
-  operations?: boolean;
-}): Interceptor[] {
-  // The bench's variant without the operations steps keeps the others, in
-  // the same order: one list, so the two cannot drift apart.
-  const operations = deps.operations !== false;
-  const steps: (Interceptor | false)[] = [
-    operations && deps.observeCalls,
-    normaliseErrors(deps.log),
-    deps.readiness !== undefined && waitUntilReady(deps.readiness),
-    deps.seeNewCommits !== undefined && seeCommitsBefore(deps.seeNewCommits),
+}): NamedStep[] {
+  const steps: [string, Interceptor | false][] = [
+    ["observe-calls", deps.observeCalls],
+    ["normalise-errors", normaliseErrors(deps.log)],
+    ["wait-until-ready", deps.readiness !== undefined && waitUntilReady(deps.readiness)],
+    ["see-new-commits", deps.seeNewCommits !== undefined && seeCommitsBefore(deps.seeNewCommits)],
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.
-    operations && deps.rateLimits.byAddress,
-    authenticate(
-      deps.authenticator,
-      operations ? (call) => deps.rateLimits.authenticationFailed(call) : undefined,
-    ),
-    operations && deps.rateLimits.byKey,
-    deps.writesRefused !== undefined &&
-      refuseWritesWhileStoreRefuses(deps.writesRefused, deps.writeQueueFull ?? (() => undefined)),
-    decodeRequest,
+    ["rate-limit-by-address", deps.rateLimits.byAddress],
+    ["count-failed-authentications", countFailedAuthentications(deps.rateLimits)],
+    ["authenticate", authenticate(deps.authenticator)],
+    ["rate-limit-by-key", deps.rateLimits.byKey],
+    [
+      "refuse-writes",
+      deps.writesRefused !== undefined &&
+        refuseWritesWhileStoreRefuses(deps.writesRefused, deps.writeQueueFull ?? (() => undefined)),
+    ],
+    ["decode-request", decodeRequest],
     // After decoding: a malformed request is told so, and takes no slot.
-    deps.streamsByKey,
-    operations && unaryOnly(deps.idempotency),
+    ["streams-by-key", deps.streamsByKey],
+    ["idempotency", unaryOnly(deps.idempotency)],
   ];
-  return steps.filter((step): step is Interceptor => step !== false);
+  return steps.flatMap(([name, run]) => (run === false ? [] : [{ name, run }]));
 }
 
 /**
@@ -119,29 +135,45 @@ function normaliseErrors(log: ErrorLogger): Interceptor {
   };
 }
 
+/** Set on a call whose credential was refused (`unauthenticated`). */
+const authenticationFailedKey = createContextKey(false, {
+  description: "the call's credential was refused",
+});
+
 /**
  * Checks the credential against the RPC's `(referral.v1.access)` before the
- * request is decoded, and gives the implementation its caller. A credential
- * refused (`unauthenticated`) is told to `failed` (the rate limit by
- * address), which may refuse the call instead.
+ * request is decoded, and gives the implementation its caller.
  */
-function authenticate(
-  authenticator: Authenticator,
-  failed: ((call: Call) => Promise<void>) | undefined,
-): Interceptor {
+function authenticate(authenticator: Authenticator): Interceptor {
   return async (call, next) => {
     let caller: Caller | undefined;
     try {
       caller = await authenticator.authenticate(call.rpc.method, call.header("authorization"));
     } catch (error) {
       if (error instanceof KeyKindRefused) call.context.values.set(callerKey, error.caller);
-      if (failed && error instanceof ConnectError && error.code === Code.Unauthenticated) {
-        await failed(call);
+      if (error instanceof ConnectError && error.code === Code.Unauthenticated) {
+        call.context.values.set(authenticationFailedKey, true);
       }
       throw error;
     }
     if (caller) call.context.values.set(callerKey, caller);
     return next(call);
+  };
+}
+
+/**
+ * A credential refused is told to the rate limit by address, which may
+ * refuse the call instead (429 past the limit of failed authentications).
+ */
+function countFailedAuthentications(rateLimits: RateLimits): Interceptor {
+  return async (call, next) => {
+    try {
+      return await next(call);
+    } catch (error) {
+      if (call.context.values.get(authenticationFailedKey))
+        await rateLimits.authenticationFailed(call);
+      throw error;
+    }
   };
 }
 

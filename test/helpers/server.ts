@@ -21,6 +21,7 @@ import test from "ava";
 import { type App, buildApp } from "../../src/app.js";
 import { loadConfig } from "../../src/config.js";
 import type { Clock, Ticker } from "../../src/domain/tenancy.js";
+import { withoutOperations } from "../../src/transport/interceptors.js";
 import type { ServiceRegistration } from "../../src/transport/pipeline.js";
 import { type SpawnedService, spawnService } from "./cluster.js";
 import { dropDatabase, type EngineName, freshDatabaseName, mongodbUri } from "./engines.js";
@@ -180,7 +181,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     streamTicks: options.streamTicks,
     registrations: options.registrations,
     logTo: options.logTo,
-    operations: options.operations,
+    ...(options.operations === false ? { steps: withoutOperations } : {}),
   });
   const port = await app.listen(0, "127.0.0.1");
   return {

@@ -26,7 +26,7 @@ import { isRefused, openSocket, startService, waitUntil, watchHealth } from "./s
 const listCampaigns = CampaignsService.method.listCampaigns;
 
 /**
- * Test-only: an interceptor (passed to buildApp as `extraInterceptors`)
+ * Test-only: an interceptor (added to buildApp's `steps` through `startService`'s `extraSteps`)
  * that holds every call carrying `x-test-hold` until released, so a call is
  * in flight when the drain begins.
  */
@@ -64,7 +64,7 @@ async function withHeldCalls(
   ) => Promise<void>,
 ): Promise<void> {
   const hold = createHold();
-  const server = await startService({ extraInterceptors: [hold.interceptor], env });
+  const server = await startService({ extraSteps: [hold.interceptor], env });
   try {
     await body(server, hold);
   } finally {

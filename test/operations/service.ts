@@ -26,7 +26,7 @@ export interface OperationsServer extends TestServer {
 export async function startService(
   options: {
     env?: Record<string, string>;
-    extraInterceptors?: Interceptor[];
+    extraSteps?: Interceptor[];
     sendWebhook?: WebhookSender;
   } = {},
 ): Promise<OperationsServer> {
@@ -40,7 +40,10 @@ export async function startService(
     ...options.env,
   });
   const app = await buildApp(config, {
-    extraInterceptors: options.extraInterceptors,
+    steps: (standard) => [
+      ...standard,
+      ...(options.extraSteps ?? []).map((run, index) => ({ name: `test-${index}`, run })),
+    ],
     sendWebhook: options.sendWebhook,
   });
   const port = await app.listen(0, "127.0.0.1");

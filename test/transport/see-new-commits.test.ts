@@ -3,7 +3,7 @@ import { createContextValues, type HandlerContext } from "@connectrpc/connect";
 import test from "ava";
 import { CustomersService, GetCustomerRequestSchema } from "../../gen/referral/v1/customers_pb.js";
 import type { Authenticator } from "../../src/services/authentication.js";
-import { interceptors } from "../../src/transport/interceptors.js";
+import { interceptors, withoutOperations } from "../../src/transport/interceptors.js";
 import { type Call, createPipeline } from "../../src/transport/pipeline.js";
 import type { RateLimits } from "../../src/transport/rate-limit.js";
 
@@ -25,16 +25,17 @@ test("each call looks for new commits before its key is authenticated", async (t
   };
   const method = CustomersService.method.getCustomer;
   const pipeline = createPipeline(
-    interceptors({
-      authenticator,
-      log: () => {},
-      observeCalls: (call, next) => next(call),
-      rateLimits: {} as RateLimits,
-      streamsByKey: (call, next) => next(call),
-      idempotency: (call, next) => next(call),
-      operations: false,
-      seeNewCommits: () => steps.push("look for commits"),
-    }),
+    withoutOperations(
+      interceptors({
+        authenticator,
+        log: () => {},
+        observeCalls: (call, next) => next(call),
+        rateLimits: {} as RateLimits,
+        streamsByKey: (call, next) => next(call),
+        idempotency: (call, next) => next(call),
+        seeNewCommits: () => steps.push("look for commits"),
+      }),
+    ).map((step) => step.run),
   );
   const call = (): Call => ({
     rpc: {
