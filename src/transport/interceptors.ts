@@ -1,4 +1,4 @@
-import { Code, ConnectError, createContextKey } from "@connectrpc/connect";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import { type Authenticator, KeyKindRefused } from "../services/authentication.js";
 import { type Caller, callerKey } from "../services/context.js";
@@ -22,12 +22,13 @@ export interface NamedStep {
 /**
  * The steps that operate the service rather than answer the call: the
  * request log and id, the metrics, the rate limits, idempotency keys. The
- * bench leaves them out to measure what they cost; the service always runs them.
+ * bench leaves them out to measure what they cost; the service always runs
+ * them. (A refused credential is still counted, by `authenticate` itself:
+ * the bench's calls are never refused.)
  */
 export const operationsSteps: ReadonlySet<string> = new Set([
   "observe-calls",
   "rate-limit-by-address",
-  "count-failed-authentications",
   "rate-limit-by-key",
   "idempotency",
 ]);
@@ -75,8 +76,7 @@ export function interceptors(deps: {
     // Around authentication: an address is throttled before its credential
     // is checked, a key once it is known.
     ["rate-limit-by-address", deps.rateLimits.byAddress],
-    ["count-failed-authentications", countFailedAuthentications(deps.rateLimits)],
-    ["authenticate", authenticate(deps.authenticator)],
+    ["authenticate", authenticate(deps.authenticator, deps.rateLimits)],
     ["rate-limit-by-key", deps.rateLimits.byKey],
     [
       "refuse-writes",
@@ -135,16 +135,13 @@ function normaliseErrors(log: ErrorLogger): Interceptor {
   };
 }
 
-/** Set on a call whose credential was refused (`unauthenticated`). */
-const authenticationFailedKey = createContextKey(false, {
-  description: "the call's credential was refused",
-});
-
 /**
  * Checks the credential against the RPC's `(referral.v1.access)` before the
- * request is decoded, and gives the implementation its caller.
+ * request is decoded, and gives the implementation its caller. A credential
+ * refused (`unauthenticated`) is told to the rate limit by address, which
+ * may refuse the call instead (429 past the limit of failed authentications).
  */
-function authenticate(authenticator: Authenticator): Interceptor {
+function authenticate(authenticator: Authenticator, rateLimits: RateLimits): Interceptor {
   return async (call, next) => {
     let caller: Caller | undefined;
     try {
@@ -152,28 +149,12 @@ function authenticate(authenticator: Authenticator): Interceptor {
     } catch (error) {
       if (error instanceof KeyKindRefused) call.context.values.set(callerKey, error.caller);
       if (error instanceof ConnectError && error.code === Code.Unauthenticated) {
-        call.context.values.set(authenticationFailedKey, true);
+        await rateLimits.authenticationFailed(call);
       }
       throw error;
     }
     if (caller) call.context.values.set(callerKey, caller);
     return next(call);
-  };
-}
-
-/**
- * A credential refused is told to the rate limit by address, which may
- * refuse the call instead (429 past the limit of failed authentications).
- */
-function countFailedAuthentications(rateLimits: RateLimits): Interceptor {
-  return async (call, next) => {
-    try {
-      return await next(call);
-    } catch (error) {
-      if (call.context.values.get(authenticationFailedKey))
-        await rateLimits.authenticationFailed(call);
-      throw error;
-    }
   };
 }
 

@@ -147,7 +147,7 @@ export interface ObservedCalls {
  * leaves them only after the responses of this turn of the event loop are
  * written: logging and counting a call need not delay its response, and on
  * a busy machine a microsecond before the response costs more than one
- * after it (see the README's bounds, *The operations steps*). Whoever reads
+ * after it (see *Operations* in docs/performance.md). Whoever reads
  * what the observers keep (a metrics scrape, the shutdown) settles first.
  */
 export function observeCalls(observers: readonly CallObserver[]): ObservedCalls {

@@ -47,7 +47,7 @@ export interface Checkpointer {
   close(): void;
 }
 
-/** The longest a transaction waits for the worker's rewind (measured: 3–14 ms). */
+/** The longest a transaction waits for the worker's rewind (which takes milliseconds). */
 const rewindWaitMs = 100;
 
 /**

@@ -11,8 +11,8 @@ const headerBytes = 96;
  * Tells a reader in another process than the writer, with one 96-byte read,
  * whether anything committed since it last read the file again. `PRAGMA
  * data_version` answers the same but begins a read transaction, whose
- * shared-memory locks cost a worker 7–9 µs under load (2.4 µs in a loop);
- * this costs about 1 µs, and the PRAGMA runs only once the header moved.
+ * shared-memory locks cost a worker several times this read under load;
+ * the PRAGMA runs only once the header moved.
  */
 export class WalIndexWatch {
   private readonly read = Buffer.alloc(headerBytes);
