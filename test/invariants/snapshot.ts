@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from "node:timers/promises";
 import { InsightsService } from "../../gen/referral/v1/insights_pb.js";
 import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import type { Json } from "../helpers/server.js";
@@ -22,7 +23,9 @@ export async function readSnapshot(system: System, model: Model, step: number): 
   // died (the system judged it; see `System.unanswered`): a client retries a read.
   const read = async (where: string, answer: () => Promise<Outcome>): Promise<Json> => {
     let outcome = await answer();
-    for (let retry = 0; retry < 2 && !outcome.ok && outcome.code === "no_answer"; retry++) {
+    // Backing off, as a client would, while a killed worker's replacement loads.
+    for (let retry = 0; retry < 8 && !outcome.ok && outcome.code === "no_answer"; retry++) {
+      await sleep(Math.min(200 * 2 ** retry, 3_000));
       outcome = await answer();
     }
     texts.push({ where, text: outcome.text });

@@ -379,21 +379,26 @@ export class System {
    */
   async openEvents(credential: Credential, path: string): Promise<EventStream> {
     const what = `GET ${path.split("?")[0]}`;
-    await this.reserve(credential);
-    const aborted = new AbortController();
-    let response: Response;
-    try {
-      response = await answeredWithin(
-        fetch(`${this.server.baseUrl}${path}`, {
-          headers: { authorization: credential.token },
-          signal: aborted.signal,
-        }),
-      );
-    } catch (error) {
-      aborted.abort();
-      this.unanswered(what, error);
-      this.throwViolations();
-      throw error;
+    let aborted = new AbortController();
+    let response: Response | undefined;
+    // A connection closed unanswered as a worker died is opened again, as a client would.
+    for (let attempt = 1; !response; attempt++) {
+      await this.reserve(credential);
+      aborted = new AbortController();
+      try {
+        response = await answeredWithin(
+          fetch(`${this.server.baseUrl}${path}`, {
+            headers: { authorization: credential.token },
+            signal: aborted.signal,
+          }),
+        );
+      } catch (error) {
+        aborted.abort();
+        this.unanswered(what, error);
+        this.throwViolations();
+        if (attempt >= 3) throw error;
+        await sleep(200);
+      }
     }
     if (!response.ok || !response.body) {
       const text = await response.text();
@@ -692,7 +697,11 @@ export class System {
       body: `no answer (${error.message})`,
     }));
     if (answer.status === 401) this.budget.charge("unauthenticated", "127.0.0.1");
-    if (answer.status !== 200) {
+    // Another kill while the probes run closes what was handed to the dying worker, as for any call.
+    const closedAsAWorkerDied =
+      answer.status === 0 &&
+      (this.portClosed || performance.now() - this.workerDiedAt < handOverGraceMs + 3_000);
+    if (answer.status !== 200 && !closedAsAWorkerDied) {
       const after = Math.round(performance.now() - this.readyAt);
       this.violated(
         answer.status === 0 ? "every call is answered" : "no valid key refused once ready",
