@@ -2,19 +2,15 @@ import { type DestinationStream, type Logger, pino } from "pino";
 import type { MetricObjectWithValues, MetricValue } from "prom-client";
 import type { PrimaryLink } from "./cluster/link.js";
 import type { Config } from "./config.js";
-import { startWebhookRuntime, type WebhookRuntime } from "./delivery/runtime.js";
+import { startWebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
 import type { Clock, Ticker } from "./domain/tenancy.js";
 import { type Authenticator, createAuthenticator } from "./services/authentication.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
-import {
-  type RewardSweep,
-  type RewardSweepReport,
-  startRewardSweep,
-} from "./services/reward-sweep.js";
+import { type RewardSweepReport, startRewardSweep } from "./services/reward-sweep.js";
 import { deliveryQueueOf } from "./store/deliveries.js";
-import { type RetentionSweep, startRetentionSweep } from "./store/retention.js";
-import { createSecretBox, keyFromDataDir } from "./store/secret-box.js";
+import { startRetentionSweep } from "./store/retention.js";
+import { createSecretBox, keyFromDataDir, type SecretBox } from "./store/secret-box.js";
 import type { StatsWatchers } from "./store/stats.js";
 import {
   type EmbeddedReader,
@@ -23,7 +19,7 @@ import {
   openStore,
   type Store,
 } from "./store/store.js";
-import { startStoreHealth } from "./store/store-health.js";
+import { type StoreHealth, startStoreHealth } from "./store/store-health.js";
 import { clientAddressResolver } from "./transport/client-address.js";
 import type { ErrorLogger } from "./transport/errors.js";
 import { createGrpcServer } from "./transport/grpc.js";
@@ -124,11 +120,7 @@ export async function buildApp(
   const clock = options.clock ?? (() => new Date());
   const streamTicks = options.streamTicks ?? intervalTicker(config.streamPollMs);
   const cluster = options.cluster;
-  const workerName = cluster?.role === "worker" ? cluster.link.workerId : "primary";
-  const rootLogger = pino({ level: config.logLevel }, options.logTo);
-  // In a cluster each line says which process wrote it.
-  const logger = cluster ? rootLogger.child({ worker: workerName }) : rootLogger;
-  const metrics = createMetrics(cluster ? { worker: String(workerName) } : undefined);
+  const { logger, metrics } = observabilityOf(config, cluster, options.logTo);
   const link = cluster?.role === "worker" ? cluster.link : undefined;
   const store = await openStore(config.store, {
     observe: metrics.observeStore,
@@ -138,9 +130,7 @@ export async function buildApp(
     ...(link && "dataDir" in config.store ? { forwardWrites: link.writes } : {}),
   });
   const part = partOf(cluster, store);
-  let webhooks: WebhookRuntime | undefined;
-  let retention: RetentionSweep | undefined;
-  let rewardSweep: RewardSweep | undefined;
+  let jobs: BackgroundJobs | undefined;
   let draining = false;
   const readiness = createReadiness();
   let setServing: ((serving: boolean) => void) | undefined;
@@ -161,21 +151,7 @@ export async function buildApp(
   // gRPC health says SERVING while `/readyz` would answer 200.
   const serving = () =>
     readiness.isReady() && !draining && storeHealth.writesRefused() === undefined;
-  switch (part.kind) {
-    case "reader":
-      part.link.onWritesRefused(() => setServing?.(serving()));
-      part.link.onStatsChanged((scopes) => part.store.statsChangedElsewhere(scopes));
-      break;
-    default:
-      metrics.watchDisk(() => storeHealth.diskUsage());
-      if (part.store.engine === "embedded") {
-        const writer = part.store;
-        metrics.watchCommits(
-          () => writer.commits(),
-          () => writer.queuedWrites(),
-        );
-      }
-  }
+  watchStore(part, storeHealth, metrics, () => setServing?.(serving()));
   const seeNewCommits = part.kind === "reader" ? () => part.store.seeNewCommits() : undefined;
   // The store's passing failures (a full disk, ...) are told to its health,
   // which logs them once a second with a count; anything else is logged here.
@@ -215,7 +191,7 @@ export async function buildApp(
             fraudPolicy: config.fraudPolicy,
             secretBox,
             allowPrivateWebhooks: config.webhooks.allowPrivate,
-            notifyWebhooks: link ? () => link.notifyWebhooks() : () => webhooks?.notify(),
+            notifyWebhooks: link ? () => link.notifyWebhooks() : () => jobs?.notifyWebhooks(),
             streamTicks,
             onKeyRevoked: (hash) => {
               authenticator.forget(hash);
@@ -237,38 +213,18 @@ export async function buildApp(
           },
         );
     // The background jobs run once, in the primary (or the one process).
-    const runtime = !part.background
-      ? undefined
-      : startWebhookRuntime({
+    jobs = part.background
+      ? startBackgroundJobs(config, {
           store,
           clock,
-          config: config.webhooks,
           secretBox,
-          send: options.sendWebhook,
-          log: (error, message) => logError(error, {}, message),
-          countDelivery: metrics.countDelivery,
-        });
-    if (runtime) metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
-    webhooks = runtime;
-    // On MongoDB the TTL indexes remove expired events and deliveries.
-    if (store.engine === "embedded" && part.background) {
-      retention = startRetentionSweep({
-        db: store.system,
-        clock,
-        retentionMs: config.eventRetentionMs,
-        log: (error, message) => logError(error, {}, message),
-        report: (removed) => logger.info({ removed }, "removed expired events and deliveries"),
-      });
-    }
-    rewardSweep = !part.background
-      ? undefined
-      : startRewardSweep({
-          store,
-          clock,
-          log: (error, message) => logError(error, {}, message),
-          notifyWebhooks: () => webhooks?.notify(),
-        });
-    const sweep = rewardSweep;
+          sendWebhook: options.sendWebhook,
+          logError,
+          logger,
+          metrics,
+        })
+      : undefined;
+    const background = jobs;
     const server = transports
       ? createSharedPortServer({
           grpc: transports.grpc.server,
@@ -298,10 +254,10 @@ export async function buildApp(
         return demo;
       },
       sweepRewards: () => {
-        if (!sweep) throw new Error("the reward sweep runs in the primary");
-        return sweep.runOnce();
+        if (!background) throw new Error("the reward sweep runs in the primary");
+        return background.sweepRewards();
       },
-      notifyWebhooks: () => webhooks?.notify(),
+      notifyWebhooks: () => background?.notifyWebhooks(),
       forgetKey: (hash) => authenticator.forget(hash),
       noteStoreFailure: (error) => {
         storeHealth.noteFailure(error);
@@ -337,9 +293,9 @@ export async function buildApp(
           storeHealth.stop();
           const graceMs = config.connections.shutdownGraceMs;
           logger.info({ graceMs }, "draining");
-          await Promise.all([server?.close(graceMs), runtime?.stop(graceMs)]);
+          await Promise.all([server?.close(graceMs), background?.stopDeliveries(graceMs)]);
           transports?.settleCalls();
-          await Promise.all([retention?.stop(), sweep?.stop()]);
+          await background?.stopSweeps();
           await store.close();
         })();
         return closed;
@@ -347,12 +303,113 @@ export async function buildApp(
     };
   } catch (error) {
     storeHealth.stop();
-    await webhooks?.stop();
-    await retention?.stop();
-    await rewardSweep?.stop();
+    await jobs?.stopDeliveries(0);
+    await jobs?.stopSweeps();
     await store.close();
     throw error;
   }
+}
+
+/** The process's logger and metrics; in a cluster each line and series says which process. */
+function observabilityOf(
+  config: Config,
+  cluster: ClusterRole | undefined,
+  logTo: DestinationStream | undefined,
+) {
+  const workerName = cluster?.role === "worker" ? cluster.link.workerId : "primary";
+  const rootLogger = pino({ level: config.logLevel }, logTo);
+  const logger = cluster ? rootLogger.child({ worker: workerName }) : rootLogger;
+  const metrics = createMetrics(cluster ? { worker: String(workerName) } : undefined);
+  return { logger, metrics };
+}
+
+/**
+ * What the process hears of its store: a reader from the writer (writes
+ * refused, the numbers its commits moved), a writer or MongoDB from itself
+ * (its disk, its commits, in the metrics).
+ */
+function watchStore(
+  part: ProcessPart,
+  storeHealth: StoreHealth,
+  metrics: ReturnType<typeof createMetrics>,
+  servingChanged: () => void,
+): void {
+  switch (part.kind) {
+    case "reader":
+      part.link.onWritesRefused(servingChanged);
+      part.link.onStatsChanged((scopes) => part.store.statsChangedElsewhere(scopes));
+      return;
+    default: {
+      metrics.watchDisk(() => storeHealth.diskUsage());
+      const store = part.store;
+      if (store.engine === "embedded") {
+        metrics.watchCommits(
+          () => store.commits(),
+          () => store.queuedWrites(),
+        );
+      }
+    }
+  }
+}
+
+/** The jobs that run once for the whole service: webhook deliveries, retention, the reward sweep. */
+interface BackgroundJobs {
+  notifyWebhooks(): void;
+  sweepRewards(): Promise<RewardSweepReport>;
+  /** Lets attempts in flight finish (up to `graceMs`), then releases the others. */
+  stopDeliveries(graceMs: number): Promise<void>;
+  stopSweeps(): Promise<void>;
+}
+
+function startBackgroundJobs(
+  config: Config,
+  deps: {
+    store: Store;
+    clock: Clock;
+    secretBox: SecretBox;
+    sendWebhook: WebhookSender | undefined;
+    logError: (error: unknown, fields: Record<string, unknown>, message: string) => void;
+    logger: Logger;
+    metrics: ReturnType<typeof createMetrics>;
+  },
+): BackgroundJobs {
+  const { store, clock, logError, logger, metrics } = deps;
+  const log = (error: unknown, message: string) => logError(error, {}, message);
+  const webhooks = startWebhookRuntime({
+    store,
+    clock,
+    config: config.webhooks,
+    secretBox: deps.secretBox,
+    send: deps.sendWebhook,
+    log,
+    countDelivery: metrics.countDelivery,
+  });
+  metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
+  // On MongoDB the TTL indexes remove expired events and deliveries.
+  const retention =
+    store.engine === "embedded"
+      ? startRetentionSweep({
+          db: store.system,
+          clock,
+          retentionMs: config.eventRetentionMs,
+          log,
+          report: (removed) => logger.info({ removed }, "removed expired events and deliveries"),
+        })
+      : undefined;
+  const rewardSweep = startRewardSweep({
+    store,
+    clock,
+    log,
+    notifyWebhooks: () => webhooks.notify(),
+  });
+  return {
+    notifyWebhooks: () => webhooks.notify(),
+    sweepRewards: () => rewardSweep.runOnce(),
+    stopDeliveries: (graceMs) => webhooks.stop(graceMs),
+    stopSweeps: async () => {
+      await Promise.all([retention?.stop(), rewardSweep.stop()]);
+    },
+  };
 }
 
 /** The services and the two servers that share the port: Fastify (all but gRPC) and grpc-js (gRPC). */
