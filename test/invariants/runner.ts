@@ -94,6 +94,7 @@ export async function checkInvariants(options: CheckerOptions): Promise<CheckerR
     options.log,
   );
   const check = new Check(system, options);
+  options.log(`seed ${options.seed}`);
   try {
     await check.firstStart();
     if (options.path !== undefined) await check.replay();
