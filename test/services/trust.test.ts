@@ -483,3 +483,32 @@ test.serial("wrong userHashes count as failed authentications of the address", a
     await limited.stop();
   }
 });
+
+test.serial(
+  "a secret key's outcome is never replayed to a public key under the same Idempotency-Key",
+  async (t) => {
+    const app = await newApplication("trust idempotency");
+    const body = { externalUserId: "victim", name: "Victoria", email: "victoria@example.com" };
+    const headers = { "idempotency-key": "signup-victim" };
+    const first = await rest(server, "POST", "/customers/identify", {
+      key: app.secretKey,
+      body,
+      headers,
+    });
+    t.is(first.status, 201);
+    const replayed = await rest(server, "POST", "/customers/identify", {
+      key: app.secretKey,
+      body,
+      headers,
+    });
+    t.is(replayed.headers.get("idempotent-replayed"), "true", "the secret key's retry is replayed");
+    const publicRetry = await rest(server, "POST", "/customers/identify", {
+      key: app.publicKey,
+      body,
+      headers,
+    });
+    t.is(publicRetry.status, 400);
+    t.regex(publicRetry.body.message, /different request/);
+    t.false(JSON.stringify(publicRetry.body).includes("victoria@example.com"));
+  },
+);
