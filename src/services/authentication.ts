@@ -146,4 +146,16 @@ export class UserHashRefused extends ConnectError {
   constructor(message: string) {
     super(message, Code.Unauthenticated);
   }
+
+  /**
+   * Only this class's own errors: ConnectError's `instanceof` answers true
+   * for any ConnectError, which would count every error as a failure.
+   */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return (
+      typeof value === "object" &&
+      value !== null &&
+      Object.getPrototypeOf(value) === UserHashRefused.prototype
+    );
+  }
 }

@@ -465,6 +465,14 @@ test.serial("wrong userHashes count as failed authentications of the address", a
       name: "U",
       userHash: userHashOf("guess", "u"),
     };
+    // Other errors after authentication are not failed authentications.
+    for (let i = 0; i < 4; i++) {
+      const missing = await rest(limited, "POST", "/checkpoints/ingest", {
+        key: publicKey,
+        body: { name: "signup", externalUserId: "nobody", environment: "production" },
+      });
+      t.is(missing.status, 404);
+    }
     const statuses: number[] = [];
     for (let i = 0; i < 4; i++) {
       const answer = await rest(limited, "POST", "/customers/identify", {
