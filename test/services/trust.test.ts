@@ -3,6 +3,7 @@ import test from "ava";
 import { userHashOf } from "../../src/domain/identity.js";
 import { call, type Outcome, type Protocol, protocols } from "../helpers/callers.js";
 import { contractServices } from "../helpers/contract.js";
+import { engineNames } from "../helpers/engines.js";
 import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 
 /**
@@ -520,3 +521,51 @@ test.serial(
     t.false(JSON.stringify(publicRetry.body).includes("victoria@example.com"));
   },
 );
+
+for (const engine of engineNames) {
+  test.serial(
+    `${engine}: the identity secret and mode are stored, rotated and read back by the engine`,
+    async (t) => {
+      const own = await startServer({ engine });
+      try {
+        const adminCall = async (method: string, path: string, body: unknown = {}) =>
+          (await rest(own, method, path, { key: keys.admin, body })).body;
+        const created = await adminCall("POST", "/admin/applications", { name: `trust ${engine}` });
+        const appId = created.application.id;
+        await adminCall("POST", `/admin/applications/${appId}/campaigns`, {
+          name: "Trust",
+          environment: "production",
+          isLive: true,
+          isDefault: true,
+        });
+        const first = (await adminCall("POST", `/admin/applications/${appId}/identity-secret`))
+          .identitySecret;
+        const second = (await adminCall("POST", `/admin/applications/${appId}/identity-secret`))
+          .identitySecret;
+        const identify = (body: Json, key = created.publicKey) =>
+          rest(own, "POST", "/customers/identify", { key, body });
+        t.is((await identify(victim("victim"), created.secretKey)).status, 201);
+        t.is((await identify({ externalUserId: "victim", name: "Mallory" })).status, 403);
+        for (const secret of [first, second]) {
+          const signed = await identify({
+            externalUserId: "victim",
+            name: `Signed ${secret.slice(-4)}`,
+            userHash: userHashOf(secret, "victim"),
+          });
+          t.is(signed.status, 201, "the current and the previous secret verify");
+          t.is(signed.body.email, "victoria@example.com");
+        }
+        const required = await rest(
+          own,
+          "PATCH",
+          `/admin/applications/${appId}?updateMask=identityVerification`,
+          { key: keys.admin, body: { identityVerification: "required" } },
+        );
+        t.is(required.body.identityVerification, "required");
+        t.is((await identify({ externalUserId: "newcomer", name: "New" })).status, 403);
+      } finally {
+        await own.stop();
+      }
+    },
+  );
+}
