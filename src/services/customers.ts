@@ -131,6 +131,7 @@ export function createCustomersService(deps: {
         newId: id,
         at,
         outbox: [customerIdentified(id, at)],
+        profileOnCreateOnly: verification === "unverified",
       });
       deps.notifyWebhooks();
       if (doc._id === id) return { customer: newCustomerMessage(doc) };
