@@ -409,13 +409,15 @@ function successDescription(method: DescMethod, route: HttpRoute, comments: Comm
  * present a credential (401), may name a record that is not there (404), is
  * rate-limited (429), may fail unexpectedly (500) and may be refused for now
  * (503: the instance is draining); secret and admin RPCs
- * refuse other credentials (403); writes read a body (413, 415) and take an
+ * refuse other credentials (403), as public RPCs that take a `userHash` refuse
+ * what an unverified caller may not do (403, see docs/trust.md); writes read a body (413, 415) and take an
  * idempotency key whose first call may still run (409); a path variable may
  * be too long (414).
  */
 function errorStatusesOf(method: DescMethod, route: HttpRoute, access: Access): number[] {
   const statuses = [400, 401, 404, 429, 500, 503];
-  if (access !== Access.PUBLIC) statuses.push(403);
+  const takesUserHash = method.input.fields.some((field) => field.name === "user_hash");
+  if (access !== Access.PUBLIC || takesUserHash) statuses.push(403);
   if (isWriteRpc(method)) statuses.push(409, 413, 415);
   if (route.pathFields.length > 0) statuses.push(414);
   return statuses.sort((a, b) => a - b);
@@ -424,8 +426,8 @@ function errorStatusesOf(method: DescMethod, route: HttpRoute, access: Access): 
 /** What each error status means, with the codes it carries. */
 const errorStatusMeanings: Record<number, string> = {
   400: "The request is invalid: a malformed body or query, a field that breaks its rules, a state that does not allow the change, or an idempotency key sent before with another request.",
-  401: "The credential is missing, unknown or revoked.",
-  403: "The credential may not call this operation (a public key on a secret-key operation; the admin API disabled).",
+  401: "The credential is missing, unknown or revoked, or a `userHash` does not verify.",
+  403: "The credential may not call this operation (a public key on a secret-key operation; the admin API disabled), or a public key without a valid `userHash` may not do this (see the trust model).",
   404: "A record the request names is not in this application.",
   409: "A call with this idempotency key is still running: retry a moment later with the same key.",
   413: "The body is larger than `MAX_BODY_BYTES`.",

@@ -11,6 +11,7 @@ import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { Environment } from "../../gen/referral/v1/resources_pb.js";
+import { userHashOf } from "../../src/domain/identity.js";
 import {
   benchEnvironment,
   benchKeys,
@@ -161,6 +162,10 @@ export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string):
           externalUserId: externalUserId(i),
           name: `Bench Customer ${i}`,
           email: `${externalUserId(i)}@example.com`,
+          // An app changes an existing customer with its backend's userHash (docs/trust.md).
+          ...(kind === "identify-existing"
+            ? { userHash: userHashOf(benchKeys.identity, externalUserId(i)) }
+            : {}),
         }),
       );
     }

@@ -35,12 +35,16 @@ import type {
   RewardAllowanceDoc,
   StoredReward,
 } from "../../src/store/documents.js";
+import { createSecretBox, keyFromDataDir } from "../../src/store/secret-box.js";
 import { openStore, type Store } from "../../src/store/store.js";
+import { findApplication, rotateIdentitySecret } from "../../src/store/tenants.js";
 
 /** The keys every bench store is provisioned with, so load generators know them. */
 export const benchKeys = {
   secret: "sk_bench_secret_key_0000000000000000000000",
   public: "pk_bench_public_key_0000000000000000000000",
+  /** The application's identity secret: identify-existing signs its customers with it (docs/trust.md). */
+  identity: "idsec_bench_identity_secret_0000000000000000",
 };
 
 /**
@@ -159,6 +163,11 @@ export async function seedStore(
       bootstrapPublicKey: benchKeys.public,
     });
     if (!demo) throw new Error(`${dataDir} already holds a store; the bench seeds fresh ones`);
+    const application = await findApplication(store.system, demo.applicationId);
+    if (!application) throw new Error("provisioning created no application");
+    // Sealed with the key the service finds in the same DATA_DIR.
+    const box = createSecretBox(keyFromDataDir(dataDir));
+    await rotateIdentitySecret(store.system, application, box.seal(benchKeys.identity), now, now);
     const campaign = await store.system.campaigns.findOne({
       applicationId: demo.applicationId,
       environment: benchEnvironment,

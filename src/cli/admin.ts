@@ -1,8 +1,9 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import type { DescMethod, Message } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Client, ConnectError } from "@connectrpc/connect";
-import { AdminService, ApiKeyKind } from "../../gen/referral/v1/admin_pb.js";
+import { AdminService, ApiKeyKind, IdentityVerification } from "../../gen/referral/v1/admin_pb.js";
 import type { Campaign } from "../../gen/referral/v1/resources_pb.js";
 import { CampaignCheckpointTrigger, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
@@ -73,6 +74,51 @@ const adminCommands: readonly AdminCommand[] = [
         response.applications
           .map((a) => `${a.id}  ${a.name}  (organization ${a.organizationId})`)
           .join("\n"),
+      );
+    },
+  },
+  {
+    name: "rotate-identity-secret",
+    usage: "<applicationId>",
+    summary: "create or rotate the secret that signs userHash (docs/trust.md)",
+    async run({ client, argument, print }) {
+      const response = await client.rotateIdentitySecret({
+        applicationId: argument(0, "applicationId"),
+      });
+      print(AdminService.method.rotateIdentitySecret, response, () => {
+        const until = response.previousSecretExpiresAt;
+        return [
+          `identity secret: ${response.identitySecret}`,
+          "The secret is shown this once: keep it in the app's backend, never in the app.",
+          ...(until
+            ? [`The previous secret verifies until ${timestampDate(until).toISOString()}.`]
+            : []),
+        ].join("\n");
+      });
+    },
+  },
+  {
+    name: "set-identity-verification",
+    usage: "<applicationId> <protect|required>",
+    summary: "what public-key calls must prove about their customer (docs/trust.md)",
+    async run({ client, argument, print }) {
+      // Read before the application id, so a bare command reports the missing mode.
+      const mode = argument(1, "protect|required");
+      if (mode !== "protect" && mode !== "required") {
+        throw new UsageError("the mode is protect or required");
+      }
+      const response = await client.updateApplication({
+        id: argument(0, "applicationId"),
+        application: {
+          identityVerification:
+            mode === "protect" ? IdentityVerification.PROTECT : IdentityVerification.REQUIRED,
+        },
+        updateMask: ["identityVerification"],
+      });
+      print(
+        AdminService.method.updateApplication,
+        response,
+        () => `application ${response.application?.id}: identity verification ${mode}`,
       );
     },
   },

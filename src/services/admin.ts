@@ -1,13 +1,21 @@
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
   type AdminService,
   type ApiKey,
   ApiKeyKindSchema,
   ApiKeySchema,
+  type Application,
   ApplicationSchema,
+  IdentityVerificationSchema,
 } from "../../gen/referral/v1/admin_pb.js";
 import { type Campaign, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { messageFromDoc } from "../contract/records.js";
+import {
+  generateIdentitySecret,
+  type IdentityVerificationName,
+  previousIdentitySecretMs,
+} from "../domain/identity.js";
 import type { ApiKeyKindName, Clock } from "../domain/tenancy.js";
 import {
   findCampaignById,
@@ -28,6 +36,8 @@ import {
   insertApplication,
   insertOrganization,
   revokeApiKey,
+  rotateIdentitySecret,
+  setIdentityVerification,
   tenantOfApplication,
 } from "../store/tenants.js";
 import {
@@ -87,7 +97,7 @@ export function createAdminService(deps: {
         name: "default public key",
       });
       return {
-        application: messageFromDoc(ApplicationSchema, application),
+        application: applicationMessage(application),
         secretKey: secret.key,
         publicKey: publicKey.key,
       };
@@ -95,7 +105,60 @@ export function createAdminService(deps: {
 
     async listApplications() {
       const docs = await findApplications(db);
-      return { applications: docs.map((doc) => messageFromDoc(ApplicationSchema, doc)) };
+      return { applications: docs.map(applicationMessage) };
+    },
+
+    async rotateIdentitySecret(request) {
+      const application = await applicationOrNotFound(request.applicationId);
+      const now = clock();
+      const identitySecret = generateIdentitySecret();
+      const previousUntil = new Date(now.getTime() + previousIdentitySecretMs);
+      const updated = await rotateIdentitySecret(
+        db,
+        application,
+        deps.secretBox.seal(identitySecret),
+        now,
+        previousUntil,
+      );
+      if (!updated) throw notFound(`application ${request.applicationId}`);
+      return {
+        identitySecret,
+        previousSecretExpiresAt: updated.previousIdentitySecretExpiresAt
+          ? timestampFromDate(updated.previousIdentitySecretExpiresAt)
+          : undefined,
+      };
+    },
+
+    async updateApplication(request) {
+      const application = await applicationOrNotFound(request.id);
+      const paths = request.updateMask
+        .flatMap((path) => path.split(","))
+        .map((path) => path.trim());
+      if (paths.length === 0) {
+        throw invalidArgument("updateMask", "is required: identityVerification");
+      }
+      for (const path of paths) {
+        if (path !== "identityVerification" && path !== "identity_verification") {
+          throw invalidArgument(
+            "updateMask",
+            `names ${JSON.stringify(path)}: only identityVerification can be changed`,
+          );
+        }
+      }
+      const mode = enumWord<IdentityVerificationName>(
+        IdentityVerificationSchema,
+        request.application?.identityVerification ?? 0,
+        "application.identityVerification",
+      );
+      if (!mode) {
+        throw invalidArgument(
+          "application.identityVerification",
+          "is required: protect or required",
+        );
+      }
+      const updated = await setIdentityVerification(db, application._id, mode, clock());
+      if (!updated) throw notFound(`application ${request.id}`);
+      return { application: applicationMessage(updated) };
     },
 
     async createApiKey(request) {
@@ -186,6 +249,19 @@ export function createAdminService(deps: {
       return { campaign: campaignMessage(deleted) };
     },
   };
+}
+
+function applicationMessage(doc: ApplicationDoc): Application {
+  // The identity secrets never leave the store.
+  const {
+    identitySecretSealed: _current,
+    previousIdentitySecretSealed: _previous,
+    previousIdentitySecretExpiresAt: _until,
+    ...visible
+  } = doc;
+  return messageFromDoc(ApplicationSchema, visible, {
+    identityVerification: doc.identityVerification ?? "protect",
+  });
 }
 
 function apiKeyMessage(doc: ApiKeyDoc): ApiKey {

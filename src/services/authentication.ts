@@ -135,3 +135,27 @@ function parseAuthorization(value: string | null | undefined): string | undefine
   const credential = /^bearer\s+/i.test(trimmed) ? trimmed.replace(/^bearer\s+/i, "") : trimmed;
   return credential || undefined;
 }
+
+/**
+ * UNAUTHENTICATED for a `userHash` that does not sign the customer the call
+ * names (or an application without an identity secret). A service throws
+ * it; the authenticate step counts it as a failed authentication of the
+ * client's address, as it does a refused key (see `interceptors.ts`).
+ */
+export class UserHashRefused extends ConnectError {
+  constructor(message: string) {
+    super(message, Code.Unauthenticated);
+  }
+
+  /**
+   * Only this class's own errors: ConnectError's `instanceof` answers true
+   * for any ConnectError, which would count every error as a failure.
+   */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return (
+      typeof value === "object" &&
+      value !== null &&
+      Object.getPrototypeOf(value) === UserHashRefused.prototype
+    );
+  }
+}

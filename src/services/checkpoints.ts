@@ -2,15 +2,17 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { newCheckpoint } from "../domain/checkpoint.js";
 import { checkpointIngested } from "../events/events.js";
+import type { SecretBox } from "../store/secret-box.js";
 import { checkpointName } from "./checkpoint-names.js";
 import { callerOf } from "./context.js";
 import { notFound } from "./errors.js";
+import { optionalUserHash, verificationOf } from "./identity.js";
 import { convertReferrals, type LifecycleDeps } from "./referral-lifecycle.js";
 import { requiredEnvironment, requiredText } from "./validate.js";
 
 /** Creates the CheckpointsService implementation. */
 export function createCheckpointsService(
-  deps: LifecycleDeps,
+  deps: LifecycleDeps & { secretBox: SecretBox },
 ): ServiceImpl<typeof CheckpointsService> {
   const { clock } = deps;
   return {
@@ -20,6 +22,8 @@ export function createCheckpointsService(
       const name = checkpointName(request.name, "name");
       const externalUserId = requiredText(request.externalUserId, "externalUserId");
       const environment = requiredEnvironment(request.environment, "environment");
+      // Checked before the customer is looked up: a wrong userHash says nothing of who exists.
+      await verificationOf(caller, deps, externalUserId, optionalUserHash(request.userHash));
       const customer = await store.customers.findByExternalId(environment, externalUserId);
       if (!customer)
         throw notFound(`customer with external user id ${externalUserId} in ${environment}`);

@@ -1,4 +1,4 @@
-import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import {
@@ -8,10 +8,12 @@ import {
 import {
   CheckpointSchema,
   type Customer,
+  CustomerSummarySchema,
   ReferralSchema,
 } from "../../gen/referral/v1/resources_pb.js";
 import { messageFromDoc } from "../contract/records.js";
 import { isShared, sharedFrom } from "../contract/shared-messages.js";
+import { changedCustomerFields, redactedCustomer } from "../domain/identity.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import type { Clock } from "../domain/tenancy.js";
@@ -22,6 +24,7 @@ import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
+import { optionalUserHash, userHashNeeded, verificationOf } from "./identity.js";
 import { grantMessages } from "./rewards.js";
 import {
   environmentName,
@@ -86,13 +89,14 @@ async function forgetOutcomesAbout(
 export function createCustomersService(deps: {
   clock: Clock;
   notifyWebhooks: () => void;
-  /** Opens kept responses, for erasure (see `forgetIdentifyResponses`). */
+  /** Opens kept responses, for erasure (see `forgetIdentifyResponses`), and identity secrets. */
   secretBox: SecretBox;
 }): ServiceImpl<typeof CustomersService> {
   const { clock } = deps;
   return {
     async identifyCustomer(request, context) {
-      const { store } = callerOf(context);
+      const caller = callerOf(context);
+      const { store } = caller;
       const input = {
         externalUserId: requiredText(request.externalUserId, "externalUserId"),
         name: requiredText(request.name, "name"),
@@ -102,17 +106,43 @@ export function createCustomersService(deps: {
           ? checkedCustomProperties(request.customProperties)
           : undefined,
       };
+      const verification = await verificationOf(
+        caller,
+        deps,
+        input.externalUserId,
+        optionalUserHash(request.userHash),
+      );
+      if (verification === "unverified") {
+        // Without proof of who calls, an existing customer is not changed.
+        const existing = await store.customers.findByExternalId(
+          input.environment,
+          input.externalUserId,
+        );
+        const changed = existing ? changedCustomerFields(existing, input) : [];
+        if (changed.length > 0) {
+          throw userHashNeeded(
+            `is required to change an existing customer's ${changed.join(", ")} with a public key`,
+          );
+        }
+      }
       const at = clock();
       const id = newId("cus", at);
       const doc = await store.customers.identify(input, {
         newId: id,
         at,
         outbox: [customerIdentified(id, at)],
+        profileOnCreateOnly: verification === "unverified",
       });
       deps.notifyWebhooks();
-      const [customer] =
-        doc._id === id ? [newCustomerMessage(doc)] : await store.customers.messages([doc]);
-      return { customer };
+      if (doc._id === id) return { customer: newCustomerMessage(doc) };
+      const [customer] = await store.customers.messages([doc]);
+      if (!customer || verification !== "unverified") return { customer };
+      // An unverified caller sees what it sent or created, not what is stored.
+      return {
+        customer: redactedCustomer(customer, (referrerId) =>
+          create(CustomerSummarySchema, { id: referrerId }),
+        ),
+      };
     },
 
     async getCustomer(request, context) {

@@ -6,9 +6,11 @@ import { limits } from "../domain/limits.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import type { CustomerDoc } from "../store/documents.js";
+import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
+import { optionalUserHash, verificationOf } from "./identity.js";
 import { attributeReferral, type LifecycleDeps, reviewReferral } from "./referral-lifecycle.js";
 import {
   enumWord,
@@ -20,7 +22,9 @@ import {
 } from "./validate.js";
 
 /** Creates the ReferralsService implementation. */
-export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof ReferralsService> {
+export function createReferralsService(
+  deps: LifecycleDeps & { secretBox: SecretBox },
+): ServiceImpl<typeof ReferralsService> {
   return {
     async createReferral(request, context) {
       const caller = callerOf(context);
@@ -35,6 +39,7 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       if (refereeId === undefined && refereeExternalUserId === undefined) {
         throw invalidArgument("refereeId", "or refereeExternalUserId is required");
       }
+      const userHash = optionalUserHash(request.userHash);
       const campaign = campaignId
         ? await store.campaigns.find(campaignId)
         : await store.campaigns.findDefault(environmentOrProduction(request.environment));
@@ -45,6 +50,8 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       const referrer = await store.customers.findByReferralCode(environment, referralCode);
       if (!referrer) throw await referralCodeNotFound(store, environment, referralCode);
       const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
+      // The referee is the customer the call acts for (docs/trust.md).
+      await verificationOf(caller, deps, referee.externalUserId, userHash);
       if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
       const { view } = await attributeReferral(deps, caller, campaign, referrer, referee);
       deps.notifyWebhooks();

@@ -31,6 +31,13 @@ export interface IdentifyWrite {
   readonly at: Date;
   /** Written in the same atomic upsert. */
   readonly outbox: readonly OutboxEntryDoc[];
+  /**
+   * The name, email and custom properties are written only if this creates
+   * the customer (a public-key call without a userHash, docs/trust.md): an
+   * existing customer's are never overwritten, even by a write that raced
+   * the caller's check.
+   */
+  readonly profileOnCreateOnly?: boolean;
 }
 
 /**
@@ -72,6 +79,18 @@ export async function upsertCustomer(
     // (With keys set, the dotted paths create it, and naming it here too
     // would conflict.)
     if (Object.keys(unset).length === 0) onInsert.customProperties = {};
+  }
+  if (write.profileOnCreateOnly) {
+    for (const [path, value] of Object.entries(set)) {
+      if (path === "updatedAt" || path.startsWith("customProperties.")) continue;
+      onInsert[path] = value;
+      delete set[path];
+    }
+    onInsert.customProperties = Object.fromEntries(
+      properties.filter(([, value]) => value !== null),
+    );
+    for (const path of Object.keys(set)) if (path.startsWith("customProperties.")) delete set[path];
+    for (const path of Object.keys(unset)) delete unset[path];
   }
   const filter = {
     ...ownedBy(tenant),

@@ -1,3 +1,4 @@
+import type { IdentityVerificationName } from "../domain/identity.js";
 /**
  * The stored documents. Every document's `_id` is its public id (a prefixed
  * random string); tenant-owned documents carry `organizationId` and
@@ -29,6 +30,15 @@ export interface ApplicationDoc {
   organizationId: string;
   createdAt: Date;
   updatedAt: Date;
+  /** What public-key calls must prove (docs/trust.md); protect when unset. */
+  identityVerification?: IdentityVerificationName;
+  /** The identity secret, sealed with the secret box; unset until one is made. */
+  identitySecretSealed?: string;
+  /** When the current identity secret was made. */
+  identitySecretCreatedAt?: Date;
+  /** The previous identity secret, sealed, verifying until `previousIdentitySecretExpiresAt`. */
+  previousIdentitySecretSealed?: string | null;
+  previousIdentitySecretExpiresAt?: Date | null;
 }
 
 /** An API key, stored as a hash; the key itself is shown once at creation. */

@@ -68,6 +68,7 @@ import {
   takeRoom,
 } from "./reward-grants.js";
 import type { StatsStore } from "./stats.js";
+import { findApplication } from "./tenants.js";
 import type { WebhookAudience } from "./webhook-audience.js";
 import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
 
@@ -132,6 +133,10 @@ export function createTenantStore(
   };
   return {
     tenant,
+    /** The tenant's application: its identity secret and verification mode (docs/trust.md). */
+    application: {
+      find: () => findApplication(db, tenant.applicationId),
+    },
     customers: {
       identify: (input: IdentifyInput, write: IdentifyWrite) =>
         listened(input.environment, write.outbox, (outbox) =>

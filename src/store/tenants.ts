@@ -1,4 +1,5 @@
 import { apiKeyPrefix, generateApiKey, hashApiKey } from "../domain/api-keys.js";
+import type { IdentityVerificationName } from "../domain/identity.js";
 import { newId } from "../domain/ids.js";
 import type { ApiKeyKindName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
@@ -109,4 +110,46 @@ export function tenantOfApplication(
   application: Pick<ApplicationDoc, "_id" | "organizationId">,
 ): Tenant {
   return { organizationId: application.organizationId, applicationId: application._id };
+}
+
+/**
+ * Replaces an application's identity secret (sealed), keeping the current
+ * one, if any, as the previous one until `previousExpiresAt`; null when no
+ * such application.
+ */
+export async function rotateIdentitySecret(
+  db: Collections,
+  application: ApplicationDoc,
+  sealed: string,
+  now: Date,
+  previousExpiresAt: Date,
+): Promise<ApplicationDoc | null> {
+  const previous = application.identitySecretSealed;
+  await db.applications.updateOne(
+    { _id: application._id },
+    {
+      $set: {
+        identitySecretSealed: sealed,
+        identitySecretCreatedAt: now,
+        previousIdentitySecretSealed: previous ?? null,
+        previousIdentitySecretExpiresAt: previous ? previousExpiresAt : null,
+        updatedAt: now,
+      },
+    },
+  );
+  return findApplication(db, application._id);
+}
+
+/** Sets an application's identity verification mode; null when no such application. */
+export async function setIdentityVerification(
+  db: Collections,
+  id: string,
+  mode: IdentityVerificationName,
+  now: Date,
+): Promise<ApplicationDoc | null> {
+  await db.applications.updateOne(
+    { _id: id },
+    { $set: { identityVerification: mode, updatedAt: now } },
+  );
+  return findApplication(db, id);
 }

@@ -11,7 +11,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { codeFromString, codeToString } from "@connectrpc/connect/protocol-connect";
 import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { FieldError } from "../contract/plain-codec.js";
-import type { Clock } from "../domain/tenancy.js";
+import type { ApiKeyKindName, Clock } from "../domain/tenancy.js";
 import { callerKey } from "../services/context.js";
 import type { IdempotencyKeyDoc, IdempotentOutcomeDoc } from "../store/documents.js";
 import {
@@ -86,8 +86,9 @@ export function idempotencyKeys(deps: {
         Code.InvalidArgument,
       );
     }
-    const tenantId = call.context.values.get(callerKey)?.tenant.applicationId ?? adminTenantId;
-    const requestHash = requestHashOf(call.rpc, call.request as Message);
+    const caller = call.context.values.get(callerKey);
+    const tenantId = caller?.tenant.applicationId ?? adminTenantId;
+    const requestHash = requestHashOf(call.rpc, call.request as Message, caller?.keyKind);
     const request = { key, rpc: call.rpc.name, requestHash };
     const now = deps.clock();
     const [claim] = await Promise.all([
@@ -174,13 +175,22 @@ export function isWriteRpc(method: DescMethod): boolean {
 /**
  * The request's fingerprint: SHA-256 of the RPC and the request message's
  * binary form, so a retry over another protocol matches the same request.
+ * A public key's request is marked as such: a secret key's outcome (which
+ * may hold what a public key may not read, see docs/trust.md) is never
+ * replayed to a public key sending the same request under the same key,
+ * nor the other way round. Secret and admin requests keep the plain form.
  */
-export function requestHashOf(rpc: Pick<Rpc, "name" | "method">, request: Message): string {
-  return createHash("sha256")
+export function requestHashOf(
+  rpc: Pick<Rpc, "name" | "method">,
+  request: Message,
+  keyKind?: ApiKeyKindName,
+): string {
+  const hash = createHash("sha256")
     .update(rpc.name)
     .update("\0")
-    .update(toBinary(rpc.method.input, request))
-    .digest("hex");
+    .update(toBinary(rpc.method.input, request));
+  if (keyKind === "public") hash.update("\0public");
+  return hash.digest("hex");
 }
 
 /** The outcome again: the response message, or the error with its details. */

@@ -1,6 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
-import { type Authenticator, KeyKindRefused } from "../services/authentication.js";
+import { type Authenticator, KeyKindRefused, UserHashRefused } from "../services/authentication.js";
 import { type Caller, callerKey } from "../services/context.js";
 import {
   type ErrorLogger,
@@ -139,7 +139,8 @@ function normaliseErrors(log: ErrorLogger): Interceptor {
  * Checks the credential against the RPC's `(referral.v1.access)` before the
  * request is decoded, and gives the implementation its caller. A credential
  * refused (`unauthenticated`) is told to the rate limit by address, which
- * may refuse the call instead (429 past the limit of failed authentications).
+ * may refuse the call instead (429 past the limit of failed authentications);
+ * so is a `userHash` the service refuses ({@link UserHashRefused}).
  */
 function authenticate(authenticator: Authenticator, rateLimits: RateLimits): Interceptor {
   return async (call, next) => {
@@ -154,7 +155,13 @@ function authenticate(authenticator: Authenticator, rateLimits: RateLimits): Int
       throw error;
     }
     if (caller) call.context.values.set(callerKey, caller);
-    return next(call);
+    try {
+      return await next(call);
+    } catch (error) {
+      // A userHash refused by the service is a failed authentication too.
+      if (error instanceof UserHashRefused) await rateLimits.authenticationFailed(call);
+      throw error;
+    }
   };
 }
 

@@ -261,6 +261,55 @@ test.serial("set a campaign's placement checkpoints", async (t) => {
 });
 
 test.serial(
+  "rotate an application's identity secret and set its identity verification",
+  async (t) => {
+    const created = await admin("create-app", "Identity App");
+    const appId = created.application.id;
+    const first = await admin("rotate-identity-secret", appId);
+    t.regex(first.identitySecret, /^idsec_/);
+    t.is(first.previousSecretExpiresAt, null, "no previous secret the first time");
+    const second = await admin("rotate-identity-secret", appId);
+    t.not(second.identitySecret, first.identitySecret);
+    t.truthy(second.previousSecretExpiresAt);
+    const text = await runAdminCli(
+      ["rotate-identity-secret", appId, "--url", server.baseUrl, "--token", keys.admin],
+      (line) => {
+        t.regex(line, /^identity secret: idsec_\S+\nThe secret is shown this once/);
+        t.regex(line, /The previous secret verifies until \d{4}-/);
+      },
+    );
+    t.is(text, 0);
+
+    const required = await admin("set-identity-verification", appId, "required");
+    t.is(required.identityVerification, "required");
+    const identify = await rest(server, "POST", "/customers/identify", {
+      key: created.publicKey,
+      body: { externalUserId: "cli-user", name: "Cli" },
+    });
+    t.is(identify.status, 403, "required: a public key needs a userHash");
+    t.regex(identify.body.message, /^userHash is required/);
+    const listed = await admin("list-apps");
+    const described = listed.find((app: Json) => app.id === appId);
+    t.is(described.identityVerification, "required");
+    t.false(JSON.stringify(listed).includes(second.identitySecret), "the secret is never listed");
+    t.is(
+      (await admin("set-identity-verification", appId, "protect")).identityVerification,
+      "protect",
+    );
+
+    const wrongMode = await runAdmin("set-identity-verification", appId, "strict");
+    t.is(wrongMode.code, 2);
+    t.regex(wrongMode.output, /the mode is protect or required/);
+    const bare = await runAdmin("set-identity-verification");
+    t.is(bare.code, 2);
+    t.regex(bare.output, /needs <protect\|required>/);
+    const missing = await runAdmin("rotate-identity-secret", "app_missing");
+    t.is(missing.code, 1);
+    t.regex(missing.output, /application app_missing not found/);
+  },
+);
+
+test.serial(
   "the script itself: ADMIN_TOKEN from the environment, exit codes, no stack trace",
   async (t) => {
     // `npm run admin` is `tsx src/cli/admin.ts`: the same entry point, loaded through tsx.

@@ -4,6 +4,7 @@ import { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
+import { userHashOf } from "../../src/domain/identity.js";
 import type { WireProtocol } from "../helpers/callers.js";
 import type { Json } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
@@ -139,6 +140,10 @@ export class Identify extends Step {
       email: customer.email,
       customProperties: { note: `note of ${customer.token}`, plan: this.plan },
       environment: "test",
+      // A public key changes an existing customer only with its userHash (docs/trust.md).
+      ...(this.withPublicKey
+        ? { userHash: userHashOf(app.identitySecret, customer.externalUserId) }
+        : {}),
     };
     let outcome: Outcome;
     if (this.via === "idempotent") {
@@ -981,6 +986,9 @@ export class Burst extends Step {
                   plan: customer.plan ?? "free",
                 },
                 environment: "test",
+                ...(this.withPublicKey
+                  ? { userHash: userHashOf(app.identitySecret, customer.externalUserId) }
+                  : {}),
               })
             : this.withPublicKey
               ? await system.call(key, via, CampaignsService.method.listCampaigns, {

@@ -48,6 +48,8 @@ export interface RunApplication {
   readonly applicationId: string;
   readonly secret: Credential;
   readonly public: Credential;
+  /** The application's identity secret: public-key identifies sign their user with it. */
+  readonly identitySecret: string;
   readonly campaignId: string;
   /** The checkpoint name that converts in the run's campaign. */
   readonly trigger: string;

@@ -319,6 +319,13 @@ async function setUpRun(system: System, run: number): Promise<Model> {
     valid: true,
   });
   const secret = credential("secret");
+  // Public-key identifies of existing customers carry the userHash it signs (docs/trust.md).
+  const identity = await system.rest(
+    admin,
+    "POST",
+    `/admin/applications/${created.body.application.id}/identity-secret`,
+    { body: {} },
+  );
   const campaign = await system.rest(
     admin,
     "POST",
@@ -350,14 +357,15 @@ async function setUpRun(system: System, run: number): Promise<Model> {
   const webhook = await system.rest(secret, "POST", "/webhooks", {
     body: { url: `${system.receiver.url}${webhookPath}`, environment: "test" },
   });
-  if (!campaign.ok || !webhook.ok) {
+  if (!campaign.ok || !webhook.ok || !identity.ok) {
     system.throwViolations();
-    throw new Error(`the run was not set up: ${campaign.text} ${webhook.text}`);
+    throw new Error(`the run was not set up: ${campaign.text} ${webhook.text} ${identity.text}`);
   }
   model.app = {
     applicationId: created.body.application.id,
     secret,
     public: credential("public"),
+    identitySecret: identity.body.identitySecret,
     campaignId: campaign.body.id,
     trigger: "purchase",
     webhookPath,

@@ -94,7 +94,8 @@ test("a customer changed through one worker is read changed by every worker", as
   for (let index = 0; index < everyWorker; index++) {
     t.is((await call("GET", `/customers/${id}`, keys.secret)).body.name, "Ada");
   }
-  await call("POST", "/customers/identify", keys.public, {
+  // A change of an existing customer: the secret key (a public key needs a userHash).
+  await call("POST", "/customers/identify", keys.secret, {
     externalUserId: "cache-worker-1",
     name: "Grace",
   });

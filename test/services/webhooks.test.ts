@@ -61,7 +61,12 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
   t.deepEqual(webhook.eventTypes, []);
 
   const alice = await identify("wh-alice");
-  await identify("wh-alice", { name: "Alice" });
+  // A change of an existing customer: the backend's secret key (a public key needs a userHash).
+  await post(
+    "/customers/identify",
+    { externalUserId: "wh-alice", name: "Alice", environment: "test" },
+    keys.secret,
+  );
   const bob = await identify("wh-bob");
   const carol = await identify("wh-carol");
   await post("/referrals", {

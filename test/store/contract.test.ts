@@ -178,6 +178,43 @@ for (const engine of engineNames) {
     },
   );
 
+  storeTest(
+    "an identify that may write a profile only on creation creates one whole, and never overwrites one",
+    async (t, store) => {
+      const input = {
+        environment: "production" as const,
+        externalUserId: "guarded",
+        name: "First",
+        email: "first@example.com",
+        customProperties: { plan: "pro" },
+      };
+      const write = { newId: newId("cus", now), at: now, outbox: [], profileOnCreateOnly: true };
+      const created = await upsertCustomer(store.system, tenant, input, write);
+      t.like(created, {
+        name: "First",
+        email: "first@example.com",
+        customProperties: { plan: "pro" },
+      });
+      const later = await upsertCustomer(
+        store.system,
+        tenant,
+        {
+          ...input,
+          name: "Mallory",
+          email: "mallory@example.com",
+          customProperties: { plan: null },
+        },
+        { ...write, newId: newId("cus", now) },
+      );
+      t.is(later._id, created._id);
+      t.like(later, {
+        name: "First",
+        email: "first@example.com",
+        customProperties: { plan: "pro" },
+      });
+    },
+  );
+
   storeTest("two workers racing for due deliveries never claim the same one", async (t, store) => {
     const due = new Date(now.getTime() - 1000);
     for (let i = 0; i < 20; i++) {

@@ -3,6 +3,7 @@ import test, { type ExecutionContext } from "ava";
 import { Access } from "../../gen/referral/v1/options_pb.js";
 import { enumWords, methodAccess } from "../../src/contract/options.js";
 import { fromPlain } from "../../src/contract/plain-codec.js";
+import { userHashOf } from "../../src/domain/identity.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
 import {
   call,
@@ -73,6 +74,8 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
     campaignId: "",
     deletableCampaignIds: {} as Record<WireProtocol, string>,
     liveCampaignId: "",
+    adaUserHash: "",
+    identityApplicationId: "",
   };
 
   const created = ["id", "createdAt", "updatedAt"];
@@ -81,12 +84,15 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
 
   const cases: Record<string, Cases> = {
     IdentifyCustomer: {
-      ok: {
+      // Verified (docs/trust.md): every protocol after the first changes an
+      // existing customer, and reads its email back.
+      ok: () => ({
         externalUserId: "parity-ada",
         name: "Ada",
         email: "ada@example.com",
         customProperties: { plan: "pro" },
-      },
+        userHash: fixture.adaUserHash,
+      }),
       volatile: ["updatedAt"],
       errors: { invalid_argument: { externalUserId: "", name: "Ada" } },
     },
@@ -234,6 +240,34 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
       },
     },
     ListApplications: { ok: {} },
+    RotateIdentitySecret: {
+      ok: () => ({ applicationId: fixture.identityApplicationId }),
+      volatile: ["identitySecret", "previousSecretExpiresAt"],
+      errors: {
+        invalid_argument: { applicationId: " " },
+        not_found: { applicationId: "app_missing" },
+      },
+    },
+    UpdateApplication: {
+      ok: () => ({
+        id: fixture.identityApplicationId,
+        application: { identityVerification: "protect" },
+        updateMask: ["identityVerification"],
+      }),
+      volatile: ["identitySecretCreatedAt"],
+      errors: {
+        invalid_argument: () => ({
+          id: fixture.identityApplicationId,
+          application: { name: "x" },
+          updateMask: ["name"],
+        }),
+        not_found: {
+          id: "app_missing",
+          application: { identityVerification: "protect" },
+          updateMask: ["identityVerification"],
+        },
+      },
+    },
     CreateApiKey: {
       ok: () => ({ applicationId: fixture.applicationId, kind: "public", name: "parity" }),
       volatile: [...created, "key", "prefix"],
@@ -425,6 +459,17 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
     fixture.webhookId = webhook.webhook.id;
     const [application] = await ok("ListApplications", {}, keys.admin);
     fixture.applicationId = application.id;
+    const { identitySecret } = await ok(
+      "RotateIdentitySecret",
+      { applicationId: application.id },
+      keys.admin,
+    );
+    fixture.adaUserHash = userHashOf(identitySecret, "parity-ada");
+    fixture.identityApplicationId = (
+      await ok("CreateApplication", { name: "Parity identity" }, keys.admin)
+    ).application.id;
+    // Every rotation of the matrix then has a previous secret to keep.
+    await ok("RotateIdentitySecret", { applicationId: fixture.identityApplicationId }, keys.admin);
     const campaign = () =>
       ok("CreateCampaign", { applicationId: application.id, campaign: parityCampaign }, keys.admin);
     fixture.campaignId = (await campaign()).id;

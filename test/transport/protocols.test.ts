@@ -40,7 +40,8 @@ test.serial("IdentifyCustomer: REST, gRPC and Connect upsert the same customer",
     email: "ada@example.com",
     customProperties: { plan: "pro" },
   };
-  const viaRest = await rest(server, "POST", "/customers/identify", { key: keys.public, body });
+  // The secret key reads the stored customer back (a public key without a userHash would not).
+  const viaRest = await rest(server, "POST", "/customers/identify", { key: keys.secret, body });
   t.is(viaRest.status, 201);
   t.is(viaRest.body.externalUserId, "same-user");
   t.is(viaRest.body.environment, "production");
@@ -50,13 +51,13 @@ test.serial("IdentifyCustomer: REST, gRPC and Connect upsert the same customer",
   t.is(viaRest.body.deletedAt, null);
 
   const viaGrpc = await grpcOk(
-    grpcCall(server, CustomersService.method.identifyCustomer, body, keys.public),
+    grpcCall(server, CustomersService.method.identifyCustomer, body, keys.secret),
   );
   const viaConnect = await connectClient(server, CustomersService, {
-    key: keys.public,
+    key: keys.secret,
   }).identifyCustomer(body);
   const viaBinary = await connectClient(server, CustomersService, {
-    key: keys.public,
+    key: keys.secret,
     binary: true,
   }).identifyCustomer(body);
   for (const response of [viaGrpc, viaConnect, viaBinary]) {

@@ -16,7 +16,113 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/admin.proto.
  */
 export const file_referral_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEiRwodVmVyaWZ5QXBwbGljYXRpb25TdGF0c1JlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSDgoGcmVwYWlyGAIgASgIIpUBCh5WZXJpZnlBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2USFAoMcmVjb3Jkc19yZWFkGAEgASgDEhgKEGRpZmZlcmVuY2VfY291bnQYAiABKAMSMQoLZGlmZmVyZW5jZXMYAyADKAsyHC5yZWZlcnJhbC52MS5TdGF0c0RpZmZlcmVuY2USEAoIcmVwYWlyZWQYBCABKAgibgoPU3RhdHNEaWZmZXJlbmNlEgwKBGtpbmQYASABKAkSCwoDa2V5GAIgASgJEhEKBGtlcHQYAyABKAlIAIgBARIWCglyZWNvdW50ZWQYBCABKAlIAYgBAUIHCgVfa2VwdEIMCgpfcmVjb3VudGVkIk4KH0VyYXNlQXBwbGljYXRpb25DdXN0b21lclJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSEwoLY3VzdG9tZXJfaWQYAiABKAkiSwogRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciJwCgtBcHBsaWNhdGlvbhIKCgJpZBgBIAEoCRIMCgRuYW1lGAIgASgJEhcKD29yZ2FuaXphdGlvbl9pZBgDIAEoCRIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCL4AQoGQXBpS2V5EgoKAmlkGAEgASgJEiUKBGtpbmQYAiABKA4yFy5yZWZlcnJhbC52MS5BcGlLZXlLaW5kEg4KBnByZWZpeBgDIAEoCRIRCgRuYW1lGAQgASgJSACIAQESFgoOYXBwbGljYXRpb25faWQYBSABKAkSFwoPb3JnYW5pemF0aW9uX2lkGAYgASgJEi4KCmNyZWF0ZWRfYXQYByABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi4KCnJldm9rZWRfYXQYCCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgcKBV9uYW1lIloKGENyZWF0ZUFwcGxpY2F0aW9uUmVxdWVzdBIMCgRuYW1lGAEgASgJEhwKD29yZ2FuaXphdGlvbl9pZBgCIAEoCUgAiAEBQhIKEF9vcmdhbml6YXRpb25faWQicgoZQ3JlYXRlQXBwbGljYXRpb25SZXNwb25zZRItCgthcHBsaWNhdGlvbhgBIAEoCzIYLnJlZmVycmFsLnYxLkFwcGxpY2F0aW9uEhIKCnNlY3JldF9rZXkYAiABKAkSEgoKcHVibGljX2tleRgDIAEoCSIZChdMaXN0QXBwbGljYXRpb25zUmVxdWVzdCJKChhMaXN0QXBwbGljYXRpb25zUmVzcG9uc2USLgoMYXBwbGljYXRpb25zGAEgAygLMhgucmVmZXJyYWwudjEuQXBwbGljYXRpb24icAoTQ3JlYXRlQXBpS2V5UmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCRIlCgRraW5kGAIgASgOMhcucmVmZXJyYWwudjEuQXBpS2V5S2luZBIRCgRuYW1lGAMgASgJSACIAQFCBwoFX25hbWUiSQoUQ3JlYXRlQXBpS2V5UmVzcG9uc2USJAoHYXBpX2tleRgBIAEoCzITLnJlZmVycmFsLnYxLkFwaUtleRILCgNrZXkYAiABKAkiLAoSTGlzdEFwaUtleXNSZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJIjwKE0xpc3RBcGlLZXlzUmVzcG9uc2USJQoIYXBpX2tleXMYASADKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkiIQoTUmV2b2tlQXBpS2V5UmVxdWVzdBIKCgJpZBgBIAEoCSI8ChRSZXZva2VBcGlLZXlSZXNwb25zZRIkCgdhcGlfa2V5GAEgASgLMhMucmVmZXJyYWwudjEuQXBpS2V5IlgKFUNyZWF0ZUNhbXBhaWduUmVxdWVzdBIWCg5hcHBsaWNhdGlvbl9pZBgBIAEoCRInCghjYW1wYWlnbhgCIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIkEKFkNyZWF0ZUNhbXBhaWduUmVzcG9uc2USJwoIY2FtcGFpZ24YASABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiJhChVVcGRhdGVDYW1wYWlnblJlcXVlc3QSCgoCaWQYASABKAkSJwoIY2FtcGFpZ24YAiABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbhITCgt1cGRhdGVfbWFzaxgDIAMoCSJBChZVcGRhdGVDYW1wYWlnblJlc3BvbnNlEicKCGNhbXBhaWduGAEgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iIwoVRGVsZXRlQ2FtcGFpZ25SZXF1ZXN0EgoKAmlkGAEgASgJIkEKFkRlbGV0ZUNhbXBhaWduUmVzcG9uc2USJwoIY2FtcGFpZ24YASABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiJEChNQbGFjZW1lbnRDaGVja3BvaW50EhcKD2NoZWNrcG9pbnRfbmFtZRgBIAEoCRIUCgxwbGFjZW1lbnRfaWQYAiABKAkiYQodU2V0Q2FtcGFpZ25DaGVja3BvaW50c1JlcXVlc3QSCgoCaWQYASABKAkSNAoKcGxhY2VtZW50cxgCIAMoCzIgLnJlZmVycmFsLnYxLlBsYWNlbWVudENoZWNrcG9pbnQiTwoeU2V0Q2FtcGFpZ25DaGVja3BvaW50c1Jlc3BvbnNlEi0KBGRhdGEYASADKAsyHy5yZWZlcnJhbC52MS5DYW1wYWlnbkNoZWNrcG9pbnQqXAoKQXBpS2V5S2luZBIcChhBUElfS0VZX0tJTkRfVU5TUEVDSUZJRUQQABIXChNBUElfS0VZX0tJTkRfUFVCTElDEAESFwoTQVBJX0tFWV9LSU5EX1NFQ1JFVBACMuANCgxBZG1pblNlcnZpY2USiwEKEUNyZWF0ZUFwcGxpY2F0aW9uEiUucmVmZXJyYWwudjEuQ3JlYXRlQXBwbGljYXRpb25SZXF1ZXN0GiYucmVmZXJyYWwudjEuQ3JlYXRlQXBwbGljYXRpb25SZXNwb25zZSInwPMYA8jzGMkBgtPkkwIYOgEqIhMvYWRtaW4vYXBwbGljYXRpb25zEo4BChBMaXN0QXBwbGljYXRpb25zEiQucmVmZXJyYWwudjEuTGlzdEFwcGxpY2F0aW9uc1JlcXVlc3QaJS5yZWZlcnJhbC52MS5MaXN0QXBwbGljYXRpb25zUmVzcG9uc2UiLcDzGAOC0+STAiNiDGFwcGxpY2F0aW9ucxITL2FkbWluL2FwcGxpY2F0aW9ucxKWAQoMQ3JlYXRlQXBpS2V5EiAucmVmZXJyYWwudjEuQ3JlYXRlQXBpS2V5UmVxdWVzdBohLnJlZmVycmFsLnYxLkNyZWF0ZUFwaUtleVJlc3BvbnNlIkHA8xgDyPMYyQGC0+STAjI6ASoiLS9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9hcGkta2V5cxKVAQoLTGlzdEFwaUtleXMSHy5yZWZlcnJhbC52MS5MaXN0QXBpS2V5c1JlcXVlc3QaIC5yZWZlcnJhbC52MS5MaXN0QXBpS2V5c1Jlc3BvbnNlIkPA8xgDgtPkkwI5YghhcGlfa2V5cxItL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2FwaS1rZXlzEogBCgxSZXZva2VBcGlLZXkSIC5yZWZlcnJhbC52MS5SZXZva2VBcGlLZXlSZXF1ZXN0GiEucmVmZXJyYWwudjEuUmV2b2tlQXBpS2V5UmVzcG9uc2UiM8DzGAOC0+STAik6ASpiB2FwaV9rZXkiGy9hZG1pbi9hcGkta2V5cy97aWR9L3Jldm9rZRKuAQoOQ3JlYXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5DcmVhdGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5DcmVhdGVDYW1wYWlnblJlc3BvbnNlIlPA8xgDyPMYyQGC0+STAkQ6CGNhbXBhaWduYghjYW1wYWlnbiIuL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2NhbXBhaWducxKQAQoOVXBkYXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5VcGRhdGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5VcGRhdGVDYW1wYWlnblJlc3BvbnNlIjXA8xgDgtPkkwIrOghjYW1wYWlnbmIIY2FtcGFpZ24yFS9hZG1pbi9jYW1wYWlnbnMve2lkfRKjAQoWU2V0Q2FtcGFpZ25DaGVja3BvaW50cxIqLnJlZmVycmFsLnYxLlNldENhbXBhaWduQ2hlY2twb2ludHNSZXF1ZXN0GisucmVmZXJyYWwudjEuU2V0Q2FtcGFpZ25DaGVja3BvaW50c1Jlc3BvbnNlIjDA8xgDgtPkkwImOgEqGiEvYWRtaW4vY2FtcGFpZ25zL3tpZH0vY2hlY2twb2ludHMShgEKDkRlbGV0ZUNhbXBhaWduEiIucmVmZXJyYWwudjEuRGVsZXRlQ2FtcGFpZ25SZXF1ZXN0GiMucmVmZXJyYWwudjEuRGVsZXRlQ2FtcGFpZ25SZXNwb25zZSIrwPMYA4LT5JMCIWIIY2FtcGFpZ24qFS9hZG1pbi9jYW1wYWlnbnMve2lkfRLLAQoYRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyEiwucmVmZXJyYWwudjEuRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVxdWVzdBotLnJlZmVycmFsLnYxLkVyYXNlQXBwbGljYXRpb25DdXN0b21lclJlc3BvbnNlIlLA8xgDgtPkkwJIYghjdXN0b21lcio8L2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2N1c3RvbWVycy97Y3VzdG9tZXJfaWR9ErMBChZWZXJpZnlBcHBsaWNhdGlvblN0YXRzEioucmVmZXJyYWwudjEuVmVyaWZ5QXBwbGljYXRpb25TdGF0c1JlcXVlc3QaKy5yZWZlcnJhbC52MS5WZXJpZnlBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2UiQMDzGAOC0+STAjY6ASoiMS9hZG1pbi9hcHBsaWNhdGlvbnMve2FwcGxpY2F0aW9uX2lkfS9zdGF0cy92ZXJpZnliBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChdyZWZlcnJhbC92MS9hZG1pbi5wcm90bxILcmVmZXJyYWwudjEiNQobUm90YXRlSWRlbnRpdHlTZWNyZXRSZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJIncKHFJvdGF0ZUlkZW50aXR5U2VjcmV0UmVzcG9uc2USFwoPaWRlbnRpdHlfc2VjcmV0GAEgASgJEj4KGnByZXZpb3VzX3NlY3JldF9leHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJqChhVcGRhdGVBcHBsaWNhdGlvblJlcXVlc3QSCgoCaWQYASABKAkSLQoLYXBwbGljYXRpb24YAiABKAsyGC5yZWZlcnJhbC52MS5BcHBsaWNhdGlvbhITCgt1cGRhdGVfbWFzaxgDIAMoCSJKChlVcGRhdGVBcHBsaWNhdGlvblJlc3BvbnNlEi0KC2FwcGxpY2F0aW9uGAEgASgLMhgucmVmZXJyYWwudjEuQXBwbGljYXRpb24iRwodVmVyaWZ5QXBwbGljYXRpb25TdGF0c1JlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSDgoGcmVwYWlyGAIgASgIIpUBCh5WZXJpZnlBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2USFAoMcmVjb3Jkc19yZWFkGAEgASgDEhgKEGRpZmZlcmVuY2VfY291bnQYAiABKAMSMQoLZGlmZmVyZW5jZXMYAyADKAsyHC5yZWZlcnJhbC52MS5TdGF0c0RpZmZlcmVuY2USEAoIcmVwYWlyZWQYBCABKAgibgoPU3RhdHNEaWZmZXJlbmNlEgwKBGtpbmQYASABKAkSCwoDa2V5GAIgASgJEhEKBGtlcHQYAyABKAlIAIgBARIWCglyZWNvdW50ZWQYBCABKAlIAYgBAUIHCgVfa2VwdEIMCgpfcmVjb3VudGVkIk4KH0VyYXNlQXBwbGljYXRpb25DdXN0b21lclJlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkSEwoLY3VzdG9tZXJfaWQYAiABKAkiSwogRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciLyAQoLQXBwbGljYXRpb24SCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIXCg9vcmdhbml6YXRpb25faWQYAyABKAkSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASQAoVaWRlbnRpdHlfdmVyaWZpY2F0aW9uGAUgASgOMiEucmVmZXJyYWwudjEuSWRlbnRpdHlWZXJpZmljYXRpb24SPgoaaWRlbnRpdHlfc2VjcmV0X2NyZWF0ZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvgBCgZBcGlLZXkSCgoCaWQYASABKAkSJQoEa2luZBgCIAEoDjIXLnJlZmVycmFsLnYxLkFwaUtleUtpbmQSDgoGcHJlZml4GAMgASgJEhEKBG5hbWUYBCABKAlIAIgBARIWCg5hcHBsaWNhdGlvbl9pZBgFIAEoCRIXCg9vcmdhbml6YXRpb25faWQYBiABKAkSLgoKY3JlYXRlZF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKcmV2b2tlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCBwoFX25hbWUiWgoYQ3JlYXRlQXBwbGljYXRpb25SZXF1ZXN0EgwKBG5hbWUYASABKAkSHAoPb3JnYW5pemF0aW9uX2lkGAIgASgJSACIAQFCEgoQX29yZ2FuaXphdGlvbl9pZCJyChlDcmVhdGVBcHBsaWNhdGlvblJlc3BvbnNlEi0KC2FwcGxpY2F0aW9uGAEgASgLMhgucmVmZXJyYWwudjEuQXBwbGljYXRpb24SEgoKc2VjcmV0X2tleRgCIAEoCRISCgpwdWJsaWNfa2V5GAMgASgJIhkKF0xpc3RBcHBsaWNhdGlvbnNSZXF1ZXN0IkoKGExpc3RBcHBsaWNhdGlvbnNSZXNwb25zZRIuCgxhcHBsaWNhdGlvbnMYASADKAsyGC5yZWZlcnJhbC52MS5BcHBsaWNhdGlvbiJwChNDcmVhdGVBcGlLZXlSZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJEiUKBGtpbmQYAiABKA4yFy5yZWZlcnJhbC52MS5BcGlLZXlLaW5kEhEKBG5hbWUYAyABKAlIAIgBAUIHCgVfbmFtZSJJChRDcmVhdGVBcGlLZXlSZXNwb25zZRIkCgdhcGlfa2V5GAEgASgLMhMucmVmZXJyYWwudjEuQXBpS2V5EgsKA2tleRgCIAEoCSIsChJMaXN0QXBpS2V5c1JlcXVlc3QSFgoOYXBwbGljYXRpb25faWQYASABKAkiPAoTTGlzdEFwaUtleXNSZXNwb25zZRIlCghhcGlfa2V5cxgBIAMoCzITLnJlZmVycmFsLnYxLkFwaUtleSIhChNSZXZva2VBcGlLZXlSZXF1ZXN0EgoKAmlkGAEgASgJIjwKFFJldm9rZUFwaUtleVJlc3BvbnNlEiQKB2FwaV9rZXkYASABKAsyEy5yZWZlcnJhbC52MS5BcGlLZXkiWAoVQ3JlYXRlQ2FtcGFpZ25SZXF1ZXN0EhYKDmFwcGxpY2F0aW9uX2lkGAEgASgJEicKCGNhbXBhaWduGAIgASgLMhUucmVmZXJyYWwudjEuQ2FtcGFpZ24iQQoWQ3JlYXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduImEKFVVwZGF0ZUNhbXBhaWduUmVxdWVzdBIKCgJpZBgBIAEoCRInCghjYW1wYWlnbhgCIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduEhMKC3VwZGF0ZV9tYXNrGAMgAygJIkEKFlVwZGF0ZUNhbXBhaWduUmVzcG9uc2USJwoIY2FtcGFpZ24YASABKAsyFS5yZWZlcnJhbC52MS5DYW1wYWlnbiIjChVEZWxldGVDYW1wYWlnblJlcXVlc3QSCgoCaWQYASABKAkiQQoWRGVsZXRlQ2FtcGFpZ25SZXNwb25zZRInCghjYW1wYWlnbhgBIAEoCzIVLnJlZmVycmFsLnYxLkNhbXBhaWduIkQKE1BsYWNlbWVudENoZWNrcG9pbnQSFwoPY2hlY2twb2ludF9uYW1lGAEgASgJEhQKDHBsYWNlbWVudF9pZBgCIAEoCSJhCh1TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVxdWVzdBIKCgJpZBgBIAEoCRI0CgpwbGFjZW1lbnRzGAIgAygLMiAucmVmZXJyYWwudjEuUGxhY2VtZW50Q2hlY2twb2ludCJPCh5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVzcG9uc2USLQoEZGF0YRgBIAMoCzIfLnJlZmVycmFsLnYxLkNhbXBhaWduQ2hlY2twb2ludCqEAQoUSWRlbnRpdHlWZXJpZmljYXRpb24SJQohSURFTlRJVFlfVkVSSUZJQ0FUSU9OX1VOU1BFQ0lGSUVEEAASIQodSURFTlRJVFlfVkVSSUZJQ0FUSU9OX1BST1RFQ1QQARIiCh5JREVOVElUWV9WRVJJRklDQVRJT05fUkVRVUlSRUQQAipcCgpBcGlLZXlLaW5kEhwKGEFQSV9LRVlfS0lORF9VTlNQRUNJRklFRBAAEhcKE0FQSV9LRVlfS0lORF9QVUJMSUMQARIXChNBUElfS0VZX0tJTkRfU0VDUkVUEAIyuBAKDEFkbWluU2VydmljZRKLAQoRQ3JlYXRlQXBwbGljYXRpb24SJS5yZWZlcnJhbC52MS5DcmVhdGVBcHBsaWNhdGlvblJlcXVlc3QaJi5yZWZlcnJhbC52MS5DcmVhdGVBcHBsaWNhdGlvblJlc3BvbnNlIifA8xgDyPMYyQGC0+STAhg6ASoiEy9hZG1pbi9hcHBsaWNhdGlvbnMSjgEKEExpc3RBcHBsaWNhdGlvbnMSJC5yZWZlcnJhbC52MS5MaXN0QXBwbGljYXRpb25zUmVxdWVzdBolLnJlZmVycmFsLnYxLkxpc3RBcHBsaWNhdGlvbnNSZXNwb25zZSItwPMYA4LT5JMCI2IMYXBwbGljYXRpb25zEhMvYWRtaW4vYXBwbGljYXRpb25zEpYBCgxDcmVhdGVBcGlLZXkSIC5yZWZlcnJhbC52MS5DcmVhdGVBcGlLZXlSZXF1ZXN0GiEucmVmZXJyYWwudjEuQ3JlYXRlQXBpS2V5UmVzcG9uc2UiQcDzGAPI8xjJAYLT5JMCMjoBKiItL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L2FwaS1rZXlzEpUBCgtMaXN0QXBpS2V5cxIfLnJlZmVycmFsLnYxLkxpc3RBcGlLZXlzUmVxdWVzdBogLnJlZmVycmFsLnYxLkxpc3RBcGlLZXlzUmVzcG9uc2UiQ8DzGAOC0+STAjliCGFwaV9rZXlzEi0vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vYXBpLWtleXMSiAEKDFJldm9rZUFwaUtleRIgLnJlZmVycmFsLnYxLlJldm9rZUFwaUtleVJlcXVlc3QaIS5yZWZlcnJhbC52MS5SZXZva2VBcGlLZXlSZXNwb25zZSIzwPMYA4LT5JMCKToBKmIHYXBpX2tleSIbL2FkbWluL2FwaS1rZXlzL3tpZH0vcmV2b2tlEq4BCg5DcmVhdGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLkNyZWF0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLkNyZWF0ZUNhbXBhaWduUmVzcG9uc2UiU8DzGAPI8xjJAYLT5JMCRDoIY2FtcGFpZ25iCGNhbXBhaWduIi4vYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vY2FtcGFpZ25zEpABCg5VcGRhdGVDYW1wYWlnbhIiLnJlZmVycmFsLnYxLlVwZGF0ZUNhbXBhaWduUmVxdWVzdBojLnJlZmVycmFsLnYxLlVwZGF0ZUNhbXBhaWduUmVzcG9uc2UiNcDzGAOC0+STAis6CGNhbXBhaWduYghjYW1wYWlnbjIVL2FkbWluL2NhbXBhaWducy97aWR9EqMBChZTZXRDYW1wYWlnbkNoZWNrcG9pbnRzEioucmVmZXJyYWwudjEuU2V0Q2FtcGFpZ25DaGVja3BvaW50c1JlcXVlc3QaKy5yZWZlcnJhbC52MS5TZXRDYW1wYWlnbkNoZWNrcG9pbnRzUmVzcG9uc2UiMMDzGAOC0+STAiY6ASoaIS9hZG1pbi9jYW1wYWlnbnMve2lkfS9jaGVja3BvaW50cxKGAQoORGVsZXRlQ2FtcGFpZ24SIi5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlcXVlc3QaIy5yZWZlcnJhbC52MS5EZWxldGVDYW1wYWlnblJlc3BvbnNlIivA8xgDgtPkkwIhYghjYW1wYWlnbioVL2FkbWluL2NhbXBhaWducy97aWR9EssBChhFcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXISLC5yZWZlcnJhbC52MS5FcmFzZUFwcGxpY2F0aW9uQ3VzdG9tZXJSZXF1ZXN0Gi0ucmVmZXJyYWwudjEuRXJhc2VBcHBsaWNhdGlvbkN1c3RvbWVyUmVzcG9uc2UiUsDzGAOC0+STAkhiCGN1c3RvbWVyKjwvYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vY3VzdG9tZXJzL3tjdXN0b21lcl9pZH0SswEKFlZlcmlmeUFwcGxpY2F0aW9uU3RhdHMSKi5yZWZlcnJhbC52MS5WZXJpZnlBcHBsaWNhdGlvblN0YXRzUmVxdWVzdBorLnJlZmVycmFsLnYxLlZlcmlmeUFwcGxpY2F0aW9uU3RhdHNSZXNwb25zZSJAwPMYA4LT5JMCNjoBKiIxL2FkbWluL2FwcGxpY2F0aW9ucy97YXBwbGljYXRpb25faWR9L3N0YXRzL3ZlcmlmeRKwAQoUUm90YXRlSWRlbnRpdHlTZWNyZXQSKC5yZWZlcnJhbC52MS5Sb3RhdGVJZGVudGl0eVNlY3JldFJlcXVlc3QaKS5yZWZlcnJhbC52MS5Sb3RhdGVJZGVudGl0eVNlY3JldFJlc3BvbnNlIkPA8xgDgtPkkwI5OgEqIjQvYWRtaW4vYXBwbGljYXRpb25zL3thcHBsaWNhdGlvbl9pZH0vaWRlbnRpdHktc2VjcmV0EqIBChFVcGRhdGVBcHBsaWNhdGlvbhIlLnJlZmVycmFsLnYxLlVwZGF0ZUFwcGxpY2F0aW9uUmVxdWVzdBomLnJlZmVycmFsLnYxLlVwZGF0ZUFwcGxpY2F0aW9uUmVzcG9uc2UiPsDzGAOC0+STAjQ6C2FwcGxpY2F0aW9uYgthcHBsaWNhdGlvbjIYL2FkbWluL2FwcGxpY2F0aW9ucy97aWR9YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+
+/**
+ * RotateIdentitySecretRequest names the application.
+ *
+ * @generated from message referral.v1.RotateIdentitySecretRequest
+ */
+export type RotateIdentitySecretRequest = Message<"referral.v1.RotateIdentitySecretRequest"> & {
+  /**
+   * Required. The application's id.
+   *
+   * @generated from field: string application_id = 1;
+   */
+  applicationId: string;
+};
+
+/**
+ * Describes the message referral.v1.RotateIdentitySecretRequest.
+ * Use `create(RotateIdentitySecretRequestSchema)` to create a new message.
+ */
+export const RotateIdentitySecretRequestSchema: GenMessage<RotateIdentitySecretRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 0);
+
+/**
+ * RotateIdentitySecretResponse carries the new identity secret.
+ *
+ * @generated from message referral.v1.RotateIdentitySecretResponse
+ */
+export type RotateIdentitySecretResponse = Message<"referral.v1.RotateIdentitySecretResponse"> & {
+  /**
+   * The new identity secret, shown only here.
+   *
+   * @generated from field: string identity_secret = 1;
+   */
+  identitySecret: string;
+
+  /**
+   * Until when the previous secret still verifies; null when there was none.
+   *
+   * @generated from field: google.protobuf.Timestamp previous_secret_expires_at = 2;
+   */
+  previousSecretExpiresAt?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.RotateIdentitySecretResponse.
+ * Use `create(RotateIdentitySecretResponseSchema)` to create a new message.
+ */
+export const RotateIdentitySecretResponseSchema: GenMessage<RotateIdentitySecretResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 1);
+
+/**
+ * UpdateApplicationRequest carries the new settings.
+ *
+ * @generated from message referral.v1.UpdateApplicationRequest
+ */
+export type UpdateApplicationRequest = Message<"referral.v1.UpdateApplicationRequest"> & {
+  /**
+   * Required. The application's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The new values of the fields named in update_mask.
+   *
+   * @generated from field: referral.v1.Application application = 2;
+   */
+  application?: Application | undefined;
+
+  /**
+   * Required. The fields to change, by name (snake_case or camelCase): only
+   * identity_verification.
+   *
+   * @generated from field: repeated string update_mask = 3;
+   */
+  updateMask: string[];
+};
+
+/**
+ * Describes the message referral.v1.UpdateApplicationRequest.
+ * Use `create(UpdateApplicationRequestSchema)` to create a new message.
+ */
+export const UpdateApplicationRequestSchema: GenMessage<UpdateApplicationRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 2);
+
+/**
+ * UpdateApplicationResponse carries the updated application.
+ *
+ * @generated from message referral.v1.UpdateApplicationResponse
+ */
+export type UpdateApplicationResponse = Message<"referral.v1.UpdateApplicationResponse"> & {
+  /**
+   * The application as stored.
+   *
+   * @generated from field: referral.v1.Application application = 1;
+   */
+  application?: Application | undefined;
+};
+
+/**
+ * Describes the message referral.v1.UpdateApplicationResponse.
+ * Use `create(UpdateApplicationResponseSchema)` to create a new message.
+ */
+export const UpdateApplicationResponseSchema: GenMessage<UpdateApplicationResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_admin, 3);
 
 /**
  * VerifyApplicationStatsRequest names the application.
@@ -44,7 +150,7 @@ export type VerifyApplicationStatsRequest = Message<"referral.v1.VerifyApplicati
  * Use `create(VerifyApplicationStatsRequestSchema)` to create a new message.
  */
 export const VerifyApplicationStatsRequestSchema: GenMessage<VerifyApplicationStatsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 0);
+  messageDesc(file_referral_v1_admin, 4);
 
 /**
  * VerifyApplicationStatsResponse is what the recount found.
@@ -86,7 +192,7 @@ export type VerifyApplicationStatsResponse = Message<"referral.v1.VerifyApplicat
  * Use `create(VerifyApplicationStatsResponseSchema)` to create a new message.
  */
 export const VerifyApplicationStatsResponseSchema: GenMessage<VerifyApplicationStatsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 1);
+  messageDesc(file_referral_v1_admin, 5);
 
 /**
  * StatsDifference is one kept value that differs from the recount.
@@ -130,7 +236,7 @@ export type StatsDifference = Message<"referral.v1.StatsDifference"> & {
  * Use `create(StatsDifferenceSchema)` to create a new message.
  */
 export const StatsDifferenceSchema: GenMessage<StatsDifference> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 2);
+  messageDesc(file_referral_v1_admin, 6);
 
 /**
  * EraseApplicationCustomerRequest names the customer and its application.
@@ -158,7 +264,7 @@ export type EraseApplicationCustomerRequest = Message<"referral.v1.EraseApplicat
  * Use `create(EraseApplicationCustomerRequestSchema)` to create a new message.
  */
 export const EraseApplicationCustomerRequestSchema: GenMessage<EraseApplicationCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 3);
+  messageDesc(file_referral_v1_admin, 7);
 
 /**
  * EraseApplicationCustomerResponse carries the erased customer's tombstone.
@@ -179,7 +285,7 @@ export type EraseApplicationCustomerResponse = Message<"referral.v1.EraseApplica
  * Use `create(EraseApplicationCustomerResponseSchema)` to create a new message.
  */
 export const EraseApplicationCustomerResponseSchema: GenMessage<EraseApplicationCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 4);
+  messageDesc(file_referral_v1_admin, 8);
 
 /**
  * Application is a tenant: an app of an organization, owning its data.
@@ -214,6 +320,21 @@ export type Application = Message<"referral.v1.Application"> & {
    * @generated from field: google.protobuf.Timestamp created_at = 4;
    */
   createdAt?: Timestamp | undefined;
+
+  /**
+   * What public-key calls must prove about the customer they name; protect
+   * by default.
+   *
+   * @generated from field: referral.v1.IdentityVerification identity_verification = 5;
+   */
+  identityVerification: IdentityVerification;
+
+  /**
+   * When the current identity secret was made; null while there is none.
+   *
+   * @generated from field: google.protobuf.Timestamp identity_secret_created_at = 6;
+   */
+  identitySecretCreatedAt?: Timestamp | undefined;
 };
 
 /**
@@ -221,7 +342,7 @@ export type Application = Message<"referral.v1.Application"> & {
  * Use `create(ApplicationSchema)` to create a new message.
  */
 export const ApplicationSchema: GenMessage<Application> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 5);
+  messageDesc(file_referral_v1_admin, 9);
 
 /**
  * ApiKey describes an API key without revealing it.
@@ -291,7 +412,7 @@ export type ApiKey = Message<"referral.v1.ApiKey"> & {
  * Use `create(ApiKeySchema)` to create a new message.
  */
 export const ApiKeySchema: GenMessage<ApiKey> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 6);
+  messageDesc(file_referral_v1_admin, 10);
 
 /**
  * CreateApplicationRequest names the new application.
@@ -320,7 +441,7 @@ export type CreateApplicationRequest = Message<"referral.v1.CreateApplicationReq
  * Use `create(CreateApplicationRequestSchema)` to create a new message.
  */
 export const CreateApplicationRequestSchema: GenMessage<CreateApplicationRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 7);
+  messageDesc(file_referral_v1_admin, 11);
 
 /**
  * CreateApplicationResponse carries the application and its first keys.
@@ -355,7 +476,7 @@ export type CreateApplicationResponse = Message<"referral.v1.CreateApplicationRe
  * Use `create(CreateApplicationResponseSchema)` to create a new message.
  */
 export const CreateApplicationResponseSchema: GenMessage<CreateApplicationResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 8);
+  messageDesc(file_referral_v1_admin, 12);
 
 /**
  * ListApplicationsRequest takes no parameters.
@@ -370,7 +491,7 @@ export type ListApplicationsRequest = Message<"referral.v1.ListApplicationsReque
  * Use `create(ListApplicationsRequestSchema)` to create a new message.
  */
 export const ListApplicationsRequestSchema: GenMessage<ListApplicationsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 9);
+  messageDesc(file_referral_v1_admin, 13);
 
 /**
  * ListApplicationsResponse carries every application.
@@ -391,7 +512,7 @@ export type ListApplicationsResponse = Message<"referral.v1.ListApplicationsResp
  * Use `create(ListApplicationsResponseSchema)` to create a new message.
  */
 export const ListApplicationsResponseSchema: GenMessage<ListApplicationsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 10);
+  messageDesc(file_referral_v1_admin, 14);
 
 /**
  * CreateApiKeyRequest names the application and the kind of key.
@@ -426,7 +547,7 @@ export type CreateApiKeyRequest = Message<"referral.v1.CreateApiKeyRequest"> & {
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 11);
+  messageDesc(file_referral_v1_admin, 15);
 
 /**
  * CreateApiKeyResponse carries the new key.
@@ -454,7 +575,7 @@ export type CreateApiKeyResponse = Message<"referral.v1.CreateApiKeyResponse"> &
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 12);
+  messageDesc(file_referral_v1_admin, 16);
 
 /**
  * ListApiKeysRequest names the application.
@@ -475,7 +596,7 @@ export type ListApiKeysRequest = Message<"referral.v1.ListApiKeysRequest"> & {
  * Use `create(ListApiKeysRequestSchema)` to create a new message.
  */
 export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 13);
+  messageDesc(file_referral_v1_admin, 17);
 
 /**
  * ListApiKeysResponse carries the application's keys.
@@ -496,7 +617,7 @@ export type ListApiKeysResponse = Message<"referral.v1.ListApiKeysResponse"> & {
  * Use `create(ListApiKeysResponseSchema)` to create a new message.
  */
 export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 14);
+  messageDesc(file_referral_v1_admin, 18);
 
 /**
  * RevokeApiKeyRequest names the key.
@@ -517,7 +638,7 @@ export type RevokeApiKeyRequest = Message<"referral.v1.RevokeApiKeyRequest"> & {
  * Use `create(RevokeApiKeyRequestSchema)` to create a new message.
  */
 export const RevokeApiKeyRequestSchema: GenMessage<RevokeApiKeyRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 15);
+  messageDesc(file_referral_v1_admin, 19);
 
 /**
  * RevokeApiKeyResponse carries the revoked key.
@@ -538,7 +659,7 @@ export type RevokeApiKeyResponse = Message<"referral.v1.RevokeApiKeyResponse"> &
  * Use `create(RevokeApiKeyResponseSchema)` to create a new message.
  */
 export const RevokeApiKeyResponseSchema: GenMessage<RevokeApiKeyResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 16);
+  messageDesc(file_referral_v1_admin, 20);
 
 /**
  * CreateCampaignRequest carries the campaign to create.
@@ -566,7 +687,7 @@ export type CreateCampaignRequest = Message<"referral.v1.CreateCampaignRequest">
  * Use `create(CreateCampaignRequestSchema)` to create a new message.
  */
 export const CreateCampaignRequestSchema: GenMessage<CreateCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 17);
+  messageDesc(file_referral_v1_admin, 21);
 
 /**
  * CreateCampaignResponse carries the created campaign.
@@ -587,7 +708,7 @@ export type CreateCampaignResponse = Message<"referral.v1.CreateCampaignResponse
  * Use `create(CreateCampaignResponseSchema)` to create a new message.
  */
 export const CreateCampaignResponseSchema: GenMessage<CreateCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 18);
+  messageDesc(file_referral_v1_admin, 22);
 
 /**
  * UpdateCampaignRequest carries the new values.
@@ -623,7 +744,7 @@ export type UpdateCampaignRequest = Message<"referral.v1.UpdateCampaignRequest">
  * Use `create(UpdateCampaignRequestSchema)` to create a new message.
  */
 export const UpdateCampaignRequestSchema: GenMessage<UpdateCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 19);
+  messageDesc(file_referral_v1_admin, 23);
 
 /**
  * UpdateCampaignResponse carries the updated campaign.
@@ -644,7 +765,7 @@ export type UpdateCampaignResponse = Message<"referral.v1.UpdateCampaignResponse
  * Use `create(UpdateCampaignResponseSchema)` to create a new message.
  */
 export const UpdateCampaignResponseSchema: GenMessage<UpdateCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 20);
+  messageDesc(file_referral_v1_admin, 24);
 
 /**
  * DeleteCampaignRequest names the campaign.
@@ -665,7 +786,7 @@ export type DeleteCampaignRequest = Message<"referral.v1.DeleteCampaignRequest">
  * Use `create(DeleteCampaignRequestSchema)` to create a new message.
  */
 export const DeleteCampaignRequestSchema: GenMessage<DeleteCampaignRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 21);
+  messageDesc(file_referral_v1_admin, 25);
 
 /**
  * DeleteCampaignResponse carries the deleted campaign.
@@ -686,7 +807,7 @@ export type DeleteCampaignResponse = Message<"referral.v1.DeleteCampaignResponse
  * Use `create(DeleteCampaignResponseSchema)` to create a new message.
  */
 export const DeleteCampaignResponseSchema: GenMessage<DeleteCampaignResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 22);
+  messageDesc(file_referral_v1_admin, 26);
 
 /**
  * PlacementCheckpoint asks the mobile SDKs to show a placement when the
@@ -717,7 +838,7 @@ export type PlacementCheckpoint = Message<"referral.v1.PlacementCheckpoint"> & {
  * Use `create(PlacementCheckpointSchema)` to create a new message.
  */
 export const PlacementCheckpointSchema: GenMessage<PlacementCheckpoint> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 23);
+  messageDesc(file_referral_v1_admin, 27);
 
 /**
  * SetCampaignCheckpointsRequest carries the campaign's placement checkpoints.
@@ -746,7 +867,7 @@ export type SetCampaignCheckpointsRequest = Message<"referral.v1.SetCampaignChec
  * Use `create(SetCampaignCheckpointsRequestSchema)` to create a new message.
  */
 export const SetCampaignCheckpointsRequestSchema: GenMessage<SetCampaignCheckpointsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 24);
+  messageDesc(file_referral_v1_admin, 28);
 
 /**
  * SetCampaignCheckpointsResponse carries the campaign's checkpoints.
@@ -768,7 +889,45 @@ export type SetCampaignCheckpointsResponse = Message<"referral.v1.SetCampaignChe
  * Use `create(SetCampaignCheckpointsResponseSchema)` to create a new message.
  */
 export const SetCampaignCheckpointsResponseSchema: GenMessage<SetCampaignCheckpointsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_admin, 25);
+  messageDesc(file_referral_v1_admin, 29);
+
+/**
+ * IdentityVerification is what a public-key call must prove about the
+ * customer it names (see docs/trust.md).
+ *
+ * @generated from enum referral.v1.IdentityVerification
+ */
+export enum IdentityVerification {
+  /**
+   * Not set: protect.
+   *
+   * @generated from enum value: IDENTITY_VERIFICATION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The default: without a valid user_hash a public key may create
+   * customers, first referrals and checkpoints, but not change an existing
+   * customer, and its answers hold no stored personal data. REST: "protect".
+   *
+   * @generated from enum value: IDENTITY_VERIFICATION_PROTECT = 1;
+   */
+  PROTECT = 1,
+
+  /**
+   * Every public-key call naming a customer needs a valid user_hash.
+   * REST: "required".
+   *
+   * @generated from enum value: IDENTITY_VERIFICATION_REQUIRED = 2;
+   */
+  REQUIRED = 2,
+}
+
+/**
+ * Describes the enum referral.v1.IdentityVerification.
+ */
+export const IdentityVerificationSchema: GenEnum<IdentityVerification> = /*@__PURE__*/
+  enumDesc(file_referral_v1_admin, 0);
 
 /**
  * ApiKeyKind is what an API key may do.
@@ -804,7 +963,7 @@ export enum ApiKeyKind {
  * Describes the enum referral.v1.ApiKeyKind.
  */
 export const ApiKeyKindSchema: GenEnum<ApiKeyKind> = /*@__PURE__*/
-  enumDesc(file_referral_v1_admin, 0);
+  enumDesc(file_referral_v1_admin, 1);
 
 /**
  * AdminService provisions tenants, API keys and campaigns. It is served only
@@ -943,6 +1102,33 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof VerifyApplicationStatsRequestSchema;
     output: typeof VerifyApplicationStatsResponseSchema;
+  },
+  /**
+   * Creates or rotates the application's identity secret, with which the
+   * app's backend signs its users (user_hash = lowercase hex
+   * HMAC-SHA256(identity secret, external user id), the key being the
+   * secret as shown, UTF-8). The secret is returned once, here; it is stored
+   * encrypted. A rotation keeps the previous secret verifying for 24 hours
+   * (previous_secret_expires_at). See docs/trust.md.
+   *
+   * @generated from rpc referral.v1.AdminService.RotateIdentitySecret
+   */
+  rotateIdentitySecret: {
+    methodKind: "unary";
+    input: typeof RotateIdentitySecretRequestSchema;
+    output: typeof RotateIdentitySecretResponseSchema;
+  },
+  /**
+   * Changes an application's settings named in update_mask; only
+   * identity_verification may be changed (INVALID_ARGUMENT naming
+   * update_mask otherwise). NOT_FOUND when the application does not exist.
+   *
+   * @generated from rpc referral.v1.AdminService.UpdateApplication
+   */
+  updateApplication: {
+    methodKind: "unary";
+    input: typeof UpdateApplicationRequestSchema;
+    output: typeof UpdateApplicationResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_admin, 0);

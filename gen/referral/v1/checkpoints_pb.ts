@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/checkpoints.proto.
  */
 export const file_referral_v1_checkpoints: GenFile = /*@__PURE__*/
-  fileDesc("Ch1yZWZlcnJhbC92MS9jaGVja3BvaW50cy5wcm90bxILcmVmZXJyYWwudjEicAoXSW5nZXN0Q2hlY2twb2ludFJlcXVlc3QSDAoEbmFtZRgBIAEoCRIYChBleHRlcm5hbF91c2VyX2lkGAIgASgJEi0KC2Vudmlyb25tZW50GAMgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQiKwoYSW5nZXN0Q2hlY2twb2ludFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgynwEKEkNoZWNrcG9pbnRzU2VydmljZRKIAQoQSW5nZXN0Q2hlY2twb2ludBIkLnJlZmVycmFsLnYxLkluZ2VzdENoZWNrcG9pbnRSZXF1ZXN0GiUucmVmZXJyYWwudjEuSW5nZXN0Q2hlY2twb2ludFJlc3BvbnNlIifA8xgByPMYyQGC0+STAhg6ASoiEy9jaGVja3BvaW50cy9pbmdlc3RiBnByb3RvMw", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("Ch1yZWZlcnJhbC92MS9jaGVja3BvaW50cy5wcm90bxILcmVmZXJyYWwudjEilgEKF0luZ2VzdENoZWNrcG9pbnRSZXF1ZXN0EgwKBG5hbWUYASABKAkSGAoQZXh0ZXJuYWxfdXNlcl9pZBgCIAEoCRItCgtlbnZpcm9ubWVudBgDIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhYKCXVzZXJfaGFzaBgEIAEoCUgAiAEBQgwKCl91c2VyX2hhc2giKwoYSW5nZXN0Q2hlY2twb2ludFJlc3BvbnNlEg8KB3N1Y2Nlc3MYASABKAgynwEKEkNoZWNrcG9pbnRzU2VydmljZRKIAQoQSW5nZXN0Q2hlY2twb2ludBIkLnJlZmVycmFsLnYxLkluZ2VzdENoZWNrcG9pbnRSZXF1ZXN0GiUucmVmZXJyYWwudjEuSW5nZXN0Q2hlY2twb2ludFJlc3BvbnNlIifA8xgByPMYyQGC0+STAhg6ASoiEy9jaGVja3BvaW50cy9pbmdlc3RiBnByb3RvMw", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
 
 /**
  * IngestCheckpointRequest names the event and the customer.
@@ -43,6 +43,15 @@ export type IngestCheckpointRequest = Message<"referral.v1.IngestCheckpointReque
    * @generated from field: referral.v1.Environment environment = 3;
    */
   environment: Environment;
+
+  /**
+   * Proof from the app's backend that the caller is this customer:
+   * lowercase hex HMAC-SHA256(identity secret, external_user_id). See
+   * docs/trust.md; secret keys ignore it.
+   *
+   * @generated from field: optional string user_hash = 4;
+   */
+  userHash?: string | undefined;
 };
 
 /**
