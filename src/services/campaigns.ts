@@ -22,7 +22,7 @@ export function createCampaignsService(deps: {
 }): ServiceImpl<typeof CampaignsService> {
   return {
     async listCampaigns(request, context) {
-      const { store } = callerOf(context);
+      const { store, keyKind } = callerOf(context);
       if (
         request.sortBy !== CampaignSortBy.UNSPECIFIED &&
         request.sortBy !== CampaignSortBy.CREATED_AT
@@ -31,9 +31,14 @@ export function createCampaignsService(deps: {
       }
       if (!(request.sortOrder in SortOrder))
         throw invalidArgument("sortOrder", "must be one of: asc, desc");
+      // A public key is anyone's: it sees live campaigns only (docs/trust.md).
+      const liveOnly = keyKind === "public";
+      if (liveOnly && request.isLive === false) {
+        return { campaigns: [] };
+      }
       const docs = await store.campaigns.findMany({
         environment: environmentName(request.environment),
-        isLive: request.isLive,
+        isLive: liveOnly ? true : request.isLive,
         isDefault: request.isDefault,
         order: request.sortOrder === SortOrder.ASC ? "asc" : "desc",
       });

@@ -427,12 +427,18 @@ async function campaignsOf(key: string): Promise<Json> {
   return response.body;
 }
 
-async function newApplication(name: string): Promise<{ id: string; publicKey: string }> {
+async function newApplication(
+  name: string,
+): Promise<{ id: string; publicKey: string; secretKey: string }> {
   const created = await rest(server, "POST", "/admin/applications", {
     key: keys.admin,
     body: { name },
   });
-  return { id: created.body.application.id, publicKey: created.body.publicKey };
+  return {
+    id: created.body.application.id,
+    publicKey: created.body.publicKey,
+    secretKey: created.body.secretKey,
+  };
 }
 
 const createPath = (id: string) => `/admin/applications/${id}/campaigns`;
@@ -744,13 +750,15 @@ test("a campaign at every maximum stays within the size docs/admin.md states", a
   });
   t.is(pinged.status, 200);
 
+  // A draft (`false` is a byte longer than `true`), so the secret key lists
+  // it: a public key sees live campaigns only.
   const response = await fetch(`${server.baseUrl}/campaigns`, {
-    headers: { authorization: application.publicKey },
+    headers: { authorization: application.secretKey },
   });
   const bytes = (await response.arrayBuffer()).byteLength;
   const { bytes: stated, beyondText } = statedLargestCampaign();
   t.is(stated, 3 * campaignCharacters + beyondText, "the stated figure is the page's sum");
-  const [listed] = (await campaignsOf(application.publicKey)) as Json[];
+  const [listed] = (await campaignsOf(application.secretKey)) as Json[];
   t.is(listed.lastPingOrigin.length, limits.url);
   t.is(listed.emails.length, listMaxima.emails);
   // One campaign, in a bare array: two brackets.

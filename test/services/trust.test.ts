@@ -569,3 +569,27 @@ for (const engine of engineNames) {
     },
   );
 }
+
+for (const protocol of ["rest", "grpc", "connect"] as const) {
+  test(`${protocol}: a public key lists live campaigns only`, async (t) => {
+    const app = await newApplication(`Drafts ${protocol}`, false);
+    await admin("POST", `/admin/applications/${app.id}/campaigns`, {
+      name: "Unannounced",
+      environment: "production",
+      isLive: false,
+    });
+    // REST answers the list itself (the spec's shape), the others the message.
+    const names = (body: Json) =>
+      ((Array.isArray(body) ? body : body.campaigns) as Json[]).map((campaign) => campaign.name);
+    t.deepEqual(names(await okBody(protocol, "ListCampaigns", {}, app.publicKey)), ["Trust"]);
+    t.deepEqual(
+      names(await okBody(protocol, "ListCampaigns", { isLive: false }, app.publicKey)),
+      [],
+    );
+    t.deepEqual(
+      names(await okBody(protocol, "ListCampaigns", {}, app.secretKey)).sort(),
+      ["Trust", "Unannounced"],
+      "the secret key sees every campaign",
+    );
+  });
+}
