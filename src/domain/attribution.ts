@@ -14,19 +14,27 @@ export type Attribution =
   /** Another referrer while pending or flagged: move the referral and re-run the rules. */
   | { readonly kind: "reattribute" }
   /** Another referrer once decided (accepted, rejected, reversed): refused. */
-  | { readonly kind: "refuse"; readonly reason: string };
+  | { readonly kind: "refuse"; readonly reason: string }
+  /**
+   * Another referrer, asked by a caller who may not move the referral (a
+   * public key without the referee's userHash, docs/trust.md): the
+   * referral is answered as it is, so attribution cannot be stolen.
+   */
+  | { readonly kind: "kept" };
 
 /** Decides how a referral request treats the referee's existing referral. */
 export function decideAttribution(
   existing: { readonly status: ReferralStatusName; readonly referrerId: string } | null,
   referrerId: string,
+  /** Whether the caller may move an existing referral to another referrer. */
+  mayReattribute = true,
 ): Attribution {
   if (!existing) return { kind: "create" };
   if (existing.referrerId === referrerId) return { kind: "unchanged" };
   if (!isUndecided(existing.status)) {
     return { kind: "refuse", reason: `referral already ${existing.status}` };
   }
-  return { kind: "reattribute" };
+  return mayReattribute ? { kind: "reattribute" } : { kind: "kept" };
 }
 
 /**

@@ -61,6 +61,8 @@ export async function attributeReferral(
   campaign: CampaignDoc,
   referrer: CustomerDoc,
   referee: CustomerDoc,
+  /** Whether the caller may move the referee's existing referral (see `decideAttribution`). */
+  mayReattribute: boolean,
 ): Promise<ReferralOutcome> {
   const { store, tenant } = caller;
   const parties = {
@@ -71,8 +73,8 @@ export async function attributeReferral(
   };
   let existing = await store.referrals.findOfReferee(parties);
   for (let attempt = 1; attempt <= writeAttempts; attempt++) {
-    const decision = decideAttribution(existing, referrer._id);
-    if (decision.kind === "unchanged" && existing) {
+    const decision = decideAttribution(existing, referrer._id, mayReattribute);
+    if ((decision.kind === "unchanged" || decision.kind === "kept") && existing) {
       return { doc: existing, view: referralView(existing) };
     }
     if (decision.kind === "refuse") throw failedPrecondition(decision.reason);

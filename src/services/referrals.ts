@@ -51,9 +51,17 @@ export function createReferralsService(
       if (!referrer) throw await referralCodeNotFound(store, environment, referralCode);
       const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
       // The referee is the customer the call acts for (docs/trust.md).
-      await verificationOf(caller, deps, referee.externalUserId, userHash);
+      const verification = await verificationOf(caller, deps, referee.externalUserId, userHash);
       if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
-      const { view } = await attributeReferral(deps, caller, campaign, referrer, referee);
+      // Only a secret key or the referee's own verified call moves a referral (docs/trust.md).
+      const { view } = await attributeReferral(
+        deps,
+        caller,
+        campaign,
+        referrer,
+        referee,
+        verification !== "unverified",
+      );
       deps.notifyWebhooks();
       // The specification's create response has no environment field.
       return { referral: { ...view, environment: undefined } };

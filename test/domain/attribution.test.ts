@@ -22,6 +22,21 @@ test("another referrer while pending or flagged: re-attribute", (t) => {
   }
 });
 
+test("another referrer from a caller who may not move it: kept as it is while undecided, refused once final", (t) => {
+  for (const status of ["pending", "flagged"] as const) {
+    t.deepEqual(decideAttribution({ status, referrerId: "cus_a" }, "cus_b", false), {
+      kind: "kept",
+    });
+  }
+  t.deepEqual(decideAttribution({ status: "accepted", referrerId: "cus_a" }, "cus_b", false), {
+    kind: "refuse",
+    reason: "referral already accepted",
+  });
+  t.deepEqual(decideAttribution({ status: "pending", referrerId: "cus_a" }, "cus_a", false), {
+    kind: "unchanged",
+  });
+});
+
 test("another referrer once final: refused, saying why", (t) => {
   t.deepEqual(decideAttribution({ status: "accepted", referrerId: "cus_a" }, "cus_b"), {
     kind: "refuse",

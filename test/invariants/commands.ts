@@ -241,6 +241,8 @@ export class Refer extends Step {
       referralCode: referrer.referralCode,
       refereeId: referee.id,
       campaignId: app.campaignId,
+      // The referee's own verified call: only it (or a secret key) moves a referral (docs/trust.md).
+      userHash: userHashOf(app.identitySecret, referee.externalUserId),
     };
     let outcome: Outcome;
     if (this.via === "idempotent") {

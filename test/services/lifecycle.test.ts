@@ -176,7 +176,8 @@ for (const protocol of protocols) {
         "a retry changes nothing",
       );
 
-      const moved = ok(await api.refer(second.referralCode, "friend"));
+      // Moved by the backend: a public key alone cannot move one (test/services/trust.test.ts).
+      const moved = ok(await api.refer(second.referralCode, "friend", keys.secret));
       t.is(moved.id, created.id);
       t.is(moved.referrerId, second.id);
       t.is(moved.status, "pending");
@@ -441,8 +442,8 @@ for (const protocol of protocols) {
       const honest = await api.identify("ra-honest");
       const flaggedByRule = ok(await api.refer(self.referralCode, "ra-self"));
       t.is(flaggedByRule.status, "flagged");
-      // Another referrer for the same referee: self_referral no longer fires.
-      const cleared = ok(await api.refer(honest.referralCode, "ra-self"));
+      // Another referrer for the same referee (from the backend): self_referral no longer fires.
+      const cleared = ok(await api.refer(honest.referralCode, "ra-self", keys.secret));
       t.is(cleared.status, "pending");
       t.deepEqual(cleared.suspectedFrauds, []);
       t.like(cleared.statusHistory[1], {
@@ -454,7 +455,7 @@ for (const protocol of protocols) {
       await api.identify("ra-friend");
       const referral = ok(await api.refer(honest.referralCode, "ra-friend"));
       ok(await api.review(referral.id, "flagged", "manual check"));
-      const kept = ok(await api.refer(self.referralCode, "ra-friend"));
+      const kept = ok(await api.refer(self.referralCode, "ra-friend", keys.secret));
       t.is(kept.referrerId, self.id);
       t.is(kept.status, "flagged", "re-attribution does not clear a human decision");
     },

@@ -593,3 +593,39 @@ for (const protocol of ["rest", "grpc", "connect"] as const) {
     );
   });
 }
+
+for (const protocol of protocols) {
+  test(`${protocol}: a public key cannot move a referral to another referrer without the referee's userHash`, async (t) => {
+    const app = await newApplication(`Attribution ${protocol}`);
+    const first = await okBody(protocol, "IdentifyCustomer", victim("first"), app.secretKey);
+    const thief = await okBody(protocol, "IdentifyCustomer", victim("thief"), app.secretKey);
+    const third = await okBody(protocol, "IdentifyCustomer", victim("third"), app.secretKey);
+    await okBody(
+      protocol,
+      "IdentifyCustomer",
+      { externalUserId: "newcomer", name: "Nell" },
+      app.publicKey,
+    );
+    const refer = (code: string, key: string, extra: Json = {}) =>
+      okBody(
+        protocol,
+        "CreateReferral",
+        { referralCode: code, refereeExternalUserId: "newcomer", ...extra },
+        key,
+      );
+    const created = await refer(first.referralCode, app.publicKey);
+    t.is(created.referrerId, first.id, "a first referral from the app is made");
+    const stolen = await refer(thief.referralCode, app.publicKey);
+    t.is(stolen.referrerId, first.id, "another code, unverified: answered as it is");
+    const [kept] = (
+      await okBody(protocol, "ListReferrals", { refereeId: created.refereeId }, app.secretKey)
+    ).data;
+    t.is(kept.referrerId, first.id, "and left as it is");
+    const moved = await refer(thief.referralCode, app.publicKey, {
+      userHash: userHashOf(app.identitySecret, "newcomer"),
+    });
+    t.is(moved.referrerId, thief.id, "the referee's own verified call moves it");
+    const byBackend = await refer(third.referralCode, app.secretKey);
+    t.is(byBackend.referrerId, third.id, "a secret key moves it");
+  });
+}
