@@ -4,6 +4,7 @@ import { Webhook } from "standardwebhooks";
 import { runListen } from "../../src/cli/listen.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { asUsersRunIt, type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
+import { eventually } from "../helpers/wait.js";
 
 /**
  * `npm run admin -- listen` against a real server: the endpoint it registers,
@@ -109,14 +110,15 @@ test.serial(
     const headers = request?.headers as Record<string, string>;
     t.notThrows(() => new Webhook(secret).verify(request?.body ?? "", headers), "still verifies");
     const [endpoint] = await webhooks();
-    const deliveries = await rest(server, "GET", `/webhooks/${endpoint.id}/deliveries`, {
-      key: keys.secret,
+    // The attempt is recorded once the service has listen's answer, which
+    // listen sends after printing its line: wait for it, not for the line.
+    const attempt = await eventually("the attempt recorded", async () => {
+      const deliveries = await rest(server, "GET", `/webhooks/${endpoint.id}/deliveries`, {
+        key: keys.secret,
+      });
+      return deliveries.body.data[0]?.attempts[0];
     });
-    t.is(
-      deliveries.body.data[0].attempts[0].statusCode,
-      202,
-      "the service got the target's status",
-    );
+    t.is(attempt.statusCode, 202, "the service got the target's status");
 
     t.is(await session.stop(), 0);
     t.deepEqual(await webhooks(), []);

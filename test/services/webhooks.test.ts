@@ -74,11 +74,12 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
     refereeExternalUserId: "wh-bob",
     environment: "test",
   });
-  await post("/referrals", {
-    referralCode: carol.referralCode,
-    refereeExternalUserId: "wh-bob",
-    environment: "test",
-  });
+  // Moved to carol by the backend: a public key alone cannot move a referral (docs/trust.md).
+  await post(
+    "/referrals",
+    { referralCode: carol.referralCode, refereeExternalUserId: "wh-bob", environment: "test" },
+    keys.secret,
+  );
   await post("/checkpoints/ingest", {
     name: "purchase",
     externalUserId: "wh-bob",
