@@ -116,10 +116,24 @@ export function createAuthenticator(deps: {
 }
 
 /**
+ * An error the authenticate step tells apart from the others. ConnectError's
+ * `instanceof` answers true for any ConnectError (it recognises errors from
+ * other copies of the library), so each of these is recognised by its own
+ * class only.
+ */
+abstract class AuthenticationRefusal extends ConnectError {
+  static override [Symbol.hasInstance](this: { prototype: object }, value: unknown): boolean {
+    if (typeof value !== "object" || value === null) return false;
+    // biome-ignore lint/complexity/noThisInStatic: `this` is the subclass `instanceof` names.
+    return Object.prototype.isPrototypeOf.call(this.prototype, value);
+  }
+}
+
+/**
  * PERMISSION_DENIED for a valid key of the wrong kind. The key is known, so
  * the error carries its caller: the call's log line names the key.
  */
-export class KeyKindRefused extends ConnectError {
+export class KeyKindRefused extends AuthenticationRefusal {
   constructor(
     readonly caller: Caller,
     message: string,
@@ -142,20 +156,8 @@ function parseAuthorization(value: string | null | undefined): string | undefine
  * it; the authenticate step counts it as a failed authentication of the
  * client's address, as it does a refused key (see `interceptors.ts`).
  */
-export class UserHashRefused extends ConnectError {
+export class UserHashRefused extends AuthenticationRefusal {
   constructor(message: string) {
     super(message, Code.Unauthenticated);
-  }
-
-  /**
-   * Only this class's own errors: ConnectError's `instanceof` answers true
-   * for any ConnectError, which would count every error as a failure.
-   */
-  static override [Symbol.hasInstance](value: unknown): boolean {
-    return (
-      typeof value === "object" &&
-      value !== null &&
-      Object.getPrototypeOf(value) === UserHashRefused.prototype
-    );
   }
 }
