@@ -22,3 +22,40 @@ export function rewardTriggerOf(campaign: RewardTriggers): string | null {
 export function convertsOnTrigger(status: ReferralStatusName): boolean {
   return status === "pending";
 }
+
+/** The REST words of `referral.v1.CampaignPublicCheckpoints`. */
+export type PublicCheckpointsName = "hold" | "convert" | "ignore";
+
+/**
+ * A campaign's trust in unverified public-key checkpoints: `hold` when it
+ * has none stored (campaigns stored before the setting, and the default).
+ */
+export function publicCheckpointsOf(campaign: {
+  readonly publicCheckpoints?: PublicCheckpointsName | null;
+}): PublicCheckpointsName {
+  return campaign.publicCheckpoints ?? "hold";
+}
+
+/** The reason an unconfirmed conversion's grants are pending for. */
+export const unverifiedConversion = "unverified_conversion";
+
+/**
+ * What a campaign's trigger checkpoint does to one referral of its referee
+ * (docs/trust.md). A trusted checkpoint (a secret key's, or one with a
+ * valid userHash) converts a pending referral, and confirms one an
+ * unverified checkpoint converted under `hold`; an unverified one converts
+ * as the campaign says: `hold` (its grants wait for confirmation),
+ * `convert`, or `ignore` (nothing).
+ */
+export function conversionByCheckpoint(
+  referral: { readonly status: ReferralStatusName; readonly awaitsConfirmation?: true },
+  trusted: boolean,
+  publicCheckpoints: PublicCheckpointsName,
+): "convert" | "convert and hold" | "confirm" | "nothing" {
+  if (convertsOnTrigger(referral.status)) {
+    if (trusted || publicCheckpoints === "convert") return "convert";
+    return publicCheckpoints === "hold" ? "convert and hold" : "nothing";
+  }
+  if (trusted && referral.status === "accepted" && referral.awaitsConfirmation) return "confirm";
+  return "nothing";
+}

@@ -39,6 +39,12 @@ export interface ReferralRecord {
   suspectedFrauds: SuspectedFraud[];
   /** Every status it has had, oldest first. */
   statusHistory: StatusChange[];
+  /**
+   * Storage, set while accepted by an unverified public-key checkpoint under
+   * `hold` and not yet confirmed: a trusted trigger checkpoint finds it by
+   * this (see `conversionByCheckpoint`) and releases its grants.
+   */
+  awaitsConfirmation?: true;
   /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
   attributedAt: Date;
   createdAt: Date;

@@ -90,6 +90,12 @@ export interface GrantRecord {
   expiresAt: Date | null;
   /** Storage, set only while pending with automatic approval: when the sweep approves it. */
   approvalDueAt?: Date;
+  /**
+   * Storage, set only while pending for an unverified conversion (status
+   * reason `unverified_conversion`): no approval is scheduled until a
+   * trusted checkpoint confirms it or a reviewer moves it.
+   */
+  awaitsConfirmation?: true;
   /** Storage, set only while approved with an expiry: when the sweep expires it. */
   expiryDueAt?: Date;
   /**

@@ -27,7 +27,8 @@ export type RewardGrantCauseName =
   | "review"
   | "hold_ended"
   | "expiry"
-  | "reversal";
+  | "reversal"
+  | "confirmed";
 
 /** The REST words of `referral.v1.RewardLimitUnit` and `RewardLimitInterval`. */
 export type LimitUnitName = "rewards" | "amount";

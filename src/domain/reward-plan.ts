@@ -1,5 +1,6 @@
 import { hash } from "node:crypto";
 import { limitWindowOf, timeZoneOfCampaign } from "./campaign-time.js";
+import { unverifiedConversion } from "./conversion.js";
 import { type CurrencyName, digitsOf, fromMinorUnits, toMinorUnits } from "./money.js";
 import type { ReferralRecord, StatusChange } from "./referral-transitions.js";
 import type {
@@ -80,10 +81,12 @@ export function planEarnedGrants(
   campaign: CampaignTerms,
   referral: GrantParties,
   acceptance: Pick<StatusChange, "changedAt" | "actorId">,
+  /** An unverified conversion under `hold`: the grants wait for confirmation. */
+  awaitingConfirmation = false,
 ): PlannedGrant[] {
   return rewardsOf(campaign)
     .filter((reward) => !reward.disabled && reward.party && reward.type)
-    .map((reward) => earnedGrant(campaign, referral, reward, acceptance));
+    .map((reward) => earnedGrant(campaign, referral, reward, acceptance, awaitingConfirmation));
 }
 
 /** The grant one reward of a campaign earns its party when `referral` is accepted. */
@@ -92,6 +95,7 @@ export function earnedGrant(
   referral: GrantParties,
   reward: RewardTerms,
   acceptance: Pick<StatusChange, "changedAt" | "actorId">,
+  awaitingConfirmation = false,
 ): PlannedGrant {
   const at = acceptance.changedAt;
   const party = reward.party as "referrer" | "referee";
@@ -112,7 +116,8 @@ export function earnedGrant(
     at,
     cause: "earned",
     actorId: acceptance.actorId,
-    reason: null,
+    reason: awaitingConfirmation ? unverifiedConversion : null,
+    awaitingConfirmation,
   });
   return { grant, limit };
 }
@@ -136,17 +141,21 @@ export interface GrantRequest {
   readonly cause: RewardGrantCauseName;
   readonly actorId: string;
   readonly reason: string | null;
+  /** Earned by an unverified conversion under `hold`: pending until confirmed or reviewed. */
+  readonly awaitingConfirmation?: boolean;
 }
 
 /**
  * A grant as it is made, before any limit: held until the reward's hold
  * period ends, then approved automatically (at once without a hold) or
- * left for a reviewer. A value of its own is approved at once.
+ * left for a reviewer. A value of its own is approved at once. A grant
+ * awaiting confirmation is pending with no approval scheduled.
  */
 export function newGrant(request: GrantRequest): GrantRecord {
   const { reward, at } = request;
   const holdMs = durationOf(reward?.holdPeriod) ?? 0;
-  const automatic = reward?.approval !== "manual";
+  const awaiting = request.awaitingConfirmation === true;
+  const automatic = reward?.approval !== "manual" && !awaiting;
   const availableAt = new Date(at.getTime() + holdMs);
   const status: RewardGrantStatusName = holdMs === 0 && automatic ? "approved" : "pending";
   const expiresAt = status === "approved" ? expiryFrom(reward, at) : null;
@@ -173,6 +182,7 @@ export function newGrant(request: GrantRequest): GrantRecord {
     availableAt,
     expiresAt,
     ...(status === "pending" && automatic ? { approvalDueAt: availableAt } : {}),
+    ...(awaiting ? { awaitsConfirmation: true as const } : {}),
     ...(expiresAt ? { expiryDueAt: expiresAt } : {}),
     fulfillment: null,
     reversalOf: null,

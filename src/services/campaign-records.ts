@@ -6,6 +6,7 @@ import {
   type CampaignCheckpoint,
   CampaignCheckpointSchema,
   CampaignCheckpointTrigger,
+  CampaignPublicCheckpoints,
   CampaignSchema,
   CurrencySchema,
   type Reward,
@@ -268,6 +269,10 @@ function stampChildren(campaign: Campaign, now: Date, current: Campaign | null):
 function checkCampaign(campaign: Campaign, environment: EnvironmentName): void {
   checkCampaignContent(campaign, environment);
   checkRewardTerms(campaign);
+  // Written as its default, so a campaign says what it does with a public key's checkpoint.
+  if (campaign.publicCheckpoints === CampaignPublicCheckpoints.UNSPECIFIED) {
+    campaign.publicCheckpoints = CampaignPublicCheckpoints.HOLD;
+  }
 }
 
 /**

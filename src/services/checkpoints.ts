@@ -23,7 +23,12 @@ export function createCheckpointsService(
       const externalUserId = requiredText(request.externalUserId, "externalUserId");
       const environment = requiredEnvironment(request.environment, "environment");
       // Checked before the customer is looked up: a wrong userHash says nothing of who exists.
-      await verificationOf(caller, deps, externalUserId, optionalUserHash(request.userHash));
+      const verification = await verificationOf(
+        caller,
+        deps,
+        externalUserId,
+        optionalUserHash(request.userHash),
+      );
       const customer = await store.customers.findByExternalId(environment, externalUserId);
       if (!customer)
         throw notFound(`customer with external user id ${externalUserId} in ${environment}`);
@@ -31,7 +36,7 @@ export function createCheckpointsService(
       // and conversion is idempotent, so the checkpoint's effect is never lost.
       const checkpoint = newCheckpoint(caller.tenant, customer, name, clock());
       await store.checkpoints.insert(checkpoint, checkpointIngested(checkpoint));
-      await convertReferrals(store, customer, checkpoint);
+      await convertReferrals(store, customer, checkpoint, verification !== "unverified");
       deps.notifyWebhooks();
       return { success: true };
     },

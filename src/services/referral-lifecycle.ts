@@ -1,6 +1,10 @@
 import type { Referral } from "../../gen/referral/v1/resources_pb.js";
 import { decideAttribution, statusFromRules } from "../domain/attribution.js";
-import { convertsOnTrigger, rewardTriggerOf } from "../domain/conversion.js";
+import {
+  conversionByCheckpoint,
+  publicCheckpointsOf,
+  rewardTriggerOf,
+} from "../domain/conversion.js";
 import {
   type FraudPolicy,
   type SuspectedFraud,
@@ -28,7 +32,12 @@ import type { ReferralRewardWork } from "../store/referrals.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
-import { makePlannedGrants, prepareEarnedGrants, settleReversal } from "./reward-ledger.js";
+import {
+  confirmConversion,
+  makePlannedGrants,
+  prepareEarnedGrants,
+  settleReversal,
+} from "./reward-ledger.js";
 
 /** What the lifecycle needs. */
 export interface LifecycleDeps {
@@ -208,11 +217,15 @@ async function accept(
   change: StatusChange & { fromStatus: ReferralStatusName },
   after: ReferralDoc,
   plan: readonly PlannedGrant[],
+  /** Accepted by an unverified checkpoint under `hold`: waits for a trusted one. */
+  awaitingConfirmation = false,
 ): Promise<ReferralDoc | null> {
   const grantIds = plan.map((entry) => entry.grant._id);
   const events = referralStatusChanged(after, referralView(after), grantIds);
-  const work: ReferralRewardWork =
-    plan.length > 0 ? { grantPlan: [...plan], grantPlanPending: true } : {};
+  const work: ReferralRewardWork = {
+    ...(plan.length > 0 ? { grantPlan: [...plan], grantPlanPending: true as const } : {}),
+    ...(awaitingConfirmation ? { awaitsConfirmation: true as const } : {}),
+  };
   const moved = await store.referrals.transition(current, change, events, work);
   if (moved && plan.length > 0) {
     await makePlannedGrants(store, { referralId: moved._id }, plan, change.changedAt);
@@ -221,31 +234,40 @@ async function accept(
 }
 
 /**
- * Conversion: a checkpoint named like a campaign's reward trigger accepts
- * the customer's pending referrals in that campaign, with the grants they
- * earn. Flagged and final referrals stay as they are, and a repeated
- * checkpoint finds nothing pending, so conversion happens once. Returns
- * the accepted referrals.
+ * Conversion: a checkpoint named like a campaign's reward trigger acts on
+ * the customer's referrals in that campaign as `conversionByCheckpoint`
+ * says: it accepts a pending one with the grants it earns (held for
+ * confirmation when only a public key vouches for it under `hold`), or
+ * confirms one an unverified checkpoint accepted. Flagged and final
+ * referrals stay as they are, and a repeated checkpoint finds nothing
+ * pending, so conversion happens once. Returns the accepted referrals.
  */
 export async function convertReferrals(
   store: TenantStore,
   customer: CustomerDoc,
   checkpoint: CheckpointDoc,
+  /** A secret key's checkpoint, or one with the customer's valid userHash. */
+  trusted: boolean,
 ): Promise<ReferralDoc[]> {
-  const pending = await store.referrals.findPendingOfReferee(customer);
-  if (pending.length === 0) return [];
-  const campaignIds = [...new Set(pending.map((referral) => referral.campaignId))];
+  const found = await store.referrals.findConvertibleOfReferee(customer);
+  if (found.length === 0) return [];
+  const campaignIds = [...new Set(found.map((referral) => referral.campaignId))];
   const campaigns = await store.campaigns.findByIds(campaignIds);
   const byId = new Map(campaigns.map((campaign) => [campaign._id, campaign]));
   const accepted: ReferralDoc[] = [];
-  for (const found of pending) {
-    const campaign = byId.get(found.campaignId);
+  for (const first of found) {
+    const campaign = byId.get(first.campaignId);
     if (!campaign || rewardTriggerOf(campaign) !== checkpoint.name) continue;
     // A concurrent write (another ingest, a review, a re-attribution) makes
-    // the transition miss; re-read, and convert only if still pending.
-    let referral: ReferralDoc | null = found;
+    // the transition miss; re-read, and decide again.
+    let referral: ReferralDoc | null = first;
     for (let attempt = 1; referral && attempt <= writeAttempts; attempt++) {
-      if (!convertsOnTrigger(referral.status)) break;
+      const action = conversionByCheckpoint(referral, trusted, publicCheckpointsOf(campaign));
+      if (action === "nothing") break;
+      if (action === "confirm") {
+        await confirmConversion(store, referral, checkpoint._id, checkpoint.createdAt);
+        break;
+      }
       const change = statusChange(
         referral.status,
         "accepted",
@@ -254,9 +276,10 @@ export async function convertReferrals(
         checkpoint.createdAt,
         `checkpoint "${checkpoint.name}"`,
       );
+      const held = action === "convert and hold";
       const after = transitioned(referral, change);
-      const plan = await prepareEarnedGrants(store, campaign, after, change);
-      const moved = await accept(store, referral, change, after, plan);
+      const plan = await prepareEarnedGrants(store, campaign, after, change, held);
+      const moved = await accept(store, referral, change, after, plan, held);
       if (moved) {
         accepted.push(moved);
         break;

@@ -45,8 +45,9 @@ export async function prepareEarnedGrants(
   campaign: CampaignDoc,
   referral: ReferralDoc,
   acceptance: StatusChange,
+  awaitingConfirmation = false,
 ): Promise<PlannedGrant[]> {
-  const planned = planEarnedGrants(campaign, referral, acceptance);
+  const planned = planEarnedGrants(campaign, referral, acceptance, awaitingConfirmation);
   for (const reward of rewardsOf(campaign)) {
     const id = rewardSnapshotId(reward);
     if (planned.some((entry) => entry.grant.rewardSnapshotId === id)) {
@@ -182,9 +183,13 @@ export async function moveGrant(
   };
   const set: Partial<GrantRecord> = { statusReason: how.reason };
   const unset: (keyof GrantRecord)[] = [];
-  if (current.status === "pending") unset.push("approvalDueAt");
+  if (current.status === "pending" && to !== "pending") unset.push("approvalDueAt");
   if (current.status === "approved") unset.push("expiryDueAt");
+  if (current.awaitsConfirmation) unset.push("awaitsConfirmation");
   const reward = await rewardOfGrant(store, current);
+  // Confirmed while its hold runs: approved by the sweep when it ends, as
+  // if it had never waited (a manual reward's stays for a reviewer).
+  if (to === "pending" && reward?.approval !== "manual") set.approvalDueAt = current.availableAt;
   if (to === "approved") {
     const approvedAt = how.cause === "hold_ended" ? current.availableAt : how.at;
     const expiresAt = expiryFrom(reward, approvedAt);
@@ -206,11 +211,44 @@ export async function moveGrant(
   if (releases) set.releasePending = true;
   const move = { change, set, unset };
   const after = movedGrant(current, move);
+  // A confirmation that leaves the grant pending raises no status event.
   const moved = await store.rewards.move(current, move, () =>
-    grantMoved(after, grantView(after, reward)),
+    to === current.status ? [] : grantMoved(after, grantView(after, reward)),
   );
   if (moved && releases) await releaseRoom(store, current, how.at);
   return moved;
+}
+
+/**
+ * Confirms the grants an unverified conversion earned (see
+ * `conversionByCheckpoint`): each follows its reward's approval from
+ * `at` — approved at once when approval is automatic and the hold is
+ * over, else pending as any grant in its hold (or left for a reviewer).
+ * Grants still planned are made first, so none escapes; then the referral
+ * stops waiting. Runs again safely: a grant moves once.
+ */
+export async function confirmConversion(
+  store: TenantStore,
+  referral: ReferralDoc,
+  actorId: string,
+  at: Date,
+): Promise<void> {
+  if (referral.grantPlan?.length) {
+    await makePlannedGrants(store, { referralId: referral._id }, referral.grantPlan, at);
+  }
+  const where = referralGrants(referral);
+  const grants = where ? await store.rewards.findOfReferral(where) : [];
+  for (const grant of grants) {
+    let current: RewardGrantDoc | null = grant;
+    for (let attempt = 1; current?.awaitsConfirmation && attempt <= moveAttempts; attempt++) {
+      const reward = await rewardOfGrant(store, current);
+      const approvesNow = reward?.approval !== "manual" && current.availableAt <= at;
+      const how = { cause: "confirmed", actorId, reason: null, at } as const;
+      if (await moveGrant(store, current, approvesNow ? "approved" : "pending", how)) break;
+      current = await store.rewards.find(current._id);
+    }
+  }
+  await store.referrals.clearAwaitsConfirmation(referral._id);
 }
 
 /** Gives back the room a grant held, then clears its flag. */

@@ -1,4 +1,3 @@
-import type { IdentityVerificationName } from "../domain/identity.js";
 /**
  * The stored documents. Every document's `_id` is its public id (a prefixed
  * random string); tenant-owned documents carry `organizationId` and
@@ -6,6 +5,8 @@ import type { IdentityVerificationName } from "../domain/identity.js";
  */
 
 import type { CheckpointRecord } from "../domain/checkpoint.js";
+import type { PublicCheckpointsName } from "../domain/conversion.js";
+import type { IdentityVerificationName } from "../domain/identity.js";
 import type { ReferralRecord } from "../domain/referral-transitions.js";
 import type { GrantRecord, PlannedGrant } from "../domain/reward-grant.js";
 import type { LimitUnitName } from "../domain/reward-ledger.js";
@@ -161,6 +162,8 @@ export interface CampaignDoc {
   timeZone?: string;
   /** Its public leaderboard's settings; absent on campaigns stored before leaderboards. */
   leaderboard?: CampaignLeaderboardDoc | null;
+  /** What an unverified public-key trigger checkpoint does; absent on campaigns stored before it (`hold`). */
+  publicCheckpoints?: PublicCheckpointsName;
   /**
    * Storage: the reward trigger as a checkpoint setting: its id and times,
    * kept in step with the trigger by every update; null without a trigger.

@@ -89,7 +89,7 @@ export function reattributeReferral(
  */
 export type ReferralRewardWork = Pick<
   ReferralDoc,
-  "grantPlan" | "grantPlanPending" | "reversalPending"
+  "grantPlan" | "grantPlanPending" | "reversalPending" | "awaitsConfirmation"
 >;
 
 /**
@@ -107,12 +107,14 @@ export function transitionReferral(
   rewards: ReferralRewardWork = {},
 ): Promise<ReferralDoc | null> {
   const fields = { ...rewards, status: change.toStatus, updatedAt: change.changedAt };
+  const update = withOutbox({ $set: fields, $push: { statusHistory: change } }, outbox);
+  // Leaving acceptance ends a wait for confirmation: nothing is left to confirm.
+  if (current.awaitsConfirmation && change.toStatus !== "accepted") {
+    update.$unset = { awaitsConfirmation: "" };
+  }
   return db.referrals.findOneAndUpdate(
     { ...unchangedSince(tenant, current), status: change.fromStatus },
-    withOutbox(
-      { $set: fields, $push: { statusHistory: change } },
-      outbox,
-    ) as UpdateFilter<ReferralDoc>,
+    update as UpdateFilter<ReferralDoc>,
     { returnDocument: "after" },
   );
 }
@@ -184,8 +186,12 @@ export async function isMailboxAlreadyReferred(
   return referred > 0;
 }
 
-/** A referee's pending referrals: the ones a reward-trigger checkpoint may accept. */
-export function findPendingReferralsOfReferee(
+/**
+ * A referee's referrals a reward-trigger checkpoint may act on: the pending
+ * ones it may accept, and those awaiting a trusted checkpoint's
+ * confirmation (see `conversionByCheckpoint`).
+ */
+export function findConvertibleReferralsOfReferee(
   db: Collections,
   tenant: Tenant,
   customer: CustomerDoc,
@@ -195,10 +201,22 @@ export function findPendingReferralsOfReferee(
       refereeId: customer._id,
       ...ownedBy(tenant),
       environment: customer.environment,
-      status: "pending",
+      $or: [{ status: "pending" }, { awaitsConfirmation: true }],
       deletedAt: null,
     })
     .toArray();
+}
+
+/** Ends a referral's wait for confirmation, once its grants are confirmed. */
+export async function clearAwaitsConfirmation(
+  db: Collections,
+  tenant: Tenant,
+  referralId: string,
+): Promise<void> {
+  await db.referrals.updateOne(
+    { ...ownedBy(tenant), _id: referralId },
+    { $unset: { awaitsConfirmation: "" } },
+  );
 }
 
 /** Filters of ListReferrals. */

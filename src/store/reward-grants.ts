@@ -150,8 +150,11 @@ export function moveRewardGrant(
   if (move.unset?.length) {
     update.$unset = Object.fromEntries(move.unset.map((field) => [field, ""]));
   }
+  // A grant awaiting confirmation is moved once: by its confirmation or by
+  // a reviewer, whichever comes first.
+  const awaiting = current.awaitsConfirmation ? { awaitsConfirmation: true as const } : {};
   return db.rewardGrants.findOneAndUpdate(
-    { ...ownedBy(tenant), _id: current._id, status: change.fromStatus },
+    { ...ownedBy(tenant), _id: current._id, status: change.fromStatus, ...awaiting },
     update as UpdateFilter<RewardGrantDoc>,
     { returnDocument: "after" },
   );

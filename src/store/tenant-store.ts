@@ -37,8 +37,9 @@ import { findIdempotencyRecords, removeIdempotencyKey } from "./idempotency.js";
 import { findReferralsToExport, tenantInsights } from "./insights.js";
 import type { PageRequest } from "./paging.js";
 import {
+  clearAwaitsConfirmation,
   countReferralsAttributedSince,
-  findPendingReferralsOfReferee,
+  findConvertibleReferralsOfReferee,
   findReferral,
   findReferralOfReferee,
   findReferrals,
@@ -169,7 +170,8 @@ export function createTenantStore(
     referrals: {
       find: bind(findReferral),
       findOfReferee: bind(findReferralOfReferee),
-      findPendingOfReferee: bind(findPendingReferralsOfReferee),
+      findConvertibleOfReferee: bind(findConvertibleReferralsOfReferee),
+      clearAwaitsConfirmation: bind(clearAwaitsConfirmation),
       findMany: bind(findReferrals),
       countAttributedSince: bind(countReferralsAttributedSince),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),

@@ -60,7 +60,7 @@ test("the example receiver pays approved payouts and records each payment", asyn
       "POST",
       "/checkpoints/ingest",
       { name: "purchase", externalUserId: "loop-referee", environment: "test" },
-      keys.public,
+      keys.secret,
     );
     const deadline = Date.now() + 10_000;
     let grant: Json;

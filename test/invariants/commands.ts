@@ -155,6 +155,7 @@ export class Identify extends Step {
       });
       if (outcome.ok) {
         model.idempotent.push({
+          key,
           path,
           body,
           idempotencyKey,
@@ -253,6 +254,7 @@ export class Refer extends Step {
       });
       if (outcome.ok) {
         model.idempotent.push({
+          key: app.public,
           path: "/referrals",
           body,
           idempotencyKey,
@@ -278,12 +280,15 @@ export class Refer extends Step {
 
 /**
  * POST /checkpoints/ingest (IngestCheckpoint) for several customers at
- * once, referees first: conversions.
+ * once, referees first: conversions. From the app's public key they hold
+ * their grants (the campaign's `publicCheckpoints` is `hold`); from the
+ * backend's secret key they convert, and confirm what the app's held.
  */
 export class Convert extends Step {
   constructor(
     readonly picks: readonly number[],
     readonly trigger: boolean,
+    readonly fromBackend: boolean,
     readonly via: WireProtocol,
   ) {
     super();
@@ -291,8 +296,13 @@ export class Convert extends Step {
 
   static arbitrary() {
     return fc
-      .tuple(fc.array(pick(), { minLength: 1, maxLength: 4 }), fc.boolean(), protocol())
-      .map(([picks, trigger, via]) => new Convert(picks, trigger, via));
+      .tuple(
+        fc.array(pick(), { minLength: 1, maxLength: 4 }),
+        fc.boolean(),
+        fc.boolean(),
+        protocol(),
+      )
+      .map(([picks, trigger, fromBackend, via]) => new Convert(picks, trigger, fromBackend, via));
   }
 
   /** The customers converting: live referees, or any live customer when there is none. */
@@ -318,7 +328,7 @@ export class Convert extends Step {
         const customer = model.slots[referee];
         if (!customer) return;
         const outcome = await system.call(
-          app.public,
+          this.fromBackend ? app.secret : app.public,
           this.via,
           CheckpointsService.method.ingestCheckpoint,
           {
@@ -333,7 +343,7 @@ export class Convert extends Step {
   }
 
   toString(): string {
-    return `Convert(referees #${this.picks.join(", #")}, ${this.trigger ? "the trigger" : "another checkpoint"}, ${this.via})`;
+    return `Convert(referees #${this.picks.join(", #")}, ${this.trigger ? "the trigger" : "another checkpoint"}, ${this.fromBackend ? "secret key" : "public key"}, ${this.via})`;
   }
 }
 
@@ -582,7 +592,7 @@ export class Erase extends Step {
         write.identifiedSlot === undefined ? undefined : model.slots[write.identifiedSlot];
       // Sent again, an erased customer's own identify makes it anew, as documented.
       if (identified?.erasedAt !== undefined) continue;
-      const replay = await system.rest(app.secret, "POST", write.path, {
+      const replay = await system.rest(write.key, "POST", write.path, {
         body: write.body,
         headers: { "idempotency-key": write.idempotencyKey },
       });
@@ -1185,7 +1195,6 @@ export class Replay extends Step {
   }
 
   async act(model: Model, system: System, mode: Mode): Promise<void> {
-    const app = appOf(model);
     const write = model.idempotent[this.pick % model.idempotent.length];
     if (!write) return;
     const identified =
@@ -1199,7 +1208,7 @@ export class Replay extends Step {
       (slot) =>
         write.text.includes(slot.token) || (slot.id !== undefined && write.text.includes(slot.id)),
     );
-    const replay = await system.rest(app.secret, "POST", write.path, {
+    const replay = await system.rest(write.key, "POST", write.path, {
       body: write.body,
       headers: { "idempotency-key": write.idempotencyKey },
     });

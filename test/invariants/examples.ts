@@ -26,7 +26,7 @@ export const exampleRuns: readonly { readonly name: string; readonly steps: () =
       new Identify(0, "free", false, "rest"),
       new Identify(1, "free", false, "rest"),
       new Refer(0, 0, "rest"),
-      new Convert([0], true, "rest"),
+      new Convert([0], true, true, "rest"),
       new GrantManually(0, "reward", 2_000, "rest"),
       new GrantManually(0, "reward ignoring its limit", 2_000, "grpc"),
     ],
@@ -75,7 +75,17 @@ export const exampleRuns: readonly { readonly name: string; readonly steps: () =
       new Identify(7, "free", false, "rest"),
       new EditCampaign({ kind: "public leaderboard" }),
       new Refer(1, 0, "rest"),
-      new Convert([0], true, "rest"),
+      new Convert([0], true, false, "rest"),
+    ],
+  },
+  {
+    name: "an app's conversion held, then confirmed by the backend",
+    steps: () => [
+      new Identify(0, "free", false, "rest"),
+      new Identify(1, "free", false, "rest"),
+      new Refer(0, 0, "rest"),
+      new Convert([0], true, false, "grpc"),
+      new Convert([0], true, true, "connect"),
     ],
   },
   {

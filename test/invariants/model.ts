@@ -86,6 +86,8 @@ export interface ExtraKey {
 
 /** A write sent with an `Idempotency-Key`, to be sent again later. */
 export interface IdempotentWrite {
+  /** The key it was sent with: a retry is the same call, with the same key. */
+  readonly key: Credential;
   readonly path: string;
   readonly body: Json;
   readonly idempotencyKey: string;
@@ -186,6 +188,7 @@ export class Model {
         status: grant.status,
         mayBeSwept:
           grant.status === "pending" &&
+          grant.statusReason !== "unverified_conversion" &&
           grant.reward?.approval !== "manual" &&
           Date.parse(grant.availableAt) < Date.now() + 5_000,
       }));

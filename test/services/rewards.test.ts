@@ -69,7 +69,7 @@ async function refer(campaign: Json, referrer: Json, referee: Json): Promise<Jso
 
 async function purchase(referee: Json): Promise<void> {
   const response = await rest(server, "POST", "/checkpoints/ingest", {
-    key: keys.public,
+    key: keys.secret,
     body: { name: "purchase", externalUserId: referee.externalUserId, environment: "production" },
   });
   expectOk(response, 201);
@@ -740,7 +740,7 @@ test("a crash between an acceptance and its grants loses none: the sweep makes t
       "POST",
       "/checkpoints/ingest",
       { name: "purchase", externalUserId: "crash-referee", environment: "production" },
-      keys.public,
+      keys.secret,
     );
     grants.insertOne = insertOne;
     t.is(ingest.status, 500);

@@ -273,11 +273,14 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
     externalUserId: referee.externalUserId,
     environment: "test",
   });
-  await call("POST", "/checkpoints/ingest", keys.public, {
-    name: "purchase",
-    externalUserId: referee.externalUserId,
-    environment: "test",
-  });
+  // The app's purchase holds the grants; the backend's confirms them.
+  for (const key of [keys.public, sk]) {
+    await call("POST", "/checkpoints/ingest", key, {
+      name: "purchase",
+      externalUserId: referee.externalUserId,
+      environment: "test",
+    });
+  }
   await call("PATCH", `/referrals/${second.id}`, sk, { status: "rejected", reason: "test" });
 
   // The reward ledger: the purchase earned the demo campaign's two rewards.
