@@ -90,6 +90,11 @@ export interface RateLimitConfig {
   readonly admin: RateLimit | undefined;
   /** Failed authentications per client address; past it, the address is refused before its credential is checked. */
   readonly unauthenticated: RateLimit | undefined;
+  /**
+   * Failed referral-code lookups per API key and, apart, per client
+   * address; past either, the key's (or the address's) lookups are refused.
+   */
+  readonly codeLookups: RateLimit | undefined;
 }
 
 /** How long a shutdown waits, and how long and how many connections may be held. */
@@ -182,6 +187,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       secret: rateLimit(env, "RATE_LIMIT_SECRET", "1000/1s"),
       admin: rateLimit(env, "RATE_LIMIT_ADMIN", "60/1m"),
       unauthenticated: rateLimit(env, "RATE_LIMIT_UNAUTHENTICATED", "30/1m"),
+      codeLookups: rateLimit(env, "RATE_LIMIT_CODE_LOOKUPS", "30/1m"),
     },
     streamsPerKey: integer(env, "STREAMS_PER_KEY", 20, 1, 1_000_000),
     streamPollMs: streamPollInterval(env),

@@ -37,3 +37,21 @@ export function callerOf(context: HandlerContext): Caller {
 export function requestOriginOf(context: HandlerContext): string | null {
   return context.requestHeader.get("origin") || null;
 }
+
+/**
+ * The limit of failed referral-code lookups (RATE_LIMIT_CODE_LOOKUPS), for
+ * the key and the client address of one call: a wrong code answers
+ * `not_found`, so without it codes could be searched.
+ */
+export interface CodeLookups {
+  /** RESOURCE_EXHAUSTED when the key or the address used its failures up. */
+  beforeLookup(): Promise<void> | void;
+  /** Counts a failed lookup against both; RESOURCE_EXHAUSTED once either is past its limit. */
+  lookupFailed(): Promise<void>;
+}
+
+/** Set by the transport's rate limits for every call; unlimited when they are off. */
+export const codeLookupsKey = createContextKey<CodeLookups>(
+  { beforeLookup: () => {}, lookupFailed: async () => {} },
+  { description: "the limit of failed referral-code lookups for the call's key and address" },
+);

@@ -8,7 +8,7 @@ import type { EnvironmentName } from "../domain/tenancy.js";
 import type { CustomerDoc } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
-import { callerOf } from "./context.js";
+import { callerOf, codeLookupsKey } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
 import { optionalUserHash, verificationOf } from "./identity.js";
 import { attributeReferral, type LifecycleDeps, reviewReferral } from "./referral-lifecycle.js";
@@ -47,8 +47,14 @@ export function createReferralsService(
         throw notFound(campaignId ? `campaign ${campaignId}` : "default campaign");
       }
       const environment = campaign.environment;
+      // Wrong codes are limited per key and address, so codes cannot be searched (docs/trust.md).
+      const lookups = context.values.get(codeLookupsKey);
+      await lookups.beforeLookup();
       const referrer = await store.customers.findByReferralCode(environment, referralCode);
-      if (!referrer) throw await referralCodeNotFound(store, environment, referralCode);
+      if (!referrer) {
+        await lookups.lookupFailed();
+        throw await referralCodeNotFound(store, environment, referralCode);
+      }
       const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
       // The referee is the customer the call acts for (docs/trust.md).
       const verification = await verificationOf(caller, deps, referee.externalUserId, userHash);

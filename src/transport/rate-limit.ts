@@ -10,7 +10,7 @@ import {
 import { Access } from "../../gen/referral/v1/options_pb.js";
 import type { RateLimit, RateLimitConfig } from "../config.js";
 import { methodAccess } from "../contract/options.js";
-import { callerKey } from "../services/context.js";
+import { type CodeLookups, callerKey, codeLookupsKey } from "../services/context.js";
 import type { MongoStore, Store } from "../store/store.js";
 import type { Call, Interceptor, Next } from "./pipeline.js";
 
@@ -44,7 +44,11 @@ export interface RateLimits {
    * limit. The limit's headers go in `answered` either way.
    */
   checkCredential(answered: Answered, address: string, valid: () => boolean): Promise<boolean>;
-  /** After authentication: counts the call against its API key, by the key's kind. */
+  /**
+   * After authentication: counts the call against its API key, by the key's
+   * kind, and gives the implementation the limit of failed referral-code
+   * lookups for the call's key and address (see {@link codeLookupsOf}).
+   */
   readonly byKey: Interceptor;
 }
 
@@ -87,6 +91,7 @@ export async function createRateLimits(
     secret: counterOf("secret"),
     admin: counterOf("admin"),
     unauthenticated: counterOf("unauthenticated"),
+    codeLookups: counterOf("codeLookups"),
   };
   const mongoLimiter = Object.values(counters)
     .map((counter) => counter?.limiter)
@@ -134,7 +139,61 @@ export async function createRateLimits(
       await countFailure(answered, failures, address);
       return false;
     },
-    byKey: keyStep(counters.public, counters.secret, refuse),
+    byKey: withCodeLookups(
+      keyStep(counters.public, counters.secret, refuse),
+      counters.codeLookups,
+      refuse,
+    ),
+  };
+}
+
+/**
+ * Gives every call with a key the limit of its failed referral-code
+ * lookups: counted per key and, apart, per client address (an address's
+ * guesses with many keys, a key's guesses from many addresses), each past
+ * its limit refusing that key's or address's lookups, found or not, until
+ * its window ends — a refusal only of wrong codes would still tell which
+ * codes exist. Each process learns of a block at its own next failure (the
+ * counter is the primary's or MongoDB's, so the count is the service's).
+ */
+function withCodeLookups(
+  step: Interceptor,
+  counter: Counter | undefined,
+  refuse: (call: Answered, counter: Counter, verdict: Verdict) => never,
+): Interceptor {
+  if (!counter) return step;
+  // Counted under these names, already in their final form.
+  const blocked = blockedAddresses((key) => key);
+  const keysOf = (call: Call, keyId: string) => [
+    `key:${keyId}`,
+    `address:${addressKey(call.clientAddress)}`,
+  ];
+  const lookupsOf = (call: Call, keyId: string): CodeLookups => ({
+    beforeLookup() {
+      if (blocked.isEmpty()) return;
+      const blockedMs = Math.max(...keysOf(call, keyId).map((key) => blocked.remainingMs(key)));
+      if (blockedMs > 0) {
+        const verdict = { allowed: false, remaining: 0, resetMs: blockedMs };
+        announce(call, counter, verdict);
+        refuse(call, counter, verdict);
+      }
+    },
+    async lookupFailed() {
+      const keys = keysOf(call, keyId);
+      const verdicts = await Promise.all(keys.map((key) => counter.consume(key)));
+      const tightest = verdicts.reduce((a, b) => (b.remaining < a.remaining ? b : a));
+      announce(call, counter, tightest);
+      verdicts.forEach((verdict, index) => {
+        if (verdict.remaining === 0) blocked.add(keys[index] as string, verdict.resetMs);
+      });
+      const refused = verdicts.find((verdict) => !verdict.allowed);
+      if (refused) refuse(call, counter, refused);
+    },
+  });
+  return (call, next) => {
+    const caller = call.context.values.get(callerKey);
+    if (caller) call.context.values.set(codeLookupsKey, lookupsOf(call, caller.keyId));
+    return step(call, next);
   };
 }
 
@@ -231,6 +290,7 @@ const refusals: Record<LimitName, string> = {
   secret: "this secret key is over its rate limit",
   admin: "too many admin calls from this address",
   unauthenticated: "too many failed authentications from this address",
+  codeLookups: "too many unknown referral codes from this key or address",
 };
 
 /** Where a limit's counters live. */
@@ -442,12 +502,12 @@ const blockedSweepSize = 10_000;
  * instances each learns of a block from the shared counter at its own next
  * failure from that address.
  */
-function blockedAddresses(): BlockedAddresses {
+function blockedAddresses(keyOf: (address: string) => string = addressKey): BlockedAddresses {
   const until = new Map<string, number>();
   return {
     isEmpty: () => until.size === 0,
     remainingMs(address) {
-      const key = addressKey(address);
+      const key = keyOf(address);
       const end = until.get(key);
       if (end === undefined) return 0;
       const remaining = end - Date.now();
@@ -459,7 +519,7 @@ function blockedAddresses(): BlockedAddresses {
         const now = Date.now();
         for (const [key, end] of until) if (end <= now) until.delete(key);
       }
-      until.set(addressKey(address), Date.now() + ms);
+      until.set(keyOf(address), Date.now() + ms);
     },
   };
 }

@@ -145,6 +145,7 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
     RATE_LIMIT_SECRET: "1000000/1s",
     RATE_LIMIT_ADMIN: "1000000/1s",
     RATE_LIMIT_UNAUTHENTICATED: "1000000/1s",
+    RATE_LIMIT_CODE_LOOKUPS: "1000000/1s",
     ...(certificate
       ? { TLS_CERT_FILE: certificate.certFile, TLS_KEY_FILE: certificate.keyFile }
       : {}),
