@@ -126,6 +126,7 @@ export function readScenarios(seeded: SeededData): Scenario[] {
 /** The write scenarios; each names the seeded pool its requests consume. */
 export type WriteKind =
   | "identify-new"
+  | "identify-new-verified"
   | "identify-existing"
   | "create-referral"
   | "trigger-checkpoint"
@@ -134,6 +135,7 @@ export type WriteKind =
 /** Every write kind, in report order. */
 export const writeKinds: readonly WriteKind[] = [
   "identify-new",
+  "identify-new-verified",
   "identify-existing",
   "create-referral",
   "trigger-checkpoint",
@@ -151,9 +153,10 @@ export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string):
   const base = seeded.customers;
   switch (kind) {
     case "identify-new":
+    case "identify-new-verified":
     case "identify-existing": {
       const externalUserId = (i: number) =>
-        kind === "identify-new" ? `n-${tag}-${i}` : `c-${i % base}`;
+        kind === "identify-existing" ? `c-${i % base}` : `n-${tag}-${i}`;
       return postScenario(
         kind,
         CustomersService.method.identifyCustomer,
@@ -162,10 +165,11 @@ export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string):
           externalUserId: externalUserId(i),
           name: `Bench Customer ${i}`,
           email: `${externalUserId(i)}@example.com`,
-          // An app changes an existing customer with its backend's userHash (docs/trust.md).
-          ...(kind === "identify-existing"
-            ? { userHash: userHashOf(benchKeys.identity, externalUserId(i)) }
-            : {}),
+          // An app changes an existing customer with its backend's userHash
+          // (docs/trust.md); identify-new-verified signs new ones, to weigh its cost.
+          ...(kind === "identify-new"
+            ? {}
+            : { userHash: userHashOf(benchKeys.identity, externalUserId(i)) }),
         }),
       );
     }

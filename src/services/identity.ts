@@ -61,11 +61,11 @@ export async function verificationOf(
   }
   const secrets: string[] = [];
   if (application?.identitySecretSealed) {
-    secrets.push(deps.secretBox.open(application.identitySecretSealed));
+    secrets.push(opened(deps.secretBox, application.identitySecretSealed));
   }
   const previousUntil = application?.previousIdentitySecretExpiresAt;
   if (application?.previousIdentitySecretSealed && previousUntil && previousUntil > deps.clock()) {
-    secrets.push(deps.secretBox.open(application.previousIdentitySecretSealed));
+    secrets.push(opened(deps.secretBox, application.previousIdentitySecretSealed));
   }
   if (secrets.length === 0) {
     throw new UserHashRefused(
@@ -76,4 +76,22 @@ export async function verificationOf(
     throw new UserHashRefused("userHash does not match the external user id");
   }
   return "verified";
+}
+
+// The secrets opened, by their sealed form: an application's secret is
+// opened once per process, not on every call it verifies. Bounded (two per
+// application are in use): past the bound the first opened goes first.
+const openedSecrets = new Map<string, string>();
+const openedSecretsMax = 1_000;
+
+function opened(secretBox: SecretBox, sealed: string): string {
+  let secret = openedSecrets.get(sealed);
+  if (secret === undefined) {
+    secret = secretBox.open(sealed);
+    if (openedSecrets.size >= openedSecretsMax) {
+      openedSecrets.delete(openedSecrets.keys().next().value as string);
+    }
+    openedSecrets.set(sealed, secret);
+  }
+  return secret;
 }

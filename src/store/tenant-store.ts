@@ -69,7 +69,7 @@ import {
   takeRoom,
 } from "./reward-grants.js";
 import type { StatsStore } from "./stats.js";
-import { findApplication } from "./tenants.js";
+import { findApplicationCached } from "./tenants.js";
 import type { WebhookAudience } from "./webhook-audience.js";
 import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
 
@@ -136,7 +136,7 @@ export function createTenantStore(
     tenant,
     /** The tenant's application: its identity secret and verification mode (docs/trust.md). */
     application: {
-      find: () => findApplication(db, tenant.applicationId),
+      find: () => findApplicationCached(db, tenant.applicationId),
     },
     customers: {
       identify: (input: IdentifyInput, write: IdentifyWrite) =>

@@ -44,6 +44,54 @@ export function findApplication(db: Collections, id: string): Promise<Applicatio
   return db.applications.findOne({ _id: id });
 }
 
+/**
+ * How long an application read for a call is kept: every public-key call
+ * naming a customer reads its identity settings. On the embedded engine an
+ * entry lasts only while the collection's committed version stays, so it
+ * is exact in every process; on MongoDB a change made through another
+ * instance is seen within this time (docs/trust.md).
+ */
+export const applicationCacheTtlMs = 5_000;
+
+interface CachedApplication {
+  readonly doc: Promise<Readonly<ApplicationDoc> | null>;
+  readonly expires: number;
+  readonly version: number | undefined;
+}
+
+// Per store, so tests' stores and a restarted app never share entries.
+const applicationCaches = new WeakMap<Collections, Map<string, CachedApplication>>();
+
+/**
+ * One application by id, from the cache or one query (see
+ * {@link applicationCacheTtlMs}). The document is frozen: callers share it.
+ */
+export function findApplicationCached(
+  db: Collections,
+  id: string,
+): Promise<Readonly<ApplicationDoc> | null> {
+  let cache = applicationCaches.get(db);
+  if (!cache) {
+    cache = new Map();
+    applicationCaches.set(db, cache);
+  }
+  const now = Date.now();
+  // Read before the application, so a write committed meanwhile drops it.
+  const version = db.applications.version;
+  const cached = cache.get(id);
+  if (cached && cached.expires > now && cached.version === version) return cached.doc;
+  const doc = findApplication(db, id).then((found) => found && Object.freeze(found));
+  // A failed read is not remembered.
+  doc.catch(() => cache.delete(id));
+  cache.set(id, { doc, expires: now + applicationCacheTtlMs, version });
+  return doc;
+}
+
+/** Forgets a cached application; every write of an application calls it. */
+function forgetApplication(db: Collections, id: string): void {
+  applicationCaches.get(db)?.delete(id);
+}
+
 /** Every application, oldest first. */
 export function findApplications(db: Collections): Promise<ApplicationDoc[]> {
   return db.applications.find({}, { sort: { createdAt: 1, _id: 1 } }).toArray();
@@ -137,6 +185,7 @@ export async function rotateIdentitySecret(
       },
     },
   );
+  forgetApplication(db, application._id);
   return findApplication(db, application._id);
 }
 
@@ -151,5 +200,6 @@ export async function setIdentityVerification(
     { _id: id },
     { $set: { identityVerification: mode, updatedAt: now } },
   );
+  forgetApplication(db, id);
   return findApplication(db, id);
 }

@@ -4,7 +4,7 @@ import { userHashOf } from "../../src/domain/identity.js";
 import { call, type Outcome, type Protocol, protocols } from "../helpers/callers.js";
 import { contractServices } from "../helpers/contract.js";
 import { engineNames } from "../helpers/engines.js";
-import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
+import { asUsersRunIt, type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 
 /**
  * Identity verification (issue 41, docs/trust.md): what a public key, which
@@ -629,3 +629,58 @@ for (const protocol of protocols) {
     t.is(byBackend.referrerId, third.id, "a secret key moves it");
   });
 }
+
+test("with workers, a mode set or a secret rotated holds on every worker from the next call", async (t) => {
+  const cluster = await startServer(asUsersRunIt);
+  try {
+    const adminCall = async (method: string, path: string, body?: unknown) => {
+      const answer = await rest(cluster, method, path, { key: keys.admin, body });
+      if (answer.status >= 300)
+        throw new Error(`${method} ${path}: ${JSON.stringify(answer.body)}`);
+      return answer.body;
+    };
+    const [application] = await adminCall("GET", "/admin/applications");
+    const first = await adminCall(
+      "POST",
+      `/admin/applications/${application.id}/identity-secret`,
+      {},
+    );
+    // Each call on a connection of its own: the workers share them.
+    const identify = (body: Json) =>
+      rest(cluster, "POST", "/customers/identify", {
+        key: keys.public,
+        body,
+        headers: { connection: "close" },
+      });
+    const signed = (secret: string) => ({
+      externalUserId: "cluster-user",
+      name: "Cluster",
+      userHash: userHashOf(secret, "cluster-user"),
+    });
+    const statuses = async (body: Json) =>
+      (await Promise.all(Array.from({ length: 8 }, () => identify(body)))).map((r) => r.status);
+    t.true((await statuses(signed(first.identitySecret))).every((status) => status < 300));
+
+    await adminCall(
+      "PATCH",
+      `/admin/applications/${application.id}?updateMask=identityVerification`,
+      { identityVerification: "required" },
+    );
+    t.deepEqual(
+      await statuses({ externalUserId: "cluster-user", name: "Cluster" }),
+      Array(8).fill(403),
+    );
+
+    // Rotated twice: the first secret no longer verifies anywhere.
+    await adminCall("POST", `/admin/applications/${application.id}/identity-secret`, {});
+    const third = await adminCall(
+      "POST",
+      `/admin/applications/${application.id}/identity-secret`,
+      {},
+    );
+    t.deepEqual(await statuses(signed(first.identitySecret)), Array(8).fill(401));
+    t.true((await statuses(signed(third.identitySecret))).every((status) => status < 300));
+  } finally {
+    await cluster.stop();
+  }
+});

@@ -1652,8 +1652,10 @@ export type RewardGrant = Message<"referral.v1.RewardGrant"> & {
   status: RewardGrantStatus;
 
   /**
-   * Why it is in that status ("limit_reached" for a capped grant, a
-   * reviewer's reason); null for none.
+   * Why it is in that status ("limit_reached" for a capped grant,
+   * "unverified_conversion" for one earned by a public-key checkpoint that
+   * waits for the backend's confirmation, a reviewer's reason); null for
+   * none.
    *
    * @generated from field: optional string status_reason = 9;
    */
