@@ -183,12 +183,17 @@ export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string):
     case "trigger-checkpoint-rewards":
       // Referee `t-<i>` has a pending referral in a campaign of its own (without
       // rewards, or with two: see `pendingCampaignOf`); its trigger converts it.
-      return postScenario(
-        kind,
-        CheckpointsService.method.ingestCheckpoint,
-        "/checkpoints/ingest",
-        (i) => ({ name: seeded.rewardTrigger, externalUserId: `t-${i}` }),
-      );
+      // Sent by the backend with the secret key, as integrations do (docs/trust.md):
+      // its grants follow their approval, where an app's would wait for confirmation.
+      return {
+        ...postScenario(
+          kind,
+          CheckpointsService.method.ingestCheckpoint,
+          "/checkpoints/ingest",
+          (i) => ({ name: seeded.rewardTrigger, externalUserId: `t-${i}` }),
+        ),
+        key: benchKeys.secret,
+      };
   }
 }
 
