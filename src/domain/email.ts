@@ -1,4 +1,5 @@
 import isEmail from "validator/lib/isEmail.js";
+import normalizeEmail from "validator/lib/normalizeEmail.js";
 
 /**
  * True when the string is an email address as `validator` reads RFC 5321
@@ -21,25 +22,20 @@ export function normalizeEmailForLookup(value: string): string {
   return value.trim().toLowerCase();
 }
 
-// Gmail ignores dots in the local part, and googlemail.com is the same mailbox.
-const gmailDomains = new Set(["gmail.com", "googlemail.com"]);
-
 /**
- * The mailbox an address reaches, for the fraud rules: trimmed, lowercased,
- * without a `+tag`, and for Gmail without dots in the local part, so
- * `Jane.Doe+promo@GoogleMail.com` and `janedoe@gmail.com` are one person.
+ * The mailbox an address reaches, for the fraud rules: lowercased, with the
+ * providers' own aliases folded by `validator`'s normalizeEmail (Gmail's
+ * dots and googlemail.com, Yahoo's `-tag`, the `+tag` of Gmail, Outlook and
+ * iCloud), and a `+tag` dropped for every other domain too, so
+ * `Jane.Doe+promo@GoogleMail.com` and `janedoe@gmail.com` are one person,
+ * as are `jane-promo@yahoo.com` and `jane@yahoo.com`.
  */
 export function canonicalEmail(value: string): string {
   const lowered = normalizeEmailForLookup(value);
-  const at = lowered.lastIndexOf("@");
-  if (at < 0) return lowered;
-  let local = lowered.slice(0, at);
-  let domain = lowered.slice(at + 1);
+  const normalized = normalizeEmail.default(lowered) || lowered;
+  const at = normalized.lastIndexOf("@");
+  if (at < 0) return normalized;
+  const local = normalized.slice(0, at);
   const plus = local.indexOf("+");
-  if (plus > 0) local = local.slice(0, plus);
-  if (gmailDomains.has(domain)) {
-    local = local.replaceAll(".", "");
-    domain = "gmail.com";
-  }
-  return `${local}@${domain}`;
+  return plus > 0 ? `${local.slice(0, plus)}${normalized.slice(at)}` : normalized;
 }

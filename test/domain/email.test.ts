@@ -22,6 +22,14 @@ test("canonical form: Gmail ignores dots, and googlemail.com is gmail.com", (t) 
   t.is(canonicalEmail("jane.doe@gmail.com"), canonicalEmail("janedoe@gmail.com"));
 });
 
+test("canonical form: Yahoo's -tag aliases, Outlook's and iCloud's +tags", (t) => {
+  t.is(canonicalEmail("Jane-promo@yahoo.com"), "jane@yahoo.com");
+  t.is(canonicalEmail("jane-promo@ymail.com"), canonicalEmail("jane@ymail.com"));
+  t.is(canonicalEmail("jane-doe@example.com"), "jane-doe@example.com", "a - counts elsewhere");
+  t.is(canonicalEmail("jane+x@outlook.com"), "jane@outlook.com");
+  t.is(canonicalEmail("jane+x@icloud.com"), "jane@icloud.com");
+});
+
 test("canonical form: a local part that is only a tag is kept", (t) => {
   t.is(canonicalEmail("+promo@example.com"), "+promo@example.com");
 });
