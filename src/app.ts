@@ -6,6 +6,7 @@ import { startWebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
 import type { Clock, Ticker } from "./domain/tenancy.js";
 import { type Authenticator, createAuthenticator } from "./services/authentication.js";
+import { disposableDomains } from "./services/evidence.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
 import { type RewardSweepReport, startRewardSweep } from "./services/reward-sweep.js";
 import { deliveryQueueOf } from "./store/deliveries.js";
@@ -189,6 +190,10 @@ export async function buildApp(
             store,
             clock,
             fraudPolicy: config.fraudPolicy,
+            disposableDomains: disposableDomains(
+              config.disposableEmailDomains.add,
+              config.disposableEmailDomains.remove,
+            ),
             secretBox,
             allowPrivateWebhooks: config.webhooks.allowPrivate,
             notifyWebhooks: link ? () => link.notifyWebhooks() : () => jobs?.notifyWebhooks(),

@@ -26,6 +26,11 @@ export interface Config {
   readonly minFreeDiskBytes: number;
   /** The fraud rules' thresholds. */
   readonly fraudPolicy: FraudPolicy;
+  /**
+   * The operator's changes to the disposable-domain list of the fraud
+   * evidence (DISPOSABLE_EMAIL_DOMAINS_ADD, DISPOSABLE_EMAIL_DOMAINS_REMOVE).
+   */
+  readonly disposableEmailDomains: { readonly add: string[]; readonly remove: string[] };
   /** Webhook delivery settings. */
   readonly webhooks: WebhookConfig;
   /** The certificate and key the port serves HTTPS with (TLS_CERT_FILE, TLS_KEY_FILE); cleartext without. */
@@ -207,7 +212,25 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
         1_000_000,
       ),
     },
+    disposableEmailDomains: {
+      add: domainList(env, "DISPOSABLE_EMAIL_DOMAINS_ADD"),
+      remove: domainList(env, "DISPOSABLE_EMAIL_DOMAINS_REMOVE"),
+    },
   };
+}
+
+/** A comma-separated list of email domains (`example.com,mail.example.net`), lowercased; empty when unset. */
+function domainList(env: NodeJS.ProcessEnv, name: string): string[] {
+  const raw = nonEmpty(env[name]);
+  if (raw === undefined) return [];
+  const domains = raw.split(",").map((domain) => domain.trim().toLowerCase());
+  const wrong = domains.find(
+    (domain) => !/^(?=.{1,253}$)([a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$/.test(domain),
+  );
+  if (wrong !== undefined) {
+    throw new Error(`${name} must be email domains separated by commas, got "${wrong}"`);
+  }
+  return domains;
 }
 
 /** TLS_CERT_FILE and TLS_KEY_FILE, both or neither; each error names the variable at fault. */

@@ -1,3 +1,4 @@
+import type { ReferralEvidence } from "./fraud-evidence.js";
 import type { SuspectedFraud } from "./fraud-rules.js";
 import { newId } from "./ids.js";
 import type { ReferralStatusName, StatusChangeCauseName } from "./referral-status.js";
@@ -40,6 +41,11 @@ export interface ReferralRecord {
   /** Every status it has had, oldest first. */
   statusHistory: StatusChange[];
   /**
+   * What the fraud rules judged the current attribution by (see
+   * fraud-evidence.ts); absent on referrals made before evidence was kept.
+   */
+  evidence?: ReferralEvidence;
+  /**
    * Storage, set while accepted by an unverified public-key checkpoint under
    * `hold` and not yet confirmed: a trusted trigger checkpoint finds it by
    * this (see `conversionByCheckpoint`) and releases its grants.
@@ -61,10 +67,11 @@ export interface ReferralParties {
   readonly refereeId: string;
 }
 
-/** What the fraud rules decided for a referral's current attribution. */
+/** What the fraud rules decided for a referral's current attribution, and by what. */
 export interface RuledStatus {
   readonly status: ReferralStatusName;
   readonly suspectedFrauds: SuspectedFraud[];
+  readonly evidence: ReferralEvidence;
 }
 
 /** A status change, made by `actorId` at `changedAt`; `reason` undefined for none. */

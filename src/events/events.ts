@@ -75,11 +75,21 @@ export function referralView(after: ReferralDoc): Referral {
   return messageFromDoc(ReferralSchema, after);
 }
 
+/**
+ * A referral as its events carry it: without its fraud evidence, which the
+ * API answers to secret keys (docs/fraud.md). Events stay small, and an
+ * erasure has no evidence to find in them.
+ */
+function referralPayload(view: Referral): Record<string, unknown> {
+  const { evidence: _evidence, ...data } = toPlain(ReferralSchema, view);
+  return data;
+}
+
 /** A new referral: `referral.created`, and `referral.flagged` when a rule fired. */
 export function referralCreated(after: ReferralDoc, view: Referral): OutboxEntryDoc[] {
   const types: WebhookEventType[] = ["referral.created"];
   if (after.status === "flagged") types.push("referral.flagged");
-  return entries(types, after.updatedAt, toPlain(ReferralSchema, view));
+  return entries(types, after.updatedAt, referralPayload(view));
 }
 
 /** A re-attribution: `referral.updated`, and `referral.flagged` when it newly flags. */
@@ -90,7 +100,7 @@ export function referralReattributed(
 ): OutboxEntryDoc[] {
   const types: WebhookEventType[] = ["referral.updated"];
   if (after.status === "flagged" && before.status !== "flagged") types.push("referral.flagged");
-  return entries(types, after.updatedAt, toPlain(ReferralSchema, view));
+  return entries(types, after.updatedAt, referralPayload(view));
 }
 
 /**
@@ -103,7 +113,7 @@ export function referralStatusChanged(
   rewardGrantIds?: readonly string[],
 ): OutboxEntryDoc[] {
   const type = referralStatusEvent(after.status);
-  const data = toPlain(ReferralSchema, view);
+  const data = referralPayload(view);
   if (rewardGrantIds) data.rewardGrantIds = [...rewardGrantIds];
   return entries([type], after.updatedAt, data);
 }

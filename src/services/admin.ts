@@ -8,6 +8,7 @@ import {
   type Application,
   ApplicationSchema,
   IdentityVerificationSchema,
+  NetworkFactsSchema,
 } from "../../gen/referral/v1/admin_pb.js";
 import { type Campaign, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { messageFromDoc } from "../contract/records.js";
@@ -23,7 +24,12 @@ import {
   markCampaignDeleted,
   replaceCampaignFields,
 } from "../store/campaigns.js";
-import type { ApiKeyDoc, ApplicationDoc, CampaignDoc } from "../store/documents.js";
+import type {
+  ApiKeyDoc,
+  ApplicationDoc,
+  CampaignDoc,
+  NetworkFactsName,
+} from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
 import { differencesOf, recountStats } from "../store/stats-recount.js";
 import type { Store } from "../store/store.js";
@@ -38,6 +44,7 @@ import {
   revokeApiKey,
   rotateIdentitySecret,
   setIdentityVerification,
+  setNetworkFacts,
   tenantOfApplication,
 } from "../store/tenants.js";
 import {
@@ -135,28 +142,44 @@ export function createAdminService(deps: {
         .flatMap((path) => path.split(","))
         .map((path) => path.trim());
       if (paths.length === 0) {
-        throw invalidArgument("updateMask", "is required: identityVerification");
+        throw invalidArgument("updateMask", "is required: identityVerification or networkFacts");
       }
-      for (const path of paths) {
-        if (path !== "identityVerification" && path !== "identity_verification") {
+      const fields = paths.map((path) => {
+        const field = applicationUpdateFields.get(path);
+        if (!field) {
           throw invalidArgument(
             "updateMask",
-            `names ${JSON.stringify(path)}: only identityVerification can be changed`,
+            `names ${JSON.stringify(path)}: only identityVerification and networkFacts can be changed`,
           );
         }
-      }
-      const mode = enumWord<IdentityVerificationName>(
-        IdentityVerificationSchema,
-        request.application?.identityVerification ?? 0,
-        "application.identityVerification",
-      );
-      if (!mode) {
-        throw invalidArgument(
+        return field;
+      });
+      let updated: ApplicationDoc | null = application;
+      if (fields.includes("identityVerification")) {
+        const mode = enumWord<IdentityVerificationName>(
+          IdentityVerificationSchema,
+          request.application?.identityVerification ?? 0,
           "application.identityVerification",
-          "is required: protect or required",
         );
+        if (!mode) {
+          throw invalidArgument(
+            "application.identityVerification",
+            "is required: protect or required",
+          );
+        }
+        updated = await setIdentityVerification(db, application._id, mode, clock());
       }
-      const updated = await setIdentityVerification(db, application._id, mode, clock());
+      if (fields.includes("networkFacts")) {
+        const networkFacts = enumWord<NetworkFactsName>(
+          NetworkFactsSchema,
+          request.application?.networkFacts ?? 0,
+          "application.networkFacts",
+        );
+        if (!networkFacts) {
+          throw invalidArgument("application.networkFacts", "is required: collect or off");
+        }
+        updated = await setNetworkFacts(db, application._id, networkFacts, clock());
+      }
       if (!updated) throw notFound(`application ${request.id}`);
       return { application: applicationMessage(updated) };
     },
@@ -251,16 +274,27 @@ export function createAdminService(deps: {
   };
 }
 
+/** The fields UpdateApplication changes, by their names in an update mask. */
+const applicationUpdateFields: ReadonlyMap<string, "identityVerification" | "networkFacts"> =
+  new Map([
+    ["identityVerification", "identityVerification"],
+    ["identity_verification", "identityVerification"],
+    ["networkFacts", "networkFacts"],
+    ["network_facts", "networkFacts"],
+  ]);
+
 function applicationMessage(doc: ApplicationDoc): Application {
-  // The identity secrets never leave the store.
+  // The identity secrets and the network key never leave the store.
   const {
     identitySecretSealed: _current,
     previousIdentitySecretSealed: _previous,
     previousIdentitySecretExpiresAt: _until,
+    networkKeySealed: _networkKey,
     ...visible
   } = doc;
   return messageFromDoc(ApplicationSchema, visible, {
     identityVerification: doc.identityVerification ?? "protect",
+    networkFacts: doc.networkFacts ?? "collect",
   });
 }
 

@@ -55,3 +55,18 @@ export const codeLookupsKey = createContextKey<CodeLookups>(
   { beforeLookup: () => {}, lookupFailed: async () => {} },
   { description: "the limit of failed referral-code lookups for the call's key and address" },
 );
+
+/**
+ * The client of a call as its connection shows it: the address (behind
+ * TRUSTED_PROXIES, the client's) and the User-Agent header. What a
+ * public-key call's fraud evidence is taken from; read only when needed.
+ */
+export interface CallClient {
+  readonly address: string;
+  readonly userAgent: string | null;
+}
+
+/** Set by the pipeline for every call with a key. */
+export const callClientKey = createContextKey<CallClient | undefined>(undefined, {
+  description: "the call's client address and User-Agent, as its connection shows them",
+});

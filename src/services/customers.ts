@@ -24,6 +24,7 @@ import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
+import { checkedContext, type EvidenceDeps, endUserOf, networkOfCall } from "./evidence.js";
 import { optionalUserHash, userHashNeeded, verificationOf } from "./identity.js";
 import { grantMessages } from "./rewards.js";
 import {
@@ -86,12 +87,11 @@ async function forgetOutcomesAbout(
 }
 
 /** Creates the CustomersService implementation. */
-export function createCustomersService(deps: {
-  clock: Clock;
-  notifyWebhooks: () => void;
-  /** Opens kept responses, for erasure (see `forgetIdentifyResponses`), and identity secrets. */
-  secretBox: SecretBox;
-}): ServiceImpl<typeof CustomersService> {
+export function createCustomersService(
+  deps: EvidenceDeps & {
+    notifyWebhooks: () => void;
+  },
+): ServiceImpl<typeof CustomersService> {
   const { clock } = deps;
   return {
     async identifyCustomer(request, context) {
@@ -106,6 +106,7 @@ export function createCustomersService(deps: {
           ? checkedCustomProperties(request.customProperties)
           : undefined,
       };
+      const sentContext = checkedContext(caller, request.context);
       const verification = await verificationOf(
         caller,
         deps,
@@ -132,6 +133,7 @@ export function createCustomersService(deps: {
         at,
         outbox: [customerIdentified(id, at)],
         profileOnCreateOnly: verification === "unverified",
+        network: await networkOfCall(store, deps, endUserOf(caller, context, sentContext)),
       });
       deps.notifyWebhooks();
       if (doc._id === id) return { customer: newCustomerMessage(doc) };

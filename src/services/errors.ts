@@ -12,6 +12,16 @@ export function invalidArgument(field: string, description: string): ConnectErro
   ]);
 }
 
+/**
+ * PERMISSION_DENIED naming the field: what the caller's key may not send or
+ * do, with a `google.rpc.BadRequest` detail naming it.
+ */
+export function permissionDenied(field: string, description: string): ConnectError {
+  return new ConnectError(`${field} ${description}`, Code.PermissionDenied, undefined, [
+    { desc: BadRequestSchema, value: { fieldViolations: [{ field, description }] } },
+  ]);
+}
+
 /** The INVALID_ARGUMENT for a value the plain codec refused. */
 export function fromFieldError(error: FieldError): ConnectError {
   return invalidArgument(error.field, error.description);

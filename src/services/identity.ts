@@ -1,11 +1,10 @@
-import { Code, ConnectError } from "@connectrpc/connect";
-import { BadRequestSchema } from "../../gen/google/rpc/error_details_pb.js";
+import type { ConnectError } from "@connectrpc/connect";
 import { isUserHashShaped, userHashMatches } from "../domain/identity.js";
 import type { Clock } from "../domain/tenancy.js";
 import type { SecretBox } from "../store/secret-box.js";
 import { UserHashRefused } from "./authentication.js";
 import type { Caller } from "./context.js";
-import { invalidArgument } from "./errors.js";
+import { invalidArgument, permissionDenied } from "./errors.js";
 
 /**
  * Who a call acts as for the customer it names (docs/trust.md): a secret
@@ -31,9 +30,7 @@ export function optionalUserHash(value: string | undefined): string | undefined 
  * not do, with a `google.rpc.BadRequest` detail naming the field.
  */
 export function userHashNeeded(description: string): ConnectError {
-  return new ConnectError(`userHash ${description}`, Code.PermissionDenied, undefined, [
-    { desc: BadRequestSchema, value: { fieldViolations: [{ field: "userHash", description }] } },
-  ]);
+  return permissionDenied("userHash", description);
 }
 
 /**
@@ -84,7 +81,8 @@ export async function verificationOf(
 const openedSecrets = new Map<string, string>();
 const openedSecretsMax = 1_000;
 
-function opened(secretBox: SecretBox, sealed: string): string {
+/** A secret sealed with the secret box, opened once per process. */
+export function opened(secretBox: SecretBox, sealed: string): string {
   let secret = openedSecrets.get(sealed);
   if (secret === undefined) {
     secret = secretBox.open(sealed);

@@ -5,12 +5,8 @@ import {
   publicCheckpointsOf,
   rewardTriggerOf,
 } from "../domain/conversion.js";
-import {
-  type FraudPolicy,
-  type SuspectedFraud,
-  suspectedFrauds,
-  velocityWindowMs,
-} from "../domain/fraud-rules.js";
+import type { NetworkEvidence, ReferralEvidence } from "../domain/fraud-evidence.js";
+import { type FraudPolicy, type SuspectedFraud, suspectedFrauds } from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
 import {
   newReferral,
@@ -20,7 +16,6 @@ import {
   transitioned,
 } from "../domain/referral-transitions.js";
 import type { PlannedGrant } from "../domain/reward-grant.js";
-import type { Clock } from "../domain/tenancy.js";
 import {
   referralCreated,
   referralReattributed,
@@ -32,6 +27,7 @@ import type { ReferralRewardWork } from "../store/referrals.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
+import { type EvidenceDeps, gatherEvidence } from "./evidence.js";
 import {
   confirmConversion,
   makePlannedGrants,
@@ -40,8 +36,7 @@ import {
 } from "./reward-ledger.js";
 
 /** What the lifecycle needs. */
-export interface LifecycleDeps {
-  readonly clock: Clock;
+export interface LifecycleDeps extends EvidenceDeps {
   readonly fraudPolicy: FraudPolicy;
   /** Says events were written to an outbox. */
   readonly notifyWebhooks: () => void;
@@ -72,6 +67,8 @@ export async function attributeReferral(
   referee: CustomerDoc,
   /** Whether the caller may move the referee's existing referral (see `decideAttribution`). */
   mayReattribute: boolean,
+  /** The referee's network as this call saw it (see `networkOfCall`); null without one. */
+  refereeNetwork: NetworkEvidence | null,
 ): Promise<ReferralOutcome> {
   const { store, tenant } = caller;
   const parties = {
@@ -88,11 +85,14 @@ export async function attributeReferral(
     }
     if (decision.kind === "refuse") throw failedPrecondition(decision.reason);
     const now = deps.clock();
-    const frauds = await judge(deps, store, referrer, referee, now);
+    // A re-attribution without network facts of its own keeps the referee's from before.
+    const network = refereeNetwork ?? existing?.evidence?.refereeNetwork ?? null;
+    const { frauds, evidence } = await judge(deps, store, referrer, referee, network, now);
     if (decision.kind === "create") {
       const status = statusFromRules(frauds);
       const change = statusChange(null, status, "created", caller.keyId, now, rulesReason(frauds));
-      const fresh = newReferral(tenant, parties, { status, suspectedFrauds: frauds }, change);
+      const ruled = { status, suspectedFrauds: frauds, evidence };
+      const fresh = newReferral(tenant, parties, ruled, change);
       const view = referralView(fresh);
       const { doc, created } = await store.referrals.insert(fresh, referralCreated(fresh, view));
       if (created) return { doc, view };
@@ -112,7 +112,7 @@ export async function attributeReferral(
       now,
       rulesReason(frauds),
     );
-    const ruled = { status, suspectedFrauds: frauds };
+    const ruled = { status, suspectedFrauds: frauds, evidence };
     const after = reattributed(current, referrer._id, ruled, change);
     const view = referralView(after);
     const moved = await store.referrals.reattribute(
@@ -128,36 +128,40 @@ export async function attributeReferral(
   throw new Error(`referral of ${referee._id} kept changing during ${writeAttempts} attempts`);
 }
 
-/** Runs the fraud rules on a proposed attribution, gathering their facts from the store. */
+/** Gathers the evidence of a proposed attribution, and runs the fraud rules on it. */
 async function judge(
   deps: LifecycleDeps,
   store: TenantStore,
   referrer: CustomerDoc,
   referee: CustomerDoc,
+  refereeNetwork: NetworkEvidence | null,
   now: Date,
-): Promise<SuspectedFraud[]> {
+): Promise<{ frauds: SuspectedFraud[]; evidence: ReferralEvidence }> {
   const environment = referee.environment;
-  const [referrerRecentReferrals, refereeEmailAlreadyReferred] = await Promise.all([
-    store.referrals.countAttributedSince(
-      environment,
-      referrer._id,
-      new Date(now.getTime() - velocityWindowMs),
-      deps.fraudPolicy.velocityLimit,
+  const [evidence, refereeEmailAlreadyReferred] = await Promise.all([
+    gatherEvidence(
+      store,
+      { ...deps, velocityLimit: deps.fraudPolicy.velocityLimit },
+      referrer,
+      referee,
+      refereeNetwork,
+      now,
     ),
     referee.emailCanonical
       ? store.referrals.isMailboxAlreadyReferred(environment, referee.emailCanonical, referee._id)
       : false,
   ]);
-  return suspectedFrauds(
+  const frauds = suspectedFrauds(
     {
       referrer: { id: referrer._id, email: referrer.email },
       referee: { id: referee._id, email: referee.email, identifiedAt: referee.createdAt },
       at: now,
-      referrerRecentReferrals,
+      referrerRecentReferrals: evidence.referrerReferralsLastHour,
       refereeEmailAlreadyReferred,
     },
     deps.fraudPolicy,
   );
+  return { frauds, evidence };
 }
 
 /**

@@ -6,10 +6,10 @@ import { limits } from "../domain/limits.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import type { CustomerDoc } from "../store/documents.js";
-import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf, codeLookupsKey } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
+import { checkedContext, endUserOf, networkOfCall } from "./evidence.js";
 import { optionalUserHash, verificationOf } from "./identity.js";
 import { attributeReferral, type LifecycleDeps, reviewReferral } from "./referral-lifecycle.js";
 import {
@@ -22,9 +22,7 @@ import {
 } from "./validate.js";
 
 /** Creates the ReferralsService implementation. */
-export function createReferralsService(
-  deps: LifecycleDeps & { secretBox: SecretBox },
-): ServiceImpl<typeof ReferralsService> {
+export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof ReferralsService> {
   return {
     async createReferral(request, context) {
       const caller = callerOf(context);
@@ -40,6 +38,7 @@ export function createReferralsService(
         throw invalidArgument("refereeId", "or refereeExternalUserId is required");
       }
       const userHash = optionalUserHash(request.userHash);
+      const sentContext = checkedContext(caller, request.context);
       const campaign = campaignId
         ? await store.campaigns.find(campaignId)
         : await store.campaigns.findDefault(environmentOrProduction(request.environment));
@@ -59,6 +58,11 @@ export function createReferralsService(
       // The referee is the customer the call acts for (docs/trust.md).
       const verification = await verificationOf(caller, deps, referee.externalUserId, userHash);
       if (!campaign.isLive) throw failedPrecondition(`campaign ${campaign._id} is not live`);
+      const refereeNetwork = await networkOfCall(
+        store,
+        deps,
+        endUserOf(caller, context, sentContext),
+      );
       // Only a secret key or the referee's own verified call moves a referral (docs/trust.md).
       const { view } = await attributeReferral(
         deps,
@@ -67,10 +71,18 @@ export function createReferralsService(
         referrer,
         referee,
         verification !== "unverified",
+        refereeNetwork,
       );
       deps.notifyWebhooks();
-      // The specification's create response has no environment field.
-      return { referral: { ...view, environment: undefined } };
+      // The specification's create response has no environment field; the
+      // evidence is the backend's to read (docs/fraud.md).
+      return {
+        referral: {
+          ...view,
+          environment: undefined,
+          evidence: caller.keyKind === "secret" ? view.evidence : undefined,
+        },
+      };
     },
 
     async updateReferralStatus(request, context) {

@@ -1,5 +1,6 @@
 import type { Filter } from "mongodb";
 import { canonicalEmail, normalizeEmailForLookup } from "../domain/email.js";
+import type { NetworkEvidence } from "../domain/fraud-evidence.js";
 import { generateReferralCode } from "../domain/referral-code.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
@@ -38,6 +39,12 @@ export interface IdentifyWrite {
    * the caller's check.
    */
   readonly profileOnCreateOnly?: boolean;
+  /**
+   * The end user's network as this call saw it (fraud evidence), kept with
+   * the customer as its profile is: never over an existing customer's by a
+   * call that may not change it.
+   */
+  readonly network?: NetworkEvidence | null;
 }
 
 /**
@@ -80,6 +87,7 @@ export async function upsertCustomer(
     // would conflict.)
     if (Object.keys(unset).length === 0) onInsert.customProperties = {};
   }
+  if (write.network) set.network = write.network;
   if (write.profileOnCreateOnly) {
     for (const [path, value] of Object.entries(set)) {
       if (path === "updatedAt" || path.startsWith("customProperties.")) continue;
@@ -149,6 +157,7 @@ export async function eraseCustomer(
           emailCanonical: null,
           customProperties: {},
           externalUserId: erasedExternalUserId(id),
+          network: null,
           deletedAt: at,
           updatedAt: at,
         },

@@ -6,6 +6,7 @@
 
 import type { CheckpointRecord } from "../domain/checkpoint.js";
 import type { PublicCheckpointsName } from "../domain/conversion.js";
+import type { NetworkEvidence } from "../domain/fraud-evidence.js";
 import type { IdentityVerificationName } from "../domain/identity.js";
 import type { ReferralRecord } from "../domain/referral-transitions.js";
 import type { GrantRecord, PlannedGrant } from "../domain/reward-grant.js";
@@ -40,7 +41,17 @@ export interface ApplicationDoc {
   /** The previous identity secret, sealed, verifying until `previousIdentitySecretExpiresAt`. */
   previousIdentitySecretSealed?: string | null;
   previousIdentitySecretExpiresAt?: Date | null;
+  /** Whether referrals keep network facts (docs/fraud.md); collect when unset. */
+  networkFacts?: NetworkFactsName;
+  /**
+   * The key of the network facts' keyed hashes, sealed with the secret box;
+   * made at the first need. Never shown.
+   */
+  networkKeySealed?: string;
 }
+
+/** The REST words of `referral.v1.NetworkFacts`. */
+export type NetworkFactsName = "collect" | "off";
 
 /** An API key, stored as a hash; the key itself is shown once at creation. */
 export interface ApiKeyDoc {
@@ -78,6 +89,12 @@ export interface CustomerDoc {
   /** The code the customer shares; unique per application and environment. */
   referralCode: string;
   customProperties: Record<string, unknown>;
+  /**
+   * The end user's network as its last identify that could change the
+   * customer saw it, as keyed hashes (fraud evidence, docs/fraud.md);
+   * absent without one, and erased with the customer.
+   */
+  network?: NetworkEvidence | null;
   /** Events not yet relayed. */
   outbox?: OutboxEntryDoc[];
   /** Set while the outbox holds events: the relay's indexed way to find them. */

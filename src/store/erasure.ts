@@ -15,7 +15,8 @@ type ListenedWrite = <R>(
 /**
  * Erases a customer everywhere the service keeps personal data about it:
  * its record (the tombstone stays), the external user id on its
- * checkpoints, and the payloads of the stored events that hold its data
+ * checkpoints, its email and network in the fraud evidence of its
+ * referrals (as referrer and as referee), and the payloads of the stored events that hold its data
  * (its own events, its checkpoints', and the `referredBy` of the events of
  * every customer it referred when the event was stored), which deliveries
  * still waiting for a retry send. Each step
@@ -40,6 +41,15 @@ export async function eraseEverywhere(
   await db.checkpoints.updateMany(
     { ...ownedBy(tenant), environment: current.environment, customerId: id },
     { $set: { externalUserId: "" } },
+  );
+  // The fraud evidence of its referrals, on either side, keeps nothing of it.
+  await db.referrals.updateMany(
+    { ...ownedBy(tenant), referrerId: id, evidence: { $exists: true } },
+    { $set: { "evidence.referrerEmail": null, "evidence.referrerNetwork": null } },
+  );
+  await db.referrals.updateMany(
+    { ...ownedBy(tenant), refereeId: id, evidence: { $exists: true } },
+    { $set: { "evidence.refereeEmail": null, "evidence.refereeNetwork": null } },
   );
   await rewriteEvents(db, { ...ownedBy(tenant), customerId: id }, scrubSubject);
   const scrubReferredBy = referredByScrub(id);

@@ -111,6 +111,11 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "the velocity rule: a referrer's last hour",
     },
     {
+      key: { "evidence.refereeNetwork.networkHash": 1, attributedAt: -1 },
+      options: { sparse: true },
+      serves: "the fraud evidence: referrals from one network in the last day",
+    },
+    {
       key: { refereeId: 1, createdAt: -1 },
       serves:
         "who referred a customer; the referrals a checkpoint may convert; ListReferrals by referee",

@@ -160,6 +160,80 @@ export async function countReferralsAttributedSince(
 }
 
 /**
+ * When a referrer's referrals of the last `since` were attributed, newest
+ * first, at most `atMost` of them (so a busy referrer costs no more than
+ * `atMost` index entries): the velocity counts of the fraud evidence.
+ */
+export async function attributionTimesSince(
+  db: Collections,
+  tenant: Tenant,
+  environment: EnvironmentName,
+  referrerId: string,
+  since: Date,
+  atMost: number,
+): Promise<Date[]> {
+  const recent = await db.referrals
+    .find(
+      {
+        ...ownedBy(tenant),
+        environment,
+        referrerId,
+        attributedAt: { $gte: since },
+        deletedAt: null,
+      },
+      { projection: { attributedAt: 1 }, sort: { attributedAt: -1 }, limit: atMost },
+    )
+    .toArray();
+  return recent.map((referral) => referral.attributedAt);
+}
+
+/** How many of a referrer's referrals are flagged, and rejected, each counted up to `atMost`. */
+export async function referrerHistory(
+  db: Collections,
+  tenant: Tenant,
+  environment: EnvironmentName,
+  referrerId: string,
+  atMost: number,
+): Promise<{ flagged: number; rejected: number }> {
+  const count = async (status: ReferralStatusName) =>
+    (
+      await db.referrals
+        .find(
+          { ...ownedBy(tenant), environment, referrerId, status, deletedAt: null },
+          { projection: { _id: 1 }, limit: atMost },
+        )
+        .toArray()
+    ).length;
+  const [flagged, rejected] = await Promise.all([count("flagged"), count("rejected")]);
+  return { flagged, rejected };
+}
+
+/**
+ * How many referrals were made from a network (its keyed hash) since a
+ * time, counted up to `atMost`: the network velocity of the evidence.
+ */
+export async function countFromNetworkSince(
+  db: Collections,
+  tenant: Tenant,
+  networkHash: string,
+  since: Date,
+  atMost: number,
+): Promise<number> {
+  const found = await db.referrals
+    .find(
+      {
+        "evidence.refereeNetwork.networkHash": networkHash,
+        ...ownedBy(tenant),
+        attributedAt: { $gte: since },
+        deletedAt: null,
+      },
+      { projection: { _id: 1 }, limit: atMost },
+    )
+    .toArray();
+  return found.length;
+}
+
+/**
  * Whether a customer other than `refereeId`, with the same canonical email,
  * was already referred in the environment (the duplicate_referee_email rule).
  */

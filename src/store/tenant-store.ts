@@ -37,7 +37,9 @@ import { findIdempotencyRecords, removeIdempotencyKey } from "./idempotency.js";
 import { findReferralsToExport, tenantInsights } from "./insights.js";
 import type { PageRequest } from "./paging.js";
 import {
+  attributionTimesSince,
   clearAwaitsConfirmation,
+  countFromNetworkSince,
   countReferralsAttributedSince,
   findConvertibleReferralsOfReferee,
   findReferral,
@@ -47,6 +49,7 @@ import {
   isMailboxAlreadyReferred,
   type ReferralRewardWork,
   reattributeReferral,
+  referrerHistory,
   transitionReferral,
 } from "./referrals.js";
 import {
@@ -69,7 +72,7 @@ import {
   takeRoom,
 } from "./reward-grants.js";
 import type { StatsStore } from "./stats.js";
-import { findApplicationCached } from "./tenants.js";
+import { ensureNetworkKey, findApplicationCached } from "./tenants.js";
 import type { WebhookAudience } from "./webhook-audience.js";
 import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webhooks.js";
 
@@ -137,6 +140,8 @@ export function createTenantStore(
     /** The tenant's application: its identity secret and verification mode (docs/trust.md). */
     application: {
       find: () => findApplicationCached(db, tenant.applicationId),
+      /** Its network key, sealed, made now with `sealed` unless it exists. */
+      ensureNetworkKey: (sealed: string) => ensureNetworkKey(db, tenant.applicationId, sealed),
     },
     customers: {
       identify: (input: IdentifyInput, write: IdentifyWrite) =>
@@ -174,6 +179,9 @@ export function createTenantStore(
       clearAwaitsConfirmation: bind(clearAwaitsConfirmation),
       findMany: bind(findReferrals),
       countAttributedSince: bind(countReferralsAttributedSince),
+      attributionTimesSince: bind(attributionTimesSince),
+      referrerHistory: bind(referrerHistory),
+      countFromNetworkSince: bind(countFromNetworkSince),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),
       insert: (doc: ReferralDoc, outbox: readonly OutboxEntryDoc[]) =>
         listened(doc.environment, outbox, (events) => insertReferral(db, tenant, doc, events)),

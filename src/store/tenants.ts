@@ -3,7 +3,7 @@ import type { IdentityVerificationName } from "../domain/identity.js";
 import { newId } from "../domain/ids.js";
 import type { ApiKeyKindName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
-import type { ApiKeyDoc, ApplicationDoc, OrganizationDoc } from "./documents.js";
+import type { ApiKeyDoc, ApplicationDoc, NetworkFactsName, OrganizationDoc } from "./documents.js";
 
 /** Creates an organization. */
 export async function insertOrganization(
@@ -187,6 +187,35 @@ export async function rotateIdentitySecret(
   );
   forgetApplication(db, application._id);
   return findApplication(db, application._id);
+}
+
+/**
+ * The application's network key, sealed: `sealed` becomes it unless one
+ * was made first (two calls racing to make it keep the first).
+ */
+export async function ensureNetworkKey(
+  db: Collections,
+  id: string,
+  sealed: string,
+): Promise<string | null> {
+  await db.applications.updateOne(
+    { _id: id, networkKeySealed: { $exists: false } },
+    { $set: { networkKeySealed: sealed } },
+  );
+  forgetApplication(db, id);
+  return (await findApplication(db, id))?.networkKeySealed ?? null;
+}
+
+/** Sets whether an application's referrals keep network facts; null when no such application. */
+export async function setNetworkFacts(
+  db: Collections,
+  id: string,
+  networkFacts: NetworkFactsName,
+  now: Date,
+): Promise<ApplicationDoc | null> {
+  await db.applications.updateOne({ _id: id }, { $set: { networkFacts, updatedAt: now } });
+  forgetApplication(db, id);
+  return findApplication(db, id);
 }
 
 /** Sets an application's identity verification mode; null when no such application. */

@@ -1,7 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { rejectUnknownFields } from "../contract/unknown-fields.js";
 import { type Authenticator, KeyKindRefused, UserHashRefused } from "../services/authentication.js";
-import { type Caller, callerKey } from "../services/context.js";
+import { type Caller, callClientKey, callerKey } from "../services/context.js";
 import {
   type ErrorLogger,
   storeUnavailableError,
@@ -154,7 +154,18 @@ function authenticate(authenticator: Authenticator, rateLimits: RateLimits): Int
       }
       throw error;
     }
-    if (caller) call.context.values.set(callerKey, caller);
+    if (caller) {
+      call.context.values.set(callerKey, caller);
+      // Read only by the calls that keep fraud evidence: the getters parse nothing until then.
+      call.context.values.set(callClientKey, {
+        get address() {
+          return call.clientAddress;
+        },
+        get userAgent() {
+          return call.header("user-agent") ?? null;
+        },
+      });
+    }
     try {
       return await next(call);
     } catch (error) {

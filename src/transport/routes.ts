@@ -6,6 +6,7 @@ import { InsightsService } from "../../gen/referral/v1/insights_pb.js";
 import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { RewardsService } from "../../gen/referral/v1/rewards_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import type { DisposableDomains } from "../domain/fraud-evidence.js";
 import type { FraudPolicy } from "../domain/fraud-rules.js";
 import type { Clock, Ticker } from "../domain/tenancy.js";
 import { createAdminService, type KeyRevokedListener } from "../services/admin.js";
@@ -28,6 +29,8 @@ export interface ServiceDeps {
   /** When open streams look again for writes nobody told them of (STREAM_POLL_INTERVAL). */
   readonly streamTicks: Ticker;
   readonly fraudPolicy: FraudPolicy;
+  /** The disposable-domain list of the fraud evidence (see `disposableDomains`). */
+  readonly disposableDomains: DisposableDomains;
   readonly secretBox: SecretBox;
   readonly allowPrivateWebhooks: boolean;
   /** Says events were written or a delivery is due: the webhook runtime acts now. */

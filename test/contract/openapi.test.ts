@@ -5,6 +5,7 @@ import { Access } from "../../gen/referral/v1/options_pb.js";
 import { enumWords, methodAccess, restSuccessStatus } from "../../src/contract/options.js";
 import { valueKindOf } from "../../src/contract/plain-codec.js";
 import { defaultFraudPolicy } from "../../src/domain/fraud-rules.js";
+import { disposableDomains } from "../../src/services/evidence.js";
 import { createSecretBox } from "../../src/store/secret-box.js";
 import { httpRouteOf } from "../../src/transport/rest/http-rules.js";
 import { createServiceRegistrations, rpcsOf } from "../../src/transport/routes.js";
@@ -25,6 +26,7 @@ function restRoutes() {
     clock: () => new Date(),
     streamTicks: { onNextTick: () => () => {} },
     fraudPolicy: defaultFraudPolicy,
+    disposableDomains: disposableDomains(),
     secretBox: createSecretBox(Buffer.alloc(32)),
     allowPrivateWebhooks: false,
     notifyWebhooks: () => {},

@@ -11,6 +11,7 @@ import {
 import { differencesOf, recountStats } from "../../src/store/stats-recount.js";
 import type { Store } from "../../src/store/store.js";
 import { storeTest as declareStoreTest, engineNames } from "../helpers/engines.js";
+import { plainEvidence } from "../helpers/evidence.js";
 
 /**
  * The program's counters on both engines: moved in the same write as the
@@ -38,7 +39,7 @@ async function referral(store: Store, index: number, referrerId: string): Promis
       referrerId,
       refereeId: `cus_referee_${index}`,
     },
-    { status: "pending", suspectedFrauds: [] },
+    { status: "pending", suspectedFrauds: [], evidence: plainEvidence() },
     change(null, "pending", created),
   );
   const { doc: stored } = await insertReferral(store.system, tenant, doc, []);
@@ -132,7 +133,7 @@ for (const engine of engineNames) {
       tenant,
       moved,
       "cus_b",
-      { status: "pending", suspectedFrauds: [] },
+      { status: "pending", suspectedFrauds: [], evidence: plainEvidence() },
       change("pending", "pending", accepted),
       [],
     );

@@ -127,7 +127,8 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
     },
     UpdateReferralStatus: {
       ok: (p) => ({ id: fixture.pendingReferralIds[p], status: "flagged", reason: "parity" }),
-      volatile: [...created, "refereeId", "changedAt"],
+      // Each protocol's referral is gathered at its own time, after the others'.
+      volatile: [...created, "refereeId", "changedAt", "evidence"],
       errors: {
         invalid_argument: { id: "ref_missing" },
         not_found: { id: "ref_missing", status: "accepted" },

@@ -1,0 +1,227 @@
+import { randomBytes } from "node:crypto";
+import { createRequire } from "node:module";
+import { isIP } from "node:net";
+import type { HandlerContext } from "@connectrpc/connect";
+import { disposableEmailBlocklistSet } from "disposable-email-domains-js";
+import type { EndUserContext } from "../../gen/referral/v1/resources_pb.js";
+import {
+  type DisposableDomains,
+  type EndUser,
+  emailEvidence,
+  emailLocalDistance,
+  evidenceVersion,
+  type NetworkEvidence,
+  type NetworkSourceName,
+  nameSimilarity,
+  networkEvidence,
+  type ReferralEvidence,
+} from "../domain/fraud-evidence.js";
+import type { Clock } from "../domain/tenancy.js";
+import type { CustomerDoc } from "../store/documents.js";
+import type { SecretBox } from "../store/secret-box.js";
+import type { TenantStore } from "../store/tenant-store.js";
+import { type Caller, callClientKey } from "./context.js";
+import { invalidArgument, permissionDenied } from "./errors.js";
+import { opened } from "./identity.js";
+import { optionalText } from "./validate.js";
+
+/**
+ * The fraud evidence's gathering (docs/fraud.md): the disposable domains,
+ * the application's network key, the end user a call is made for, and the
+ * evidence of one attribution, from the store's counts.
+ */
+
+/** What gathering needs. */
+export interface EvidenceDeps {
+  readonly clock: Clock;
+  readonly secretBox: SecretBox;
+  readonly disposableDomains: DisposableDomains;
+}
+
+const packageName = "disposable-email-domains-js";
+
+/**
+ * The disposable domains: the pinned package's list, with the operator's
+ * additions and without its removals (DISPOSABLE_EMAIL_DOMAINS_ADD and
+ * _REMOVE). Its version names both, so a verdict says what it was read
+ * against.
+ */
+export function disposableDomains(
+  additions: readonly string[] = [],
+  removals: readonly string[] = [],
+): DisposableDomains {
+  const listed = disposableEmailBlocklistSet();
+  const added = new Set(additions.map((domain) => domain.toLowerCase()));
+  const removed = new Set(removals.map((domain) => domain.toLowerCase()));
+  const { version } = createRequire(import.meta.url)(`${packageName}/package.json`) as {
+    version: string;
+  };
+  const changes = [
+    added.size > 0 ? `+${added.size}` : "",
+    removed.size > 0 ? `-${removed.size}` : "",
+  ].filter(Boolean);
+  return {
+    version: `${packageName}@${version}${changes.length > 0 ? ` ${changes.join(" ")}` : ""}`,
+    has: (domain) => !removed.has(domain) && (added.has(domain) || listed.has(domain)),
+  };
+}
+
+/** A checked end-user context, as a call sent it. */
+export interface CheckedContext {
+  readonly ip: string | null;
+  readonly userAgent: string | null;
+  readonly deviceId: string | null;
+}
+
+/**
+ * The request's end-user context, checked: an address that parses, a
+ * User-Agent and a device id of bounded length. A public key may send the
+ * device id only: its address and User-Agent are its connection's
+ * (PERMISSION_DENIED naming the field otherwise).
+ */
+export function checkedContext(
+  caller: Caller,
+  context: EndUserContext | undefined,
+): CheckedContext | undefined {
+  if (!context) return undefined;
+  const ip = optionalText(context.ip, "context.ip");
+  const userAgent = optionalText(context.userAgent, "context.userAgent", 512);
+  const deviceId = optionalText(context.deviceId, "context.deviceId", 128);
+  if (caller.keyKind !== "secret") {
+    const sent =
+      ip !== undefined ? "context.ip" : userAgent !== undefined ? "context.userAgent" : null;
+    if (sent) {
+      throw permissionDenied(
+        sent,
+        "is the backend's to send (a secret key): a public key's network facts are its connection's",
+      );
+    }
+  }
+  if (ip !== undefined && isIP(ip) === 0) {
+    throw invalidArgument("context.ip", "must be an IPv4 or IPv6 address");
+  }
+  return { ip: ip ?? null, userAgent: userAgent ?? null, deviceId: deviceId ?? null };
+}
+
+/**
+ * The end user a call is made for: a public key's connection (address and
+ * User-Agent) with the device id it sent; a secret key's context when it
+ * passed an address. Null when there is none to take.
+ */
+export function endUserOf(
+  caller: Caller,
+  context: HandlerContext,
+  sent: CheckedContext | undefined,
+): (EndUser & { source: NetworkSourceName }) | null {
+  if (caller.keyKind === "secret") {
+    if (!sent?.ip) return null;
+    return {
+      address: sent.ip,
+      userAgent: sent.userAgent,
+      deviceId: sent.deviceId,
+      source: "backend",
+    };
+  }
+  const client = context.values.get(callClientKey);
+  if (!client) return null;
+  return {
+    address: client.address,
+    userAgent: client.userAgent,
+    deviceId: sent?.deviceId ?? null,
+    source: "connection",
+  };
+}
+
+/**
+ * The application's network key: made (random, sealed) at its first need;
+ * null when the application keeps no network facts.
+ */
+export async function networkKeyOf(
+  store: TenantStore,
+  secretBox: SecretBox,
+): Promise<Buffer | null> {
+  const application = await store.application.find();
+  if (!application || application.networkFacts === "off") return null;
+  const sealed =
+    application.networkKeySealed ??
+    (await store.application.ensureNetworkKey(secretBox.seal(randomBytes(32).toString("hex"))));
+  return sealed ? Buffer.from(opened(secretBox, sealed), "hex") : null;
+}
+
+/** The network facts of the end user a call is made for; null without any, or with them off. */
+export async function networkOfCall(
+  store: TenantStore,
+  deps: EvidenceDeps,
+  endUser: (EndUser & { source: NetworkSourceName }) | null,
+): Promise<NetworkEvidence | null> {
+  if (!endUser) return null;
+  const key = await networkKeyOf(store, deps.secretBox);
+  return key ? networkEvidence(endUser, key, endUser.source, deps.clock()) : null;
+}
+
+// Counts beyond these say nothing more, and a busy referrer's next referral
+// must not cost more than its last (the velocity rule needs its limit).
+const countCap = 100;
+const hourMs = 60 * 60 * 1000;
+const dayMs = 24 * hourMs;
+
+/**
+ * The evidence of one attribution of `referee` to `referrer`: the emails,
+ * names and ages, the referrer's history and velocity, and both parties'
+ * networks (the referee's as this call, or its earlier attribution, saw
+ * it, else as its last identify did; the referrer's as its last identify
+ * did).
+ */
+export async function gatherEvidence(
+  store: TenantStore,
+  deps: EvidenceDeps & { readonly velocityLimit: number },
+  referrer: CustomerDoc,
+  referee: CustomerDoc,
+  refereeNetwork: NetworkEvidence | null,
+  at: Date,
+): Promise<ReferralEvidence> {
+  const environment = referee.environment;
+  const cap = Math.max(countCap, deps.velocityLimit);
+  const network = refereeNetwork ?? referee.network ?? null;
+  const [times, history, fromNetwork] = await Promise.all([
+    store.referrals.attributionTimesSince(
+      environment,
+      referrer._id,
+      new Date(at.getTime() - dayMs),
+      cap,
+    ),
+    store.referrals.referrerHistory(environment, referrer._id, cap),
+    network
+      ? store.referrals.countFromNetworkSince(
+          network.networkHash,
+          new Date(at.getTime() - dayMs),
+          cap,
+        )
+      : null,
+  ]);
+  const referrerEmail = emailEvidence(referrer.email, deps.disposableDomains);
+  const refereeEmail = emailEvidence(referee.email, deps.disposableDomains);
+  const hourAgo = at.getTime() - hourMs;
+  return {
+    version: evidenceVersion,
+    gatheredAt: at,
+    referrerEmail,
+    refereeEmail,
+    disposableListVersion: deps.disposableDomains.version,
+    nameSimilarity: nameSimilarity(referrer.name, referee.name),
+    emailLocalDistance: emailLocalDistance(referrerEmail, refereeEmail),
+    refereeAgeSeconds: secondsBetween(referee.createdAt, at),
+    referrerAgeSeconds: secondsBetween(referrer.createdAt, at),
+    referrerFlagged: history.flagged,
+    referrerRejected: history.rejected,
+    referrerReferralsLastHour: times.filter((time) => time.getTime() >= hourAgo).length,
+    referrerReferralsLastDay: times.length,
+    networkReferralsLastDay: fromNetwork,
+    refereeNetwork: network,
+    referrerNetwork: referrer.network ?? null,
+  };
+}
+
+function secondsBetween(from: Date, to: Date): number {
+  return Math.max(0, Math.floor((to.getTime() - from.getTime()) / 1000));
+}
