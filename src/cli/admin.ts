@@ -3,7 +3,12 @@ import { parseArgs } from "node:util";
 import type { DescMethod, Message } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { type Client, ConnectError } from "@connectrpc/connect";
-import { AdminService, ApiKeyKind, IdentityVerification } from "../../gen/referral/v1/admin_pb.js";
+import {
+  AdminService,
+  ApiKeyKind,
+  IdentityVerification,
+  NetworkFacts,
+} from "../../gen/referral/v1/admin_pb.js";
 import type { Campaign } from "../../gen/referral/v1/resources_pb.js";
 import { CampaignCheckpointTrigger, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
@@ -119,6 +124,29 @@ const adminCommands: readonly AdminCommand[] = [
         AdminService.method.updateApplication,
         response,
         () => `application ${response.application?.id}: identity verification ${mode}`,
+      );
+    },
+  },
+  {
+    name: "set-network-facts",
+    usage: "<applicationId> <collect|off>",
+    summary: "whether referrals keep network facts as fraud evidence (docs/fraud.md)",
+    async run({ client, argument, print }) {
+      const setting = argument(1, "collect|off");
+      if (setting !== "collect" && setting !== "off") {
+        throw new UsageError("the setting is collect or off");
+      }
+      const response = await client.updateApplication({
+        id: argument(0, "applicationId"),
+        application: {
+          networkFacts: setting === "collect" ? NetworkFacts.COLLECT : NetworkFacts.OFF,
+        },
+        updateMask: ["networkFacts"],
+      });
+      print(
+        AdminService.method.updateApplication,
+        response,
+        () => `application ${response.application?.id}: network facts ${setting}`,
       );
     },
   },

@@ -1,4 +1,4 @@
-import type { FraudRuleName } from "./fraud-rules.js";
+import type { FraudActionName, FraudRuleName } from "./fraud-rules.js";
 import {
   isUndecided,
   type ReferralStatusName,
@@ -39,17 +39,21 @@ export function decideAttribution(
 
 /**
  * The status a referral gets from the fraud rules when it is created or
- * re-attributed: `flagged` when a rule fires, else `pending`. A flag a
+ * re-attributed: `flagged` when a verdict flags (a verdict stored before
+ * actions flagged; a rejection flags until rejections land), else
+ * `pending` (a note is evidence only; a held reward converts). A flag a
  * reviewer set stays, so re-attribution cannot clear a human decision.
  */
 export function statusFromRules(
-  frauds: readonly { readonly type: FraudRuleName }[],
+  frauds: readonly { readonly type: FraudRuleName; readonly action?: FraudActionName }[],
   current?: {
     readonly status: ReferralStatusName;
     readonly lastChangeCause: StatusChangeCauseName | undefined;
   },
 ): ReferralStatusName {
-  if (frauds.length > 0) return "flagged";
+  if (frauds.some((fraud) => fraud.action !== "note" && fraud.action !== "hold_reward")) {
+    return "flagged";
+  }
   if (current?.status === "flagged" && current.lastChangeCause === "review") return "flagged";
   return "pending";
 }

@@ -65,6 +65,8 @@ export interface ReferralEvidence {
   readonly referrerReferralsLastDay: number;
   /** Referrals from the referee's network in the day before; null without network facts. */
   readonly networkReferralsLastDay: number | null;
+  /** Another customer whose email reaches the referee's mailbox was already referred. */
+  readonly refereeMailboxReferred: boolean;
   readonly refereeNetwork: NetworkEvidence | null;
   readonly referrerNetwork: NetworkEvidence | null;
 }
@@ -160,16 +162,33 @@ export function networkEvidence(
   networkKey: Buffer,
   source: NetworkSourceName,
   seenAt: Date,
+  /** How the hashes and the family are made: `networkHashes` and `userAgentFamily`, or a memo of them. */
+  read: {
+    readonly hashes: typeof networkHashes;
+    readonly family: typeof userAgentFamily;
+  } = { hashes: networkHashes, family: userAgentFamily },
 ): NetworkEvidence | null {
-  const network = networkOf(endUser.address);
+  const hashes = read.hashes(endUser.address, networkKey);
+  if (!hashes) return null;
+  return {
+    ...hashes,
+    userAgentFamily: read.family(endUser.userAgent),
+    deviceId: endUser.deviceId,
+    source,
+    seenAt,
+  };
+}
+
+/** The keyed hashes of an address and of its network; null when it is not an address. */
+export function networkHashes(
+  address: string | null,
+  networkKey: Buffer,
+): { readonly addressHash: string; readonly networkHash: string } | null {
+  const network = networkOf(address);
   if (!network) return null;
   return {
     addressHash: keyedHash(networkKey, `address:${network.address}`),
     networkHash: keyedHash(networkKey, `network:${network.prefix}`),
-    userAgentFamily: userAgentFamily(endUser.userAgent),
-    deviceId: endUser.deviceId,
-    source,
-    seenAt,
   };
 }
 

@@ -1,5 +1,5 @@
 import type { ReferralEvidence } from "./fraud-evidence.js";
-import type { SuspectedFraud } from "./fraud-rules.js";
+import type { SeverityName, SuspectedFraud } from "./fraud-rules.js";
 import { newId } from "./ids.js";
 import type { ReferralStatusName, StatusChangeCauseName } from "./referral-status.js";
 import type { EnvironmentName, Tenant } from "./tenancy.js";
@@ -45,6 +45,8 @@ export interface ReferralRecord {
    * fraud-evidence.ts); absent on referrals made before evidence was kept.
    */
   evidence?: ReferralEvidence;
+  /** Its risk from the rules' verdicts; absent on referrals judged before risk was kept. */
+  risk?: ReferralRisk;
   /**
    * Storage, set while accepted by an unverified public-key checkpoint under
    * `hold` and not yet confirmed: a trusted trigger checkpoint finds it by
@@ -72,6 +74,13 @@ export interface RuledStatus {
   readonly status: ReferralStatusName;
   readonly suspectedFrauds: SuspectedFraud[];
   readonly evidence: ReferralEvidence;
+  readonly risk: ReferralRisk;
+}
+
+/** How risky the fraud rules found an attribution (see `riskOf`). */
+export interface ReferralRisk {
+  readonly level: SeverityName;
+  readonly score: number;
 }
 
 /** A status change, made by `actorId` at `changedAt`; `reason` undefined for none. */

@@ -14,7 +14,9 @@ import {
   type NetworkSourceName,
   nameSimilarity,
   networkEvidence,
+  networkHashes,
   type ReferralEvidence,
+  userAgentFamily,
 } from "../domain/fraud-evidence.js";
 import type { Clock } from "../domain/tenancy.js";
 import type { CustomerDoc } from "../store/documents.js";
@@ -145,7 +147,51 @@ export async function networkKeyOf(
   const sealed =
     application.networkKeySealed ??
     (await store.application.ensureNetworkKey(secretBox.seal(randomBytes(32).toString("hex"))));
-  return sealed ? Buffer.from(opened(secretBox, sealed), "hex") : null;
+  if (!sealed) return null;
+  let key = networkKeys.get(sealed);
+  if (!key) {
+    key = Buffer.from(opened(secretBox, sealed), "hex");
+    remember(networkKeys, sealed, key, 1_000);
+  }
+  return key;
+}
+
+// Every public-key identify and referral reads these, and the same few
+// come back (an app's users share a handful of browsers; a user calls from
+// one address): each is worked out once per process, within bounds.
+const networkKeys = new Map<string, Buffer>();
+const hashesByKey = new WeakMap<Buffer, Map<string, ReturnType<typeof networkHashes>>>();
+const families = new Map<string, string | null>();
+const memo = {
+  hashes(address: string | null, key: Buffer): ReturnType<typeof networkHashes> {
+    if (address === null) return null;
+    let known = hashesByKey.get(key);
+    if (!known) {
+      known = new Map();
+      hashesByKey.set(key, known);
+    }
+    let hashes = known.get(address);
+    if (hashes === undefined) {
+      hashes = networkHashes(address, key);
+      remember(known, address, hashes, 10_000);
+    }
+    return hashes;
+  },
+  family(userAgent: string | null): string | null {
+    if (userAgent === null) return null;
+    let family = families.get(userAgent);
+    if (family === undefined) {
+      family = userAgentFamily(userAgent);
+      remember(families, userAgent, family, 1_000);
+    }
+    return family;
+  },
+};
+
+/** Keeps `value` under `key`, the first kept going first past `bound`. */
+function remember<K, V>(map: Map<K, V>, key: K, value: V, bound: number): void {
+  if (map.size >= bound) map.delete(map.keys().next().value as K);
+  map.set(key, value);
 }
 
 /** The network facts of the end user a call is made for; null without any, or with them off. */
@@ -156,7 +202,7 @@ export async function networkOfCall(
 ): Promise<NetworkEvidence | null> {
   if (!endUser) return null;
   const key = await networkKeyOf(store, deps.secretBox);
-  return key ? networkEvidence(endUser, key, endUser.source, deps.clock()) : null;
+  return key ? networkEvidence(endUser, key, endUser.source, deps.clock(), memo) : null;
 }
 
 // Counts beyond these say nothing more, and a busy referrer's next referral
@@ -180,28 +226,24 @@ export async function gatherEvidence(
   refereeNetwork: NetworkEvidence | null,
   at: Date,
 ): Promise<ReferralEvidence> {
-  const environment = referee.environment;
   const cap = Math.max(countCap, deps.velocityLimit);
   const network = refereeNetwork ?? referee.network ?? null;
-  const [times, history, fromNetwork] = await Promise.all([
-    store.referrals.attributionTimesSince(
-      environment,
-      referrer._id,
-      new Date(at.getTime() - dayMs),
-      cap,
-    ),
-    store.referrals.referrerHistory(environment, referrer._id, cap),
-    network
-      ? store.referrals.countFromNetworkSince(
-          network.networkHash,
-          new Date(at.getTime() - dayMs),
-          cap,
+  const since = (ms: number) => new Date(at.getTime() - ms);
+  const [lastHour, lastDay, history, fromNetwork, refereeMailboxReferred] = await Promise.all([
+    store.referrals.countAttributedToSince(referrer._id, since(hourMs), cap),
+    store.referrals.countAttributedToSince(referrer._id, since(dayMs), cap),
+    store.referrals.referrerHistory(referrer._id, cap),
+    network ? store.referrals.countFromNetworkSince(network.networkHash, since(dayMs), cap) : null,
+    referee.emailCanonical
+      ? store.referrals.isMailboxAlreadyReferred(
+          referee.environment,
+          referee.emailCanonical,
+          referee._id,
         )
-      : null,
+      : false,
   ]);
   const referrerEmail = emailEvidence(referrer.email, deps.disposableDomains);
   const refereeEmail = emailEvidence(referee.email, deps.disposableDomains);
-  const hourAgo = at.getTime() - hourMs;
   return {
     version: evidenceVersion,
     gatheredAt: at,
@@ -214,9 +256,10 @@ export async function gatherEvidence(
     referrerAgeSeconds: secondsBetween(referrer.createdAt, at),
     referrerFlagged: history.flagged,
     referrerRejected: history.rejected,
-    referrerReferralsLastHour: times.filter((time) => time.getTime() >= hourAgo).length,
-    referrerReferralsLastDay: times.length,
+    referrerReferralsLastHour: lastHour,
+    referrerReferralsLastDay: lastDay,
     networkReferralsLastDay: fromNetwork,
+    refereeMailboxReferred,
     refereeNetwork: network,
     referrerNetwork: referrer.network ?? null,
   };

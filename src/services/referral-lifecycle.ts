@@ -6,7 +6,13 @@ import {
   rewardTriggerOf,
 } from "../domain/conversion.js";
 import type { NetworkEvidence, ReferralEvidence } from "../domain/fraud-evidence.js";
-import { type FraudPolicy, type SuspectedFraud, suspectedFrauds } from "../domain/fraud-rules.js";
+import {
+  defaultRuleSettings,
+  type FraudPolicy,
+  judgeAttribution,
+  riskOf,
+  type SuspectedFraud,
+} from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
 import {
   newReferral,
@@ -91,7 +97,7 @@ export async function attributeReferral(
     if (decision.kind === "create") {
       const status = statusFromRules(frauds);
       const change = statusChange(null, status, "created", caller.keyId, now, rulesReason(frauds));
-      const ruled = { status, suspectedFrauds: frauds, evidence };
+      const ruled = { status, suspectedFrauds: frauds, evidence, risk: riskOf(frauds) };
       const fresh = newReferral(tenant, parties, ruled, change);
       const view = referralView(fresh);
       const { doc, created } = await store.referrals.insert(fresh, referralCreated(fresh, view));
@@ -112,7 +118,7 @@ export async function attributeReferral(
       now,
       rulesReason(frauds),
     );
-    const ruled = { status, suspectedFrauds: frauds, evidence };
+    const ruled = { status, suspectedFrauds: frauds, evidence, risk: riskOf(frauds) };
     const after = reattributed(current, referrer._id, ruled, change);
     const view = referralView(after);
     const moved = await store.referrals.reattribute(
@@ -137,31 +143,16 @@ async function judge(
   refereeNetwork: NetworkEvidence | null,
   now: Date,
 ): Promise<{ frauds: SuspectedFraud[]; evidence: ReferralEvidence }> {
-  const environment = referee.environment;
-  const [evidence, refereeEmailAlreadyReferred] = await Promise.all([
-    gatherEvidence(
-      store,
-      { ...deps, velocityLimit: deps.fraudPolicy.velocityLimit },
-      referrer,
-      referee,
-      refereeNetwork,
-      now,
-    ),
-    referee.emailCanonical
-      ? store.referrals.isMailboxAlreadyReferred(environment, referee.emailCanonical, referee._id)
-      : false,
-  ]);
-  const frauds = suspectedFrauds(
-    {
-      referrer: { id: referrer._id, email: referrer.email },
-      referee: { id: referee._id, email: referee.email, identifiedAt: referee.createdAt },
-      at: now,
-      referrerRecentReferrals: evidence.referrerReferralsLastHour,
-      refereeEmailAlreadyReferred,
-    },
-    deps.fraudPolicy,
+  const evidence = await gatherEvidence(
+    store,
+    { ...deps, velocityLimit: deps.fraudPolicy.velocityLimit },
+    referrer,
+    referee,
+    refereeNetwork,
+    now,
   );
-  return { frauds, evidence };
+  const facts = { referrerId: referrer._id, refereeId: referee._id, evidence };
+  return { frauds: judgeAttribution(facts, defaultRuleSettings(deps.fraudPolicy)), evidence };
 }
 
 /**
@@ -294,6 +285,8 @@ export async function convertReferrals(
   return accepted;
 }
 
+/** The status change's reason: the rules whose verdicts set the status (notes are evidence). */
 function rulesReason(frauds: readonly SuspectedFraud[]): string | undefined {
-  return frauds.length === 0 ? undefined : frauds.map((fraud) => fraud.type).join(", ");
+  const acting = frauds.filter((fraud) => fraud.action !== "note");
+  return acting.length === 0 ? undefined : acting.map((fraud) => fraud.type).join(", ");
 }

@@ -43,7 +43,8 @@ export interface StoreCollection<T extends Document> {
   insertMany(docs: readonly OptionalUnlessRequiredId<T>[]): Promise<InsertManyResult<T>>;
   findOne(filter: Filter<T>, options?: FindOptions): Promise<WithId<T> | null>;
   find(filter: Filter<T>, options?: FindOptions): { toArray(): Promise<WithId<T>[]> };
-  countDocuments(filter?: Filter<T>): Promise<number>;
+  /** How many match, counted up to `limit` when given (a bound on what the count reads). */
+  countDocuments(filter?: Filter<T>, options?: { limit?: number }): Promise<number>;
   updateOne(
     filter: Filter<T>,
     update: UpdateFilter<T>,
@@ -60,6 +61,8 @@ export interface StoreCollection<T extends Document> {
   /** Every match, in one write (retention removes expired documents a bounded batch at a time). */
   deleteMany(filter: Filter<T>): Promise<DeleteResult>;
   createIndex(spec: IndexSpecification, options?: CreateIndexesOptions): Promise<string>;
+  /** Removes an index by its MongoDB name (`field_1_other_-1`); rejects when there is none. */
+  dropIndex(name: string): Promise<unknown>;
   /**
    * One shape only: `[{ $match: filter }, { $group: { _id: { name: "$field", ... },
    * count: { $sum: 1 }, total: { $sum: "$field" } } }]`, each group's counts

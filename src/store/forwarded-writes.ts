@@ -143,9 +143,10 @@ export function forwardingCollection<T extends Document>(
     },
     findOne: (filter, options) => local.findOne(filter, options),
     find: (filter, options) => local.find(filter, options),
-    countDocuments: (filter) => local.countDocuments(filter),
+    countDocuments: (filter, options) => local.countDocuments(filter, options),
     aggregate: (pipeline) => local.aggregate(pipeline),
     createIndex: (spec, options) => local.createIndex(spec, options),
+    dropIndex: (name) => local.dropIndex(name),
     ...forwarded,
   } as StoreCollection<T>;
 }

@@ -107,13 +107,14 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "a referrer's visited and converted counts; ListReferrals by referrer",
     },
     {
-      key: { referrerId: 1, attributedAt: -1 },
-      serves: "the velocity rule: a referrer's last hour",
+      key: { referrerId: 1, attributedAt: -1, applicationId: 1 },
+      serves: "the fraud evidence: a referrer's last hour and day, counted in the index",
     },
     {
-      key: { "evidence.refereeNetwork.networkHash": 1, attributedAt: -1 },
+      key: { "evidence.refereeNetwork.networkHash": 1, attributedAt: -1, applicationId: 1 },
       options: { sparse: true },
-      serves: "the fraud evidence: referrals from one network in the last day",
+      serves:
+        "the fraud evidence: referrals from one network in the last day, counted in the index",
     },
     {
       key: { refereeId: 1, createdAt: -1 },
@@ -400,6 +401,16 @@ export interface ExpiryOptions {
   ) => Promise<void>;
 }
 
+/**
+ * Indexes an earlier version declared and this one no longer does: dropped
+ * at start, so an upgraded store stops keeping them on every write. Named
+ * as MongoDB names them.
+ */
+export const retiredIndexes: { [C in CollectionName]?: readonly string[] } = {
+  // Replaced by referrerId_1_attributedAt_-1_applicationId_1, which counts in the index.
+  referrals: ["referrerId_1_attributedAt_-1"],
+};
+
 /** MongoDB's IndexOptionsConflict: the index exists with other options. */
 const indexOptionsConflict = 85;
 
@@ -408,6 +419,12 @@ export async function ensureIndexes(
   db: Collections,
   expiry: ExpiryOptions = { expireAfterSeconds: defaultEventRetentionMs / 1000 },
 ): Promise<void> {
+  for (const [name, retired] of Object.entries(retiredIndexes)) {
+    for (const index of retired) {
+      // Already gone (a fresh store, or a start after the one that dropped it).
+      await db[name as CollectionName].dropIndex(index).catch(() => undefined);
+    }
+  }
   for (const [name, declarations] of Object.entries(indexDeclarations)) {
     const collection = db[name as CollectionName];
     for (const { key, options, expires } of declarations) {

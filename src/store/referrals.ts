@@ -129,108 +129,63 @@ function unchangedSince(tenant: Tenant, current: ReferralDoc): Filter<ReferralDo
 }
 
 /**
- * How many referrals were attributed to a referrer since a time, counted up
- * to `atMost`: the velocity rule only asks whether its limit is reached. A
- * full count would read every referral of the window, so each new referral
- * of a busy referrer would cost more than the last (20,000 in an hour made
- * the 20,000th about 200 times slower than the first).
+ * How many referrals were attributed to a referrer since a time, counted
+ * up to `atMost` in the store (no referral is read): the velocity counts of
+ * the fraud evidence. Its id names its application and environment.
  */
-export async function countReferralsAttributedSince(
+export function countAttributedToSince(
   db: Collections,
   tenant: Tenant,
-  environment: EnvironmentName,
   referrerId: string,
   since: Date,
   atMost: number,
 ): Promise<number> {
-  if (atMost <= 0) return 0;
-  const recent = await db.referrals
-    .find(
-      {
-        ...ownedBy(tenant),
-        environment,
-        referrerId,
-        attributedAt: { $gte: since },
-        deletedAt: null,
-      },
-      { projection: { _id: 1 }, limit: atMost },
-    )
-    .toArray();
-  return recent.length;
+  return db.referrals.countDocuments(
+    { referrerId, attributedAt: { $gte: since }, ...ownedBy(tenant) },
+    { limit: atMost },
+  );
 }
 
 /**
- * When a referrer's referrals of the last `since` were attributed, newest
- * first, at most `atMost` of them (so a busy referrer costs no more than
- * `atMost` index entries): the velocity counts of the fraud evidence.
+ * How many of a referrer's referrals are flagged, and rejected, each counted
+ * up to `atMost`: the kept counts of a referrer's statuses on the embedded
+ * engine (no query), an indexed count on MongoDB.
  */
-export async function attributionTimesSince(
-  db: Collections,
-  tenant: Tenant,
-  environment: EnvironmentName,
-  referrerId: string,
-  since: Date,
-  atMost: number,
-): Promise<Date[]> {
-  const recent = await db.referrals
-    .find(
-      {
-        ...ownedBy(tenant),
-        environment,
-        referrerId,
-        attributedAt: { $gte: since },
-        deletedAt: null,
-      },
-      { projection: { attributedAt: 1 }, sort: { attributedAt: -1 }, limit: atMost },
-    )
-    .toArray();
-  return recent.map((referral) => referral.attributedAt);
-}
-
-/** How many of a referrer's referrals are flagged, and rejected, each counted up to `atMost`. */
 export async function referrerHistory(
   db: Collections,
   tenant: Tenant,
-  environment: EnvironmentName,
   referrerId: string,
   atMost: number,
 ): Promise<{ flagged: number; rejected: number }> {
-  const count = async (status: ReferralStatusName) =>
-    (
-      await db.referrals
-        .find(
-          { ...ownedBy(tenant), environment, referrerId, status, deletedAt: null },
-          { projection: { _id: 1 }, limit: atMost },
-        )
-        .toArray()
-    ).length;
+  const count = (status: ReferralStatusName) =>
+    db.referrals.countDocuments(
+      { ...ownedBy(tenant), referrerId, status, deletedAt: null },
+      { limit: atMost },
+    );
   const [flagged, rejected] = await Promise.all([count("flagged"), count("rejected")]);
   return { flagged, rejected };
 }
 
 /**
- * How many referrals were made from a network (its keyed hash) since a
- * time, counted up to `atMost`: the network velocity of the evidence.
+ * How many referrals were made from a network (its keyed hash, which is
+ * the application's own) since a time, counted up to `atMost`: the
+ * network velocity of the evidence.
  */
-export async function countFromNetworkSince(
+export function countFromNetworkSince(
   db: Collections,
   tenant: Tenant,
   networkHash: string,
   since: Date,
   atMost: number,
 ): Promise<number> {
-  const found = await db.referrals
-    .find(
-      {
-        "evidence.refereeNetwork.networkHash": networkHash,
-        ...ownedBy(tenant),
-        attributedAt: { $gte: since },
-        deletedAt: null,
-      },
-      { projection: { _id: 1 }, limit: atMost },
-    )
-    .toArray();
-  return found.length;
+  return db.referrals.countDocuments(
+    {
+      "evidence.refereeNetwork.networkHash": networkHash,
+      attributedAt: { $gte: since },
+      ...ownedBy(tenant),
+    },
+    { limit: atMost },
+  );
 }
 
 /**

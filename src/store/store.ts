@@ -458,6 +458,7 @@ function observed(collections: Collections, observe: OperationObserver | undefin
       };
     }
     methods.createIndex = (...args: unknown[]) => collection.createIndex?.(...args);
+    methods.dropIndex = (...args: unknown[]) => collection.dropIndex?.(...args);
     Object.defineProperty(methods, "version", { get: () => collection.version });
     wrapped[name] = methods;
   }

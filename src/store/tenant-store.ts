@@ -37,10 +37,9 @@ import { findIdempotencyRecords, removeIdempotencyKey } from "./idempotency.js";
 import { findReferralsToExport, tenantInsights } from "./insights.js";
 import type { PageRequest } from "./paging.js";
 import {
-  attributionTimesSince,
   clearAwaitsConfirmation,
+  countAttributedToSince,
   countFromNetworkSince,
-  countReferralsAttributedSince,
   findConvertibleReferralsOfReferee,
   findReferral,
   findReferralOfReferee,
@@ -178,8 +177,7 @@ export function createTenantStore(
       findConvertibleOfReferee: bind(findConvertibleReferralsOfReferee),
       clearAwaitsConfirmation: bind(clearAwaitsConfirmation),
       findMany: bind(findReferrals),
-      countAttributedSince: bind(countReferralsAttributedSince),
-      attributionTimesSince: bind(attributionTimesSince),
+      countAttributedToSince: bind(countAttributedToSince),
       referrerHistory: bind(referrerHistory),
       countFromNetworkSince: bind(countFromNetworkSince),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),

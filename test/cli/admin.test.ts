@@ -306,6 +306,12 @@ test.serial(
     const missing = await runAdmin("rotate-identity-secret", "app_missing");
     t.is(missing.code, 1);
     t.regex(missing.output, /application app_missing not found/);
+
+    t.is((await admin("set-network-facts", appId, "off")).networkFacts, "off");
+    t.is((await admin("set-network-facts", appId, "collect")).networkFacts, "collect");
+    const wrongSetting = await runAdmin("set-network-facts", appId, "some");
+    t.is(wrongSetting.code, 2);
+    t.regex(wrongSetting.output, /the setting is collect or off/);
   },
 );
 

@@ -79,3 +79,14 @@ test("the trigger converts pending referrals only", (t) => {
   t.false(convertsOnTrigger("accepted"));
   t.false(convertsOnTrigger("rejected"));
 });
+
+test("a verdict flags unless its action is a note or a held reward", (t) => {
+  const verdict = (action?: "note" | "flag" | "hold_reward" | "reject") => ({
+    type: "similar_name" as const,
+    ...(action ? { action } : {}),
+  });
+  t.is(statusFromRules([verdict("note")]), "pending");
+  t.is(statusFromRules([verdict("hold_reward")]), "pending");
+  t.is(statusFromRules([verdict("note"), verdict("flag")]), "flagged");
+  t.is(statusFromRules([verdict()]), "flagged", "a verdict stored before actions flagged");
+});

@@ -260,4 +260,18 @@ for (const engine of engineNames) {
     const { ensureIndexes } = await import("../../src/store/indexes.js");
     await t.notThrowsAsync(() => ensureIndexes(store.system));
   });
+
+  storeTest("an index no longer declared is dropped at start, once", async (t, store) => {
+    const { ensureIndexes, retiredIndexes } = await import("../../src/store/indexes.js");
+    const [retired] = retiredIndexes.referrals ?? [];
+    if (!retired) {
+      t.pass("nothing retired");
+      return;
+    }
+    // As an earlier version made it.
+    await store.system.referrals.createIndex({ referrerId: 1, attributedAt: -1 });
+    await ensureIndexes(store.system);
+    await t.throwsAsync(() => store.system.referrals.dropIndex(retired), undefined, "gone");
+    await t.notThrowsAsync(() => ensureIndexes(store.system), "and a start without it is fine");
+  });
 }

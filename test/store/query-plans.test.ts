@@ -52,7 +52,10 @@ test("every repository query is served by an index on SQLite and on MongoDB", as
         t.deepEqual(scans, [], `a table scan: ${query.sql}`);
         continue;
       }
-      const scans = query.plan.filter((step) => /^SCAN /.test(step));
+      // A bounded count reads its subquery's rows (at most its limit): not a table.
+      const scans = query.plan.filter(
+        (step) => /^SCAN /.test(step) && !/^SCAN \(subquery-\d+\)$/.test(step),
+      );
       t.deepEqual(scans, [], `a table scan: ${describeQuery(query)}`);
       t.truthy(mongoIndex, `no declared index serves it on MongoDB: ${describeQuery(query)}`);
       // A query on a selective field (an id, a code, an email) needs an index

@@ -39,7 +39,12 @@ async function referral(store: Store, index: number, referrerId: string): Promis
       referrerId,
       refereeId: `cus_referee_${index}`,
     },
-    { status: "pending", suspectedFrauds: [], evidence: plainEvidence() },
+    {
+      status: "pending",
+      suspectedFrauds: [],
+      evidence: plainEvidence(),
+      risk: { level: "low", score: 0 },
+    },
     change(null, "pending", created),
   );
   const { doc: stored } = await insertReferral(store.system, tenant, doc, []);
@@ -133,7 +138,12 @@ for (const engine of engineNames) {
       tenant,
       moved,
       "cus_b",
-      { status: "pending", suspectedFrauds: [], evidence: plainEvidence() },
+      {
+        status: "pending",
+        suspectedFrauds: [],
+        evidence: plainEvidence(),
+        risk: { level: "low", score: 0 },
+      },
       change("pending", "pending", accepted),
       [],
     );

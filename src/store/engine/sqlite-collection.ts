@@ -123,10 +123,11 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     return { toArray: async () => this.select(filter, options) };
   }
 
-  async countDocuments(filter: Filter<T> = {}): Promise<number> {
+  async countDocuments(filter: Filter<T> = {}, options: { limit?: number } = {}): Promise<number> {
+    const { limit } = options;
     const kept = this.counters.total(filter as Document);
-    if (kept !== undefined) return kept;
-    const { sql, params } = this.countStatement(filter);
+    if (kept !== undefined) return limit === undefined ? kept : Math.min(kept, limit);
+    const { sql, params } = this.countStatement(filter, limit);
     this.database.noteQuery(sql, this.name, filter);
     const row = this.database.statement(sql).get(...params) as { n: number };
     return row.n;
@@ -207,6 +208,18 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       const result = this.database.statement(sql).run(...where.params);
       return { acknowledged: true, deletedCount: Number(result.changes) };
     });
+  }
+
+  /** Removes an index by its MongoDB name, which is this engine's after the table's name. */
+  async dropIndex(name: string): Promise<void> {
+    const sqliteName = `${this.name}_${name}`.replaceAll(/[^A-Za-z0-9_]/g, "_");
+    const known = this.database
+      .statement("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?")
+      .get(sqliteName);
+    if (!known) throw new Error(`index not found: ${name}`);
+    this.database.exec(`DROP INDEX "${sqliteName}"`);
+    const at = this.indexes.findIndex((index) => index.name === sqliteName);
+    if (at >= 0) this.indexes.splice(at, 1);
   }
 
   /**
@@ -306,11 +319,21 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     return { sql, params };
   }
 
-  private countStatement(filter: Filter<T>): { sql: string; params: SQLInputValue[] } {
+  private countStatement(
+    filter: Filter<T>,
+    limit?: number,
+  ): { sql: string; params: SQLInputValue[] } {
     const where = compileFilter(filter);
+    if (limit === undefined) {
+      return {
+        sql: `SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`,
+        params: where.params,
+      };
+    }
+    // Counted in SQL, up to the limit: no document is decoded.
     return {
-      sql: `SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`,
-      params: where.params,
+      sql: `SELECT count(*) AS n FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ?)`,
+      params: [...where.params, limit],
     };
   }
 

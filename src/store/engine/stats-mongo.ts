@@ -661,6 +661,7 @@ function bindAll<T extends Document>(collection: StoreCollection<T>): StoreColle
     deleteOne: collection.deleteOne.bind(collection),
     deleteMany: collection.deleteMany.bind(collection),
     createIndex: collection.createIndex.bind(collection),
+    dropIndex: collection.dropIndex.bind(collection),
     aggregate: collection.aggregate.bind(collection),
   };
 }
