@@ -9,6 +9,7 @@ import {
   CheckpointSchema,
   type Customer,
   CustomerSummarySchema,
+  type Referral,
   ReferralSchema,
 } from "../../gen/referral/v1/resources_pb.js";
 import { messageFromDoc } from "../contract/records.js";
@@ -20,6 +21,7 @@ import type { Clock } from "../domain/tenancy.js";
 import { cleanText } from "../domain/text.js";
 import { customerErased, customerIdentified } from "../events/events.js";
 import { newCustomerMessage } from "../store/customer-records.js";
+import type { ReferralDoc } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { callerOf } from "./context.js";
@@ -182,8 +184,8 @@ export function createCustomersService(
       return {
         exportedAt: timestampFromDate(exportedAt),
         customer,
-        referralsAsReferrer: asReferrer.docs.map((doc) => messageFromDoc(ReferralSchema, doc)),
-        referralsAsReferee: asReferee.docs.map((doc) => messageFromDoc(ReferralSchema, doc)),
+        referralsAsReferrer: asReferrer.docs.map((doc) => exportedReferral(doc, "referrer")),
+        referralsAsReferee: asReferee.docs.map((doc) => exportedReferral(doc, "referee")),
         checkpoints: checkpoints.docs.map((doc) => messageFromDoc(CheckpointSchema, doc)),
         rewardGrants: await grantMessages(store, grants.docs),
         events: events.docs.map((event) => ({
@@ -290,4 +292,20 @@ function propertyKeyProblem(key: string): string | undefined {
   if ("refused" in text) return `has the key ${quoted}: keys ${text.refused}`;
   if (key === "__proto__") return `has the key ${quoted}: keys must not be __proto__`;
   return undefined;
+}
+
+/**
+ * A referral as a customer's export shows it: its fraud evidence holds the
+ * customer's own email and network, never the other party's (the export
+ * names other customers by id only, docs/privacy.md).
+ */
+function exportedReferral(doc: ReferralDoc, side: "referrer" | "referee"): Referral {
+  const { evidence } = doc;
+  if (!evidence) return messageFromDoc(ReferralSchema, doc);
+  const other =
+    side === "referrer"
+      ? { refereeEmail: null, refereeNetwork: null }
+      : { referrerEmail: null, referrerNetwork: null };
+  const shown: ReferralDoc = { ...doc, evidence: { ...evidence, ...other } };
+  return messageFromDoc(ReferralSchema, shown);
 }

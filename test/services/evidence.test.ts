@@ -305,3 +305,43 @@ test("erasing a customer erases its email and network from the evidence of its r
   t.like(after, { referrerEmail: null, referrerNetwork: null });
   t.false(JSON.stringify(after).includes("example.com"));
 });
+
+test("a customer's export shows its own email and network in the evidence, never the other party's", async (t) => {
+  const app = await newApplication();
+  const referrer = await identify("rest", app, {
+    externalUserId: "export-ref",
+    email: "export.ref@example.com",
+    context: { ip: "203.0.113.40" },
+  });
+  const referee = await identify("rest", app, {
+    externalUserId: "export-friend",
+    email: "export.friend@example.com",
+  });
+  await okBody(
+    "rest",
+    "CreateReferral",
+    {
+      referralCode: referrer.referralCode,
+      refereeExternalUserId: "export-friend",
+      context: { ip: "198.51.100.41" },
+    },
+    app.secretKey,
+  );
+  const exported = async (id: string) =>
+    (await rest(server, "GET", `/customers/${id}/export`, { key: app.secretKey })).body;
+  const ofReferrer = (await exported(referrer.id)).referralsAsReferrer[0].evidence;
+  t.like(ofReferrer, {
+    referrerEmail: { canonical: "export.ref@example.com" },
+    refereeEmail: null,
+    refereeNetwork: null,
+  });
+  t.truthy(ofReferrer.referrerNetwork);
+  const ofReferee = (await exported(referee.id)).referralsAsReferee[0].evidence;
+  t.like(ofReferee, {
+    refereeEmail: { canonical: "export.friend@example.com" },
+    referrerEmail: null,
+    referrerNetwork: null,
+  });
+  t.truthy(ofReferee.refereeNetwork);
+  t.false(JSON.stringify(ofReferee).includes("export.ref"));
+});
