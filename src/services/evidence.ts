@@ -4,6 +4,7 @@ import { isIP } from "node:net";
 import type { HandlerContext } from "@connectrpc/connect";
 import { disposableEmailBlocklistSet } from "disposable-email-domains-js";
 import type { EndUserContext } from "../../gen/referral/v1/resources_pb.js";
+import { rememberBounded } from "../domain/bounded-map.js";
 import {
   type DisposableDomains,
   type EndUser,
@@ -151,7 +152,7 @@ export async function networkKeyOf(
   let key = networkKeys.get(sealed);
   if (!key) {
     key = Buffer.from(opened(secretBox, sealed), "hex");
-    remember(networkKeys, sealed, key, 1_000);
+    rememberBounded(networkKeys, sealed, key, 1_000);
   }
   return key;
 }
@@ -173,7 +174,7 @@ const memo = {
     let hashes = known.get(address);
     if (hashes === undefined) {
       hashes = networkHashes(address, key);
-      remember(known, address, hashes, 10_000);
+      rememberBounded(known, address, hashes, 10_000);
     }
     return hashes;
   },
@@ -182,17 +183,11 @@ const memo = {
     let family = families.get(userAgent);
     if (family === undefined) {
       family = userAgentFamily(userAgent);
-      remember(families, userAgent, family, 1_000);
+      rememberBounded(families, userAgent, family, 1_000);
     }
     return family;
   },
 };
-
-/** Keeps `value` under `key`, the first kept going first past `bound`. */
-function remember<K, V>(map: Map<K, V>, key: K, value: V, bound: number): void {
-  if (map.size >= bound) map.delete(map.keys().next().value as K);
-  map.set(key, value);
-}
 
 /** The network facts of the end user a call is made for; null without any, or with them off. */
 export async function networkOfCall(

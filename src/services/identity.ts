@@ -1,4 +1,5 @@
 import type { ConnectError } from "@connectrpc/connect";
+import { rememberBounded } from "../domain/bounded-map.js";
 import { isUserHashShaped, userHashMatches } from "../domain/identity.js";
 import type { Clock } from "../domain/tenancy.js";
 import type { SecretBox } from "../store/secret-box.js";
@@ -86,10 +87,7 @@ export function opened(secretBox: SecretBox, sealed: string): string {
   let secret = openedSecrets.get(sealed);
   if (secret === undefined) {
     secret = secretBox.open(sealed);
-    if (openedSecrets.size >= openedSecretsMax) {
-      openedSecrets.delete(openedSecrets.keys().next().value as string);
-    }
-    openedSecrets.set(sealed, secret);
+    rememberBounded(openedSecrets, sealed, secret, openedSecretsMax);
   }
   return secret;
 }

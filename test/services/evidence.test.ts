@@ -1,8 +1,7 @@
-import type { DescMethod } from "@bufbuild/protobuf";
 import test from "ava";
-import { call, type Outcome, type Protocol, protocols } from "../helpers/callers.js";
-import { contractServices } from "../helpers/contract.js";
+import { type Protocol, protocols } from "../helpers/callers.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { tenantCalls } from "../helpers/tenant-calls.js";
 
 /**
  * The fraud evidence kept with every referral (issue 42, docs/fraud.md):
@@ -15,18 +14,7 @@ import { type Json, keys, rest, useServer } from "../helpers/server.js";
 
 const server = useServer({ env: { REFERRAL_VELOCITY_LIMIT: "100000" } });
 
-const methods = (await contractServices()).flatMap((service) => service.methods);
-const rpc = (name: string): DescMethod => {
-  const method = methods.find((m) => m.name === name);
-  if (!method) throw new Error(`no RPC ${name}`);
-  return method;
-};
-
-const admin = async (method: string, path: string, body?: unknown): Promise<Json> => {
-  const answer = await rest(server, method, path, { key: keys.admin, body });
-  if (answer.status >= 300) throw new Error(`${method} ${path}: ${JSON.stringify(answer.body)}`);
-  return answer.body;
-};
+const { admin, send, okBody } = tenantCalls(server);
 
 interface App {
   id: string;
@@ -46,15 +34,6 @@ async function newApplication(): Promise<App> {
     proposedRewardTrigger: "purchase",
   });
   return { id, secretKey: created.secretKey, publicKey: created.publicKey };
-}
-
-const send = (protocol: Protocol, name: string, request: Json, key: string): Promise<Outcome> =>
-  call(server, protocol, rpc(name), request, key);
-
-async function okBody(protocol: Protocol, name: string, request: Json, key: string): Promise<Json> {
-  const outcome = await send(protocol, name, request, key);
-  if (!outcome.ok) throw new Error(`${name}: ${outcome.code} ${outcome.message}`);
-  return outcome.body;
 }
 
 async function evidenceOf(protocol: Protocol, app: App, referralId: string): Promise<Json> {

@@ -1,10 +1,9 @@
-import type { DescMethod } from "@bufbuild/protobuf";
 import test from "ava";
 import { userHashOf } from "../../src/domain/identity.js";
-import { call, type Outcome, type Protocol, protocols } from "../helpers/callers.js";
-import { contractServices } from "../helpers/contract.js";
+import { type Protocol, protocols } from "../helpers/callers.js";
 import { engineNames } from "../helpers/engines.js";
 import { asUsersRunIt, type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
+import { tenantCalls } from "../helpers/tenant-calls.js";
 
 /**
  * Identity verification (issue 41, docs/trust.md): what a public key, which
@@ -15,18 +14,7 @@ import { asUsersRunIt, type Json, keys, rest, startServer, useServer } from "../
 let clockOffsetMs = 0;
 const server = useServer({ clock: () => new Date(Date.now() + clockOffsetMs) });
 
-const methods = (await contractServices()).flatMap((service) => service.methods);
-const rpc = (name: string): DescMethod => {
-  const method = methods.find((m) => m.name === name);
-  if (!method) throw new Error(`no RPC ${name}`);
-  return method;
-};
-
-const admin = async (method: string, path: string, body?: unknown): Promise<Json> => {
-  const answer = await rest(server, method, path, { key: keys.admin, body });
-  if (answer.status >= 300) throw new Error(`${method} ${path}: ${JSON.stringify(answer.body)}`);
-  return answer.body;
-};
+const { admin, send, okBody } = tenantCalls(server);
 
 /** A fresh application: its keys, and its identity secret once made. */
 interface App {
@@ -55,15 +43,6 @@ async function newApplication(name: string, withSecret = true): Promise<App> {
     app.identitySecret = rotated.identitySecret;
   }
   return app;
-}
-
-const send = (protocol: Protocol, name: string, request: Json, key: string): Promise<Outcome> =>
-  call(server, protocol, rpc(name), request, key);
-
-async function okBody(protocol: Protocol, name: string, request: Json, key: string): Promise<Json> {
-  const outcome = await send(protocol, name, request, key);
-  if (!outcome.ok) throw new Error(`${name}: ${outcome.code} ${outcome.message}`);
-  return outcome.body;
 }
 
 /** The stored customer, as the secret key reads it. */

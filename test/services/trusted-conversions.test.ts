@@ -1,10 +1,9 @@
-import type { DescMethod } from "@bufbuild/protobuf";
 import test from "ava";
 import { userHashOf } from "../../src/domain/identity.js";
-import { call, type Outcome, type Protocol, protocols } from "../helpers/callers.js";
-import { contractServices } from "../helpers/contract.js";
+import { type Protocol, protocols } from "../helpers/callers.js";
 import { payout } from "../helpers/rewards.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { tenantCalls } from "../helpers/tenant-calls.js";
 
 /**
  * Conversions trusted by their source (issue 41, docs/trust.md): a
@@ -22,18 +21,7 @@ const server = useServer({
   env: { REFERRAL_VELOCITY_LIMIT: "100000" },
 });
 
-const methods = (await contractServices()).flatMap((service) => service.methods);
-const rpc = (name: string): DescMethod => {
-  const method = methods.find((m) => m.name === name);
-  if (!method) throw new Error(`no RPC ${name}`);
-  return method;
-};
-
-const admin = async (method: string, path: string, body?: unknown): Promise<Json> => {
-  const answer = await rest(server, method, path, { key: keys.admin, body });
-  if (answer.status >= 300) throw new Error(`${method} ${path}: ${JSON.stringify(answer.body)}`);
-  return answer.body;
-};
+const { admin, send, okBody } = tenantCalls(server);
 
 /** A fresh application with a live campaign converting on "purchase", and an identity secret. */
 interface App {
@@ -65,15 +53,6 @@ async function newApplication(campaign: Json = {}): Promise<App> {
     identitySecret: rotated.identitySecret,
     campaign: made,
   };
-}
-
-const send = (protocol: Protocol, name: string, request: Json, key: string): Promise<Outcome> =>
-  call(server, protocol, rpc(name), request, key);
-
-async function okBody(protocol: Protocol, name: string, request: Json, key: string): Promise<Json> {
-  const outcome = await send(protocol, name, request, key);
-  if (!outcome.ok) throw new Error(`${name}: ${outcome.code} ${outcome.message}`);
-  return outcome.body;
 }
 
 /**
