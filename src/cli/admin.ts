@@ -10,7 +10,12 @@ import {
   NetworkFacts,
 } from "../../gen/referral/v1/admin_pb.js";
 import type { Campaign } from "../../gen/referral/v1/resources_pb.js";
-import { CampaignCheckpointTrigger, CampaignSchema } from "../../gen/referral/v1/resources_pb.js";
+import {
+  CampaignCheckpointTrigger,
+  CampaignFraudPolicySchema,
+  CampaignSchema,
+  FraudPolicyMode,
+} from "../../gen/referral/v1/resources_pb.js";
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
 import { httpRouteOf } from "../transport/rest/http-rules.js";
 import { restFromResponse } from "../transport/rest/transcode.js";
@@ -226,6 +231,37 @@ const adminCommands: readonly AdminCommand[] = [
         AdminService.method.updateCampaign,
         response,
         () => `updated campaign ${response.campaign?.id}`,
+      );
+    },
+  },
+  {
+    name: "set-fraud-policy",
+    usage: "<campaignId> --file <policy.json> | --clear",
+    summary: "the campaign's fraud policy (docs/fraud.md); --clear for the defaults",
+    async run({ client, options, argument, print }) {
+      const id = argument(0, "campaignId");
+      if (!options.file && !options.clear) {
+        throw new UsageError("set-fraud-policy needs --file <policy.json> or --clear");
+      }
+      const fraudPolicy = options.clear
+        ? undefined
+        : readInputFile(options.file as string, (text) => {
+            const json: unknown = JSON.parse(text);
+            if (typeof json !== "object" || json === null || Array.isArray(json)) {
+              throw new Error("must hold a JSON object: a fraud policy");
+            }
+            return fromPlain(CampaignFraudPolicySchema, json);
+          });
+      const response = await client.updateCampaign({
+        id,
+        campaign: { fraudPolicy },
+        updateMask: ["fraud_policy"],
+      });
+      const policy = response.campaign?.fraudPolicy;
+      print(AdminService.method.updateCampaign, response, () =>
+        policy
+          ? `campaign ${id}: ${policy.rules.length} fraud rules, mode ${policy.mode === FraudPolicyMode.SHADOW ? "shadow" : "enforce"}`
+          : `campaign ${id}: the default fraud rules`,
       );
     },
   },

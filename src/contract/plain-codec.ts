@@ -395,8 +395,8 @@ function fieldJsonWriter(field: DescField): JsonWriter {
       };
     }
     case "map": {
-      // The contract has no map field yet; going through the plain form's
-      // object keeps JSON.stringify's key order (integer-like keys first).
+      // Going through the plain form's object keeps JSON.stringify's key
+      // order (integer-like keys first).
       const write = fieldWriter(field) as ValueWriter;
       return (value) => JSON.stringify(write(value, false));
     }

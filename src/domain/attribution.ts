@@ -1,4 +1,5 @@
-import type { FraudActionName, FraudRuleName } from "./fraud-rules.js";
+import { strongestAction } from "./fraud-policy.js";
+import type { SuspectedFraud } from "./fraud-rules.js";
 import {
   isUndecided,
   type ReferralStatusName,
@@ -39,21 +40,27 @@ export function decideAttribution(
 
 /**
  * The status a referral gets from the fraud rules when it is created or
- * re-attributed: `flagged` when a verdict flags (a verdict stored before
- * actions flagged; a rejection flags until rejections land), else
- * `pending` (a note is evidence only; a held reward converts). A flag a
- * reviewer set stays, so re-attribution cannot clear a human decision.
+ * re-attributed, by the strongest verdict that acts (see
+ * `strongestAction`; shadow verdicts do not act): `rejected` for a
+ * rejection, `flagged` for a flag, else `pending` (a note is evidence
+ * only; a held reward converts). A flag a reviewer set stays, so
+ * re-attribution cannot clear a human decision.
  */
 export function statusFromRules(
-  frauds: readonly { readonly type: FraudRuleName; readonly action?: FraudActionName }[],
+  frauds: readonly SuspectedFraud[],
   current?: {
     readonly status: ReferralStatusName;
     readonly lastChangeCause: StatusChangeCauseName | undefined;
   },
 ): ReferralStatusName {
-  if (frauds.some((fraud) => fraud.action !== "note" && fraud.action !== "hold_reward")) {
-    return "flagged";
-  }
+  const action = strongestAction(frauds);
+  if (action === "reject") return "rejected";
+  if (action === "flag") return "flagged";
   if (current?.status === "flagged" && current.lastChangeCause === "review") return "flagged";
   return "pending";
+}
+
+/** Whether the verdicts hold the rewards the referral's conversion earns. */
+export function holdsRewards(frauds: readonly SuspectedFraud[]): boolean {
+  return frauds.some((fraud) => !fraud.shadow && fraud.action === "hold_reward");
 }

@@ -39,6 +39,12 @@ export function publicCheckpointsOf(campaign: {
 /** The reason an unconfirmed conversion's grants are pending for. */
 export const unverifiedConversion = "unverified_conversion";
 
+/** The reason a hold_reward verdict's grants are pending for, until a fraud review. */
+export const fraudReview = "fraud_review";
+
+/** Why an earned grant waits, pending with no approval scheduled. */
+export type GrantHoldReason = typeof unverifiedConversion | typeof fraudReview;
+
 /**
  * What a campaign's trigger checkpoint does to one referral of its referee
  * (docs/trust.md). A trusted checkpoint (a secret key's, or one with a

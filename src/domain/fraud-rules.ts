@@ -49,6 +49,8 @@ export interface SuspectedFraud {
   readonly ruleVersion?: number;
   /** The facts of the evidence the rule read, by name. */
   readonly evidence?: Readonly<Record<string, Fact>>;
+  /** Given in shadow mode: the action was not taken. */
+  readonly shadow?: boolean;
 }
 
 /** What the rules judge an attribution by: its parties and its evidence. */

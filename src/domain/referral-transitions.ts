@@ -53,6 +53,17 @@ export interface ReferralRecord {
    * this (see `conversionByCheckpoint`) and releases its grants.
    */
   awaitsConfirmation?: true;
+  /**
+   * Set by a hold_reward verdict: the grants its conversion earns wait,
+   * pending with the reason `fraud_review`, until a fraud review releases
+   * them; absent otherwise (a sparse index finds the held ones).
+   */
+  rewardsHeld?: true;
+  /**
+   * Storage: when a review deadline that accepts lapses; the reward sweep
+   * finds it by this (a sparse index) and accepts it if it still waits.
+   */
+  reviewDueAt?: Date;
   /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
   attributedAt: Date;
   createdAt: Date;
@@ -75,6 +86,10 @@ export interface RuledStatus {
   readonly suspectedFrauds: SuspectedFraud[];
   readonly evidence: ReferralEvidence;
   readonly risk: ReferralRisk;
+  /** Set when a hold_reward verdict holds the grants its conversion earns (see `holdsRewards`). */
+  readonly rewardsHeld?: true;
+  /** When its review lapses into an acceptance (a review deadline that accepts). */
+  readonly reviewDueAt?: Date;
 }
 
 /** How risky the fraud rules found an attribution (see `riskOf`). */

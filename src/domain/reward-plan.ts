@@ -1,6 +1,6 @@
 import { hash } from "node:crypto";
 import { limitWindowOf, timeZoneOfCampaign } from "./campaign-time.js";
-import { unverifiedConversion } from "./conversion.js";
+import type { GrantHoldReason } from "./conversion.js";
 import { type CurrencyName, digitsOf, fromMinorUnits, toMinorUnits } from "./money.js";
 import type { ReferralRecord, StatusChange } from "./referral-transitions.js";
 import type {
@@ -81,12 +81,15 @@ export function planEarnedGrants(
   campaign: CampaignTerms,
   referral: GrantParties,
   acceptance: Pick<StatusChange, "changedAt" | "actorId">,
-  /** An unverified conversion under `hold`: the grants wait for confirmation. */
-  awaitingConfirmation = false,
+  /**
+   * Why the grants wait, if they do: an unverified conversion under `hold`
+   * (until confirmed), a hold_reward verdict (until a fraud review).
+   */
+  heldFor: GrantHoldReason | null = null,
 ): PlannedGrant[] {
   return rewardsOf(campaign)
     .filter((reward) => !reward.disabled && reward.party && reward.type)
-    .map((reward) => earnedGrant(campaign, referral, reward, acceptance, awaitingConfirmation));
+    .map((reward) => earnedGrant(campaign, referral, reward, acceptance, heldFor));
 }
 
 /** The grant one reward of a campaign earns its party when `referral` is accepted. */
@@ -95,7 +98,7 @@ export function earnedGrant(
   referral: GrantParties,
   reward: RewardTerms,
   acceptance: Pick<StatusChange, "changedAt" | "actorId">,
-  awaitingConfirmation = false,
+  heldFor: GrantHoldReason | null = null,
 ): PlannedGrant {
   const at = acceptance.changedAt;
   const party = reward.party as "referrer" | "referee";
@@ -116,8 +119,8 @@ export function earnedGrant(
     at,
     cause: "earned",
     actorId: acceptance.actorId,
-    reason: awaitingConfirmation ? unverifiedConversion : null,
-    awaitingConfirmation,
+    reason: heldFor,
+    awaitingConfirmation: heldFor !== null,
   });
   return { grant, limit };
 }
@@ -141,7 +144,10 @@ export interface GrantRequest {
   readonly cause: RewardGrantCauseName;
   readonly actorId: string;
   readonly reason: string | null;
-  /** Earned by an unverified conversion under `hold`: pending until confirmed or reviewed. */
+  /**
+   * Earned by an unverified conversion under `hold` or a held referral:
+   * pending until confirmed or reviewed (its reason says which).
+   */
   readonly awaitingConfirmation?: boolean;
 }
 

@@ -37,7 +37,12 @@ export const metric = {
   grantsMinor: (status: RewardGrantStatusName, currency: string | null) =>
     `grantsMinor:${status}:${currency ?? ""}`,
   committedMinor: (currency: string) => `committedMinor:${currency}`,
+  /** Referrals created whose current verdicts have the rule acting so (or in shadow). */
+  fraud: (rule: string, outcome: FraudOutcomeName) => `fraud:${outcome}:${rule}`,
 } as const;
+
+/** What a fraud verdict counts as: its action, or `shadow` when it took none. */
+export type FraudOutcomeName = "note" | "flag" | "hold_reward" | "reject" | "shadow";
 
 /** Every checkpoint's metric name starts so (an engine's filter on them all). */
 export const checkpointMetricPrefix = metric.checkpoint("");
@@ -56,7 +61,8 @@ export type Metric =
       /** Null for grants without a currency (a percentage discount). */
       readonly currency: string | null;
     }
-  | { readonly kind: "committedMinor"; readonly currency: string };
+  | { readonly kind: "committedMinor"; readonly currency: string }
+  | { readonly kind: "fraud"; readonly rule: string; readonly outcome: FraudOutcomeName };
 
 // Counters are summed by name, so the same names are read again and again.
 const metricsRead = new Map<string, Metric | null>();
@@ -98,6 +104,14 @@ function readMetric(name: string): Metric | null {
     }
     case "committedMinor":
       return { kind: "committedMinor", currency: rest };
+    case "fraud": {
+      const split = rest.indexOf(":");
+      return {
+        kind: "fraud",
+        outcome: rest.slice(0, split) as FraudOutcomeName,
+        rule: rest.slice(split + 1),
+      };
+    }
     default:
       return null;
   }
@@ -145,6 +159,11 @@ export interface ReferralFacts {
   createdAt: Date | string;
   updatedAt: Date | string;
   statusHistory?: readonly { toStatus: ReferralStatusName; changedAt: Date | string }[];
+  suspectedFrauds?: readonly {
+    readonly type: string;
+    readonly action?: string | null;
+    readonly shadow?: boolean | null;
+  }[];
 }
 
 const ms = (value: Date | string | number): number =>
@@ -188,6 +207,7 @@ export function moveReferralStats(
       moves.count(scope, createdAt, metric.created, 1);
       moves.count(scope, createdAt, metric.reached(after.status), 1);
       moves.attribute(scope, after._id, after.referrerId, createdAt);
+      countVerdicts(after, scope, createdAt, 1, moves);
     }
     if (after.status === "accepted") accepted(after, scopes, moves);
     return;
@@ -196,6 +216,8 @@ export function moveReferralStats(
     for (const scope of scopes) {
       moves.unattribute(scope, before._id, before.referrerId, createdAt);
       moves.attribute(scope, after._id, after.referrerId, createdAt);
+      countVerdicts(before, scope, createdAt, -1, moves);
+      countVerdicts(after, scope, createdAt, 1, moves);
     }
   }
   if (before.status === after.status) return;
@@ -203,6 +225,26 @@ export function moveReferralStats(
   for (const scope of scopes) moves.count(scope, changedAt, metric.reached(after.status), 1);
   if (before.status === "accepted") unaccepted(before, scopes, moves);
   if (after.status === "accepted") accepted(after, scopes, moves);
+}
+
+/**
+ * A referral's current verdicts, counted at its creation per rule and what
+ * each did: a re-attribution takes its old verdicts back and counts the
+ * new ones, so the counts are those of the referrals created in a period
+ * as their verdicts stand (as a recount from the records finds them).
+ */
+function countVerdicts(
+  referral: ReferralFacts,
+  scope: string,
+  createdAt: number,
+  delta: 1 | -1,
+  moves: StatsMoves,
+): void {
+  for (const verdict of referral.suspectedFrauds ?? []) {
+    // A verdict stored before actions flagged.
+    const outcome = verdict.shadow ? "shadow" : ((verdict.action ?? "flag") as FraudOutcomeName);
+    moves.count(scope, createdAt, metric.fraud(verdict.type, outcome), delta);
+  }
 }
 
 function accepted(referral: ReferralFacts, scopes: string[], moves: StatsMoves): void {

@@ -12,6 +12,7 @@ export const webhookEventTypes = [
   "referral.accepted",
   "referral.rejected",
   "referral.reversed",
+  "fraud_review.resolved",
   "checkpoint.ingested",
   "reward_grant.created",
   "reward_grant.approved",

@@ -118,6 +118,24 @@ export function referralStatusChanged(
   return entries([type], after.updatedAt, data);
 }
 
+/** A fraud review's decision: its group, the decision and the referrals it moved. */
+export function fraudReviewResolved(
+  data: {
+    readonly id: string;
+    readonly campaignId: string;
+    readonly referrerId: string;
+    readonly ruleType: string;
+    readonly decision: string;
+    readonly reason: string | null;
+    readonly referralIds: readonly string[];
+    readonly releasedGrants: number;
+    readonly voidedGrants: number;
+  },
+  at: Date,
+): OutboxEntryDoc[] {
+  return entries(["fraud_review.resolved"], at, { ...data, referralIds: [...data.referralIds] });
+}
+
 /**
  * A grant as the API shows it, from the document a change leaves and the
  * reward it was made from (its snapshot; null for a value of its own).

@@ -6,6 +6,8 @@ import {
   type CampaignCheckpoint,
   CampaignCheckpointSchema,
   CampaignCheckpointTrigger,
+  type CampaignFraudPolicy,
+  CampaignFraudPolicySchema,
   CampaignPublicCheckpoints,
   CampaignSchema,
   CurrencySchema,
@@ -16,8 +18,10 @@ import {
   RewardType,
 } from "../../gen/referral/v1/resources_pb.js";
 import { enumWords } from "../contract/options.js";
+import { fromPlain, type PlainObject, toPlain } from "../contract/plain-codec.js";
 import { docFieldsFromMessage, messageFromDoc } from "../contract/records.js";
 import { rewardTriggerOf } from "../domain/conversion.js";
+import { completePolicy, type FraudPolicyDoc } from "../domain/fraud-policy.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
 import { type CurrencyName, rewardAmountMinor } from "../domain/money.js";
@@ -273,6 +277,21 @@ function checkCampaign(campaign: Campaign, environment: EnvironmentName): void {
   if (campaign.publicCheckpoints === CampaignPublicCheckpoints.UNSPECIFIED) {
     campaign.publicCheckpoints = CampaignPublicCheckpoints.HOLD;
   }
+  if (campaign.fraudPolicy) {
+    campaign.fraudPolicy = checkedFraudPolicy(campaign.fraudPolicy, "campaign.fraudPolicy");
+  }
+}
+
+/**
+ * A fraud policy checked (see `completePolicy`) and completed with its
+ * defaults, so it says everything it does; INVALID_ARGUMENT naming the
+ * field below `path` otherwise.
+ */
+export function checkedFraudPolicy(policy: CampaignFraudPolicy, path: string): CampaignFraudPolicy {
+  const plain = toPlain(CampaignFraudPolicySchema, policy) as FraudPolicyDoc;
+  const problem = completePolicy(plain);
+  if (problem) throw invalidArgument(`${path}.${problem.field}`, problem.message);
+  return fromPlain(CampaignFraudPolicySchema, plain as PlainObject);
 }
 
 /**

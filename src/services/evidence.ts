@@ -19,8 +19,10 @@ import {
   type ReferralEvidence,
   userAgentFamily,
 } from "../domain/fraud-evidence.js";
+import { type CompiledPolicy, compilePolicy } from "../domain/fraud-policy.js";
+import type { FraudPolicy } from "../domain/fraud-rules.js";
 import type { Clock } from "../domain/tenancy.js";
-import type { CustomerDoc } from "../store/documents.js";
+import type { CampaignDoc, CustomerDoc } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { type Caller, callClientKey } from "./context.js";
@@ -39,6 +41,8 @@ export interface EvidenceDeps {
   readonly clock: Clock;
   readonly secretBox: SecretBox;
   readonly disposableDomains: DisposableDomains;
+  /** The environment's thresholds: the policy of campaigns without one. */
+  readonly fraudPolicy: FraudPolicy;
 }
 
 const packageName = "disposable-email-domains-js";
@@ -200,6 +204,30 @@ export async function networkOfCall(
   return key ? networkEvidence(endUser, key, endUser.source, deps.clock(), memo) : null;
 }
 
+// A campaign's document is replaced when it changes, so a policy compiled
+// from one stays right for as long as the document is the cached one.
+const compiledPolicies = new WeakMap<CampaignDoc, CompiledPolicy>();
+
+/**
+ * The policy a campaign's referrals are judged by (see `compilePolicy`):
+ * its own, or the environment's defaults. Network list entries are hashed
+ * with the application's network key, read only when a list has some.
+ */
+export async function policyOfCampaign(
+  store: TenantStore,
+  deps: EvidenceDeps,
+  campaign: CampaignDoc,
+): Promise<CompiledPolicy> {
+  let policy = compiledPolicies.get(campaign);
+  if (policy) return policy;
+  const own = campaign.fraudPolicy ?? null;
+  const listsNetworks = Boolean(own?.allow?.networks?.length || own?.deny?.networks?.length);
+  const key = listsNetworks ? await networkKeyOf(store, deps.secretBox) : null;
+  policy = compilePolicy(own, deps.fraudPolicy, key);
+  compiledPolicies.set(campaign, policy);
+  return policy;
+}
+
 // Counts beyond these say nothing more, and a busy referrer's next referral
 // must not cost more than its last (the velocity rule needs its limit).
 const countCap = 100;
@@ -215,13 +243,14 @@ const dayMs = 24 * hourMs;
  */
 export async function gatherEvidence(
   store: TenantStore,
-  deps: EvidenceDeps & { readonly velocityLimit: number },
+  deps: EvidenceDeps,
+  policy: CompiledPolicy,
   referrer: CustomerDoc,
   referee: CustomerDoc,
   refereeNetwork: NetworkEvidence | null,
   at: Date,
 ): Promise<ReferralEvidence> {
-  const cap = Math.max(countCap, deps.velocityLimit);
+  const cap = Math.max(countCap, ...policy.settings.map((setting) => setting.params.perHour ?? 0));
   const network = refereeNetwork ?? referee.network ?? null;
   const since = (ms: number) => new Date(at.getTime() - ms);
   const [lastHour, lastDay, history, fromNetwork, refereeMailboxReferred] = await Promise.all([

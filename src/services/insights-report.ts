@@ -4,7 +4,7 @@ import { CurrencySchema, type RewardTotal } from "../../gen/referral/v1/resource
 import { enumWords } from "../contract/options.js";
 import { type CurrencyName, fromMinorUnits } from "../domain/money.js";
 import type { RewardGrantStatusName } from "../domain/reward-ledger.js";
-import { metric, metricOf } from "../domain/stats.js";
+import { type FraudOutcomeName, metric, metricOf } from "../domain/stats.js";
 import {
   conversionBinRange,
   conversionHistogramEdges,
@@ -81,9 +81,17 @@ export function programStatsOf(
   const bins: [number, number][] = [];
   const grants = new Map<string, Map<RewardGrantStatusName, { count: number; minor: number }>>();
   const committed = new Map<string, number>();
+  const fraud = new Map<string, Record<FraudOutcomeName, number>>();
   for (const [name, n] of sums) {
     const read = metricOf(name);
-    if (read?.kind === "checkpoint") {
+    if (read?.kind === "fraud") {
+      let counts = fraud.get(read.rule);
+      if (!counts) {
+        counts = { note: 0, flag: 0, hold_reward: 0, reject: 0, shadow: 0 };
+        fraud.set(read.rule, counts);
+      }
+      counts[read.outcome] += n;
+    } else if (read?.kind === "checkpoint") {
       checkpoints.push({ name: read.name, count: BigInt(n) });
     } else if (read?.kind === "conversionBin") {
       bins.push([read.bin, n]);
@@ -114,6 +122,17 @@ export function programStatsOf(
       reversed: BigInt(get(metric.reached("reversed"))),
     },
     checkpoints,
+    fraud: [...fraud.entries()]
+      .filter(([, counts]) => Object.values(counts).some((n) => n !== 0))
+      .sort(([a], [b]) => a.localeCompare(b))
+      .map(([rule, counts]) => ({
+        rule,
+        noted: BigInt(counts.note),
+        flagged: BigInt(counts.flag),
+        held: BigInt(counts.hold_reward),
+        rejected: BigInt(counts.reject),
+        shadow: BigInt(counts.shadow),
+      })),
     conversionRate: ratio(accepted, created),
     cohortConversionRate: ratio(get(metric.cohortAccepted), created),
     kFactor: ratio(accepted, identified),

@@ -1,21 +1,20 @@
 import type { Referral } from "../../gen/referral/v1/resources_pb.js";
-import { decideAttribution, statusFromRules } from "../domain/attribution.js";
+import { decideAttribution, holdsRewards, statusFromRules } from "../domain/attribution.js";
 import {
   conversionByCheckpoint,
+  fraudReview,
+  type GrantHoldReason,
   publicCheckpointsOf,
   rewardTriggerOf,
+  unverifiedConversion,
 } from "../domain/conversion.js";
 import type { NetworkEvidence, ReferralEvidence } from "../domain/fraud-evidence.js";
-import {
-  defaultRuleSettings,
-  type FraudPolicy,
-  judgeAttribution,
-  riskOf,
-  type SuspectedFraud,
-} from "../domain/fraud-rules.js";
+import { type CompiledPolicy, judgeWithPolicy } from "../domain/fraud-policy.js";
+import { riskOf, type SuspectedFraud } from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
 import {
   newReferral,
+  type RuledStatus,
   reattributed,
   type StatusChange,
   statusChange,
@@ -30,20 +29,21 @@ import {
 } from "../events/events.js";
 import type { CampaignDoc, CheckpointDoc, CustomerDoc, ReferralDoc } from "../store/documents.js";
 import type { ReferralRewardWork } from "../store/referrals.js";
+import { referralGrants } from "../store/reward-grants.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
-import { type EvidenceDeps, gatherEvidence } from "./evidence.js";
+import { type EvidenceDeps, gatherEvidence, policyOfCampaign } from "./evidence.js";
 import {
   confirmConversion,
   makePlannedGrants,
   prepareEarnedGrants,
+  releaseHeldGrants,
   settleReversal,
 } from "./reward-ledger.js";
 
 /** What the lifecycle needs. */
 export interface LifecycleDeps extends EvidenceDeps {
-  readonly fraudPolicy: FraudPolicy;
   /** Says events were written to an outbox. */
   readonly notifyWebhooks: () => void;
 }
@@ -93,11 +93,12 @@ export async function attributeReferral(
     const now = deps.clock();
     // A re-attribution without network facts of its own keeps the referee's from before.
     const network = refereeNetwork ?? existing?.evidence?.refereeNetwork ?? null;
-    const { frauds, evidence } = await judge(deps, store, referrer, referee, network, now);
+    const policy = await policyOfCampaign(store, deps, campaign);
+    const { frauds, evidence } = await judge(deps, store, policy, referrer, referee, network, now);
     if (decision.kind === "create") {
       const status = statusFromRules(frauds);
       const change = statusChange(null, status, "created", caller.keyId, now, rulesReason(frauds));
-      const ruled = { status, suspectedFrauds: frauds, evidence, risk: riskOf(frauds) };
+      const ruled = ruledBy(status, frauds, evidence, policy, now);
       const fresh = newReferral(tenant, parties, ruled, change);
       const view = referralView(fresh);
       const { doc, created } = await store.referrals.insert(fresh, referralCreated(fresh, view));
@@ -118,7 +119,7 @@ export async function attributeReferral(
       now,
       rulesReason(frauds),
     );
-    const ruled = { status, suspectedFrauds: frauds, evidence, risk: riskOf(frauds) };
+    const ruled = ruledBy(status, frauds, evidence, policy, now);
     const after = reattributed(current, referrer._id, ruled, change);
     const view = referralView(after);
     const moved = await store.referrals.reattribute(
@@ -134,10 +135,11 @@ export async function attributeReferral(
   throw new Error(`referral of ${referee._id} kept changing during ${writeAttempts} attempts`);
 }
 
-/** Gathers the evidence of a proposed attribution, and runs the fraud rules on it. */
+/** Gathers the evidence of a proposed attribution, and runs the campaign's policy on it. */
 async function judge(
   deps: LifecycleDeps,
   store: TenantStore,
+  policy: CompiledPolicy,
   referrer: CustomerDoc,
   referee: CustomerDoc,
   refereeNetwork: NetworkEvidence | null,
@@ -145,14 +147,41 @@ async function judge(
 ): Promise<{ frauds: SuspectedFraud[]; evidence: ReferralEvidence }> {
   const evidence = await gatherEvidence(
     store,
-    { ...deps, velocityLimit: deps.fraudPolicy.velocityLimit },
+    deps,
+    policy,
     referrer,
     referee,
     refereeNetwork,
     now,
   );
   const facts = { referrerId: referrer._id, refereeId: referee._id, evidence };
-  return { frauds: judgeAttribution(facts, defaultRuleSettings(deps.fraudPolicy)), evidence };
+  return { frauds: judgeWithPolicy(facts, policy), evidence };
+}
+
+/**
+ * What the verdicts make of an attribution: its status, risk, whether its
+ * rewards are held, and when its review lapses into an acceptance (a
+ * policy whose review deadline accepts).
+ */
+function ruledBy(
+  status: ReturnType<typeof statusFromRules>,
+  frauds: SuspectedFraud[],
+  evidence: ReferralEvidence,
+  policy: CompiledPolicy,
+  now: Date,
+): RuledStatus {
+  // A rejection ends the referral: nothing is left to hold.
+  const rewardsHeld = holdsRewards(frauds) && status !== "rejected";
+  const { deadlineDays, onLapse } = policy.review;
+  const lapses = deadlineDays > 0 && onLapse === "accept" && (status === "flagged" || rewardsHeld);
+  return {
+    status,
+    suspectedFrauds: frauds,
+    evidence,
+    risk: riskOf(frauds),
+    ...(rewardsHeld ? { rewardsHeld: true as const } : {}),
+    ...(lapses ? { reviewDueAt: new Date(now.getTime() + deadlineDays * 86_400_000) } : {}),
+  };
 }
 
 /**
@@ -162,7 +191,7 @@ async function judge(
  * grants and claws back the paid ones.
  */
 export async function reviewReferral(
-  deps: LifecycleDeps,
+  deps: Pick<LifecycleDeps, "clock">,
   caller: Caller,
   id: string,
   to: ReferralStatusName,
@@ -181,13 +210,18 @@ export async function reviewReferral(
     const after = transitioned(current, change);
     const view = referralView(after);
     if (to === "accepted") {
+      // A reviewer's acceptance is the review a held reward waits for.
       const campaign = await store.campaigns.find(current.campaignId);
       const plan = campaign ? await prepareEarnedGrants(store, campaign, after, change) : [];
       const moved = await accept(store, current, change, after, plan);
       if (moved) return { doc: moved, view };
       continue;
     }
-    const work: ReferralRewardWork = to === "reversed" ? { reversalPending: true } : {};
+    const work: ReferralRewardWork = {
+      ...(to === "reversed" ? { reversalPending: true as const } : {}),
+      // A reviewer's move is the review a held reward waits for.
+      ...(current.rewardsHeld ? { releasesRewards: true as const } : {}),
+    };
     const moved = await store.referrals.transition(
       current,
       change,
@@ -201,6 +235,79 @@ export async function reviewReferral(
   throw new Error(`referral ${id} kept changing during ${writeAttempts} attempts`);
 }
 
+/** What a fraud review's decision did to one referral. */
+export interface ReviewDecisionOutcome {
+  readonly doc: ReferralDoc;
+  readonly releasedGrants: number;
+  readonly voidedGrants: number;
+}
+
+/**
+ * A fraud review's decision on one waiting referral (docs/fraud.md).
+ * Accept: a flagged referral goes back to pending, or to accepted (with
+ * its grants) when the referee already sent the campaign's reward
+ * trigger; held grants are released and the hold ends. Reject: a flagged
+ * or pending referral is rejected, an accepted one reversed (its unpaid
+ * grants voided). Each move is a review's, recorded in the history.
+ */
+export async function decideReview(
+  deps: Pick<LifecycleDeps, "clock">,
+  caller: Caller,
+  referral: ReferralDoc,
+  decision: "accept" | "reject",
+  reason: string,
+): Promise<ReviewDecisionOutcome> {
+  const { store } = caller;
+  const now = deps.clock();
+  const heldGrants = async (doc: ReferralDoc) => {
+    const where = referralGrants(doc);
+    const grants = where ? await store.rewards.findOfReferral(where) : [];
+    return grants.filter(
+      (grant) => grant.awaitsConfirmation === true && grant.statusReason === fraudReview,
+    ).length;
+  };
+  if (decision === "reject") {
+    const to = referral.status === "accepted" ? "reversed" : "rejected";
+    const voided = to === "reversed" ? await heldGrants(referral) : 0;
+    const { doc } = await reviewReferral(deps, caller, referral._id, to, reason);
+    return { doc, releasedGrants: 0, voidedGrants: voided };
+  }
+  if (referral.status === "flagged") {
+    const campaign = await store.campaigns.find(referral.campaignId);
+    const triggered = campaign
+      ? await sentTrigger(store, referral, rewardTriggerOf(campaign))
+      : false;
+    const to = triggered ? "accepted" : "pending";
+    const { doc } = await reviewReferral(deps, caller, referral._id, to, reason);
+    return { doc, releasedGrants: 0, voidedGrants: 0 };
+  }
+  let released = 0;
+  if (referral.status === "accepted") {
+    released = await releaseHeldGrants(store, referral, fraudReview, {
+      cause: "review",
+      actorId: caller.keyId,
+      reason,
+      at: now,
+    });
+  }
+  const doc = (await store.referrals.endRewardsHold(referral, now, [])) ?? referral;
+  return { doc, releasedGrants: released, voidedGrants: 0 };
+}
+
+/** Whether the referee sent a checkpoint named `trigger` (among its latest 1,000). */
+async function sentTrigger(
+  store: TenantStore,
+  referral: ReferralDoc,
+  trigger: string | null,
+): Promise<boolean> {
+  if (!trigger) return false;
+  const { docs } = await store.checkpoints.findOfCustomer(
+    { _id: referral.refereeId, environment: referral.environment },
+    { offset: 0, limit: 1000 },
+  );
+  return docs.some((checkpoint) => checkpoint.name === trigger);
+}
+
 /**
  * Accepts a referral with the grants it earns, planned in the same write
  * (so a crash after it loses none: the sweep makes them), then makes them.
@@ -212,14 +319,17 @@ async function accept(
   change: StatusChange & { fromStatus: ReferralStatusName },
   after: ReferralDoc,
   plan: readonly PlannedGrant[],
-  /** Accepted by an unverified checkpoint under `hold`: waits for a trusted one. */
-  awaitingConfirmation = false,
+  /** Why its grants wait, if they do (see `GrantHoldReason`). */
+  heldFor: GrantHoldReason | null = null,
 ): Promise<ReferralDoc | null> {
   const grantIds = plan.map((entry) => entry.grant._id);
   const events = referralStatusChanged(after, referralView(after), grantIds);
   const work: ReferralRewardWork = {
     ...(plan.length > 0 ? { grantPlan: [...plan], grantPlanPending: true as const } : {}),
-    ...(awaitingConfirmation ? { awaitsConfirmation: true as const } : {}),
+    // Accepted by an unverified checkpoint under `hold`: waits for a trusted one.
+    ...(heldFor === unverifiedConversion ? { awaitsConfirmation: true as const } : {}),
+    // Accepted by a reviewer: the review a held reward waits for.
+    ...(current.rewardsHeld && heldFor !== fraudReview ? { releasesRewards: true as const } : {}),
   };
   const moved = await store.referrals.transition(current, change, events, work);
   if (moved && plan.length > 0) {
@@ -271,10 +381,15 @@ export async function convertReferrals(
         checkpoint.createdAt,
         `checkpoint "${checkpoint.name}"`,
       );
-      const held = action === "convert and hold";
+      // A fraud review's hold outlasts a confirmation, so it names the grants' reason.
+      const heldFor = referral.rewardsHeld
+        ? fraudReview
+        : action === "convert and hold"
+          ? unverifiedConversion
+          : null;
       const after = transitioned(referral, change);
-      const plan = await prepareEarnedGrants(store, campaign, after, change, held);
-      const moved = await accept(store, referral, change, after, plan, held);
+      const plan = await prepareEarnedGrants(store, campaign, after, change, heldFor);
+      const moved = await accept(store, referral, change, after, plan, heldFor);
       if (moved) {
         accepted.push(moved);
         break;

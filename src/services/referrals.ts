@@ -1,17 +1,42 @@
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ConnectError, ServiceImpl } from "@connectrpc/connect";
-import type { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
-import { ReferralSchema, ReferralStatusSchema } from "../../gen/referral/v1/resources_pb.js";
+import {
+  FraudReviewDecisionSchema,
+  type ReferralsService,
+} from "../../gen/referral/v1/referrals_pb.js";
+import {
+  CampaignFraudPolicySchema,
+  ReferralSchema,
+  ReferralStatusSchema,
+} from "../../gen/referral/v1/resources_pb.js";
+import { toPlain } from "../contract/plain-codec.js";
 import { messageFromDoc } from "../contract/records.js";
+import { compilePolicy, type FraudPolicyDoc } from "../domain/fraud-policy.js";
 import { limits } from "../domain/limits.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
-import type { CustomerDoc } from "../store/documents.js";
+import { fraudReviewResolved } from "../events/events.js";
+import type { CustomerDoc, ReferralDoc } from "../store/documents.js";
 import type { TenantStore } from "../store/tenant-store.js";
+import { checkedFraudPolicy } from "./campaign-records.js";
 import { callerOf, codeLookupsKey } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
-import { checkedContext, endUserOf, networkOfCall } from "./evidence.js";
+import {
+  checkedContext,
+  endUserOf,
+  networkKeyOf,
+  networkOfCall,
+  policyOfCampaign,
+} from "./evidence.js";
+import { AttributionTimes, BacktestTally } from "./fraud-backtest.js";
+import { isReviewId, reviewGroupOf, reviewGroups, sharedSignals } from "./fraud-reviews.js";
 import { optionalUserHash, verificationOf } from "./identity.js";
-import { attributeReferral, type LifecycleDeps, reviewReferral } from "./referral-lifecycle.js";
+import {
+  attributeReferral,
+  decideReview,
+  type LifecycleDeps,
+  reviewReferral,
+} from "./referral-lifecycle.js";
 import {
   enumWord,
   environmentName,
@@ -111,7 +136,138 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       );
       return { total, ...page, data: docs.map((doc) => messageFromDoc(ReferralSchema, doc)) };
     },
+
+    async listFraudReviews(request, context) {
+      const { store } = callerOf(context);
+      const scope = {
+        campaignId: optionalText(request.campaignId, "campaignId"),
+        environment: environmentName(request.environment),
+      };
+      const waiting = await store.referrals.findForReview(scope, reviewQueueSize + 1);
+      const truncated = waiting.length > reviewQueueSize;
+      const queue = waiting.slice(0, reviewQueueSize);
+      const terms = await reviewTermsOf(store, deps, [...new Set(queue.map((r) => r.campaignId))]);
+      const { docs: recent } = await store.referrals.findMany(scope, {
+        offset: 0,
+        limit: sharedSignalWindow,
+      });
+      return {
+        reviews: reviewGroups(queue, (campaignId) => terms.get(campaignId) ?? noDeadline),
+        sharedSignals: sharedSignals(recent),
+        truncated,
+      };
+    },
+
+    async resolveFraudReview(request, context) {
+      const caller = callerOf(context);
+      const id = requiredText(request.id, "id");
+      if (!isReviewId(id)) throw invalidArgument("id", 'must be a fraud review id ("frv_...")');
+      const decision = enumWord<"accept" | "reject">(
+        FraudReviewDecisionSchema,
+        request.decision,
+        "decision",
+      );
+      if (!decision) throw invalidArgument("decision", "is required: accept or reject");
+      const reason = optionalText(request.reason, "reason", limits.note) ?? null;
+      const waiting = await caller.store.referrals.findForReview({}, reviewQueueSize);
+      const found = reviewGroupOf(waiting, id);
+      if (!found) throw notFound(`fraud review ${id}`, "nothing is left to review in it");
+      const { key, referrals: group } = found;
+      const note = `fraud review ${decision}ed (${key.ruleType})${reason ? `: ${reason}` : ""}`;
+      const decided = [];
+      let releasedGrants = 0;
+      let voidedGrants = 0;
+      for (const referral of group) {
+        const outcome = await decideReview(deps, caller, referral, decision, note);
+        decided.push(outcome.doc);
+        releasedGrants += outcome.releasedGrants;
+        voidedGrants += outcome.voidedGrants;
+      }
+      const last = decided[decided.length - 1] as ReferralDoc;
+      const summary = {
+        id,
+        ...key,
+        decision,
+        reason,
+        referralIds: decided.map((doc) => doc._id),
+        releasedGrants,
+        voidedGrants,
+      };
+      await caller.store.referrals.endRewardsHold(
+        last,
+        deps.clock(),
+        fraudReviewResolved(summary, deps.clock()),
+      );
+      deps.notifyWebhooks();
+      return {
+        id,
+        decision: request.decision,
+        referrals: decided.map((doc) => messageFromDoc(ReferralSchema, doc)),
+        releasedGrants,
+        voidedGrants,
+      };
+    },
+
+    async *testFraudPolicy(request, context) {
+      const { store } = callerOf(context);
+      const campaignId = requiredText(request.campaignId, "campaignId");
+      const campaign = await store.campaigns.find(campaignId);
+      if (!campaign) throw notFound(`campaign ${campaignId}`);
+      if (!request.policy) throw invalidArgument("policy", "is required");
+      const checked = checkedFraudPolicy(request.policy, "policy");
+      const plain = toPlain(CampaignFraudPolicySchema, checked) as FraudPolicyDoc;
+      const listsNetworks = Boolean(plain.allow?.networks?.length || plain.deny?.networks?.length);
+      const key = listsNetworks ? await networkKeyOf(store, deps.secretBox) : null;
+      const policy = compilePolicy(plain, deps.fraudPolicy, key);
+      const from = request.from ? timestampDate(request.from) : null;
+      const to = request.to ? timestampDate(request.to) : null;
+      if (from && to && from >= to) throw invalidArgument("to", "must be after from");
+      // The counts look back a day before the first referral judged.
+      const lookBack = from ? new Date(from.getTime() - 86_400_000) : null;
+      const times = new AttributionTimes();
+      for await (const page of store.referrals.ofCampaignBetween(
+        campaignId,
+        lookBack,
+        to,
+        backtestPage,
+      )) {
+        for (const referral of page) times.add(referral);
+      }
+      const tally = new BacktestTally(policy, times);
+      for await (const page of store.referrals.ofCampaignBetween(
+        campaignId,
+        from,
+        to,
+        backtestPage,
+      )) {
+        for (const referral of page) tally.add(referral);
+        yield { scanned: tally.scanned };
+      }
+      yield { scanned: tally.scanned, result: tally.result() };
+    },
   };
+}
+
+/** The most referrals the review queue shows. */
+const reviewQueueSize = 10_000;
+/** How many of the latest referrals the shared-signal view reads. */
+const sharedSignalWindow = 5_000;
+/** How many referrals a backtest reads at a time. */
+const backtestPage = 2_000;
+const noDeadline = { deadlineDays: 0, onLapse: "keep_flagged" } as const;
+
+/** The review terms of the campaigns, by id, from their policies. */
+async function reviewTermsOf(
+  store: TenantStore,
+  deps: LifecycleDeps,
+  campaignIds: readonly string[],
+): Promise<Map<string, { deadlineDays: number; onLapse: "keep_flagged" | "accept" }>> {
+  const campaigns = await store.campaigns.findByIds(campaignIds);
+  const terms = new Map<string, { deadlineDays: number; onLapse: "keep_flagged" | "accept" }>();
+  for (const campaign of campaigns) {
+    terms.set(campaign._id, (await policyOfCampaign(store, deps, campaign)).review);
+  }
+  return terms;
 }
 
 /** The referee by id or external id; both given must name the same customer. */

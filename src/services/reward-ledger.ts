@@ -1,3 +1,4 @@
+import { type GrantHoldReason, unverifiedConversion } from "../domain/conversion.js";
 import type { StatusChange } from "../domain/referral-transitions.js";
 import {
   type GrantFulfillment,
@@ -45,9 +46,9 @@ export async function prepareEarnedGrants(
   campaign: CampaignDoc,
   referral: ReferralDoc,
   acceptance: StatusChange,
-  awaitingConfirmation = false,
+  heldFor: GrantHoldReason | null = null,
 ): Promise<PlannedGrant[]> {
-  const planned = planEarnedGrants(campaign, referral, acceptance, awaitingConfirmation);
+  const planned = planEarnedGrants(campaign, referral, acceptance, heldFor);
   for (const reward of rewardsOf(campaign)) {
     const id = rewardSnapshotId(reward);
     if (planned.some((entry) => entry.grant.rewardSnapshotId === id)) {
@@ -222,10 +223,8 @@ export async function moveGrant(
 /**
  * Confirms the grants an unverified conversion earned (see
  * `conversionByCheckpoint`): each follows its reward's approval from
- * `at` — approved at once when approval is automatic and the hold is
- * over, else pending as any grant in its hold (or left for a reviewer).
- * Grants still planned are made first, so none escapes; then the referral
- * stops waiting. Runs again safely: a grant moves once.
+ * `at` (see {@link releaseHeldGrants}); then the referral stops waiting.
+ * Grants a fraud review holds stay held. Runs again safely.
  */
 export async function confirmConversion(
   store: TenantStore,
@@ -233,22 +232,49 @@ export async function confirmConversion(
   actorId: string,
   at: Date,
 ): Promise<void> {
+  await releaseHeldGrants(store, referral, unverifiedConversion, {
+    cause: "confirmed",
+    actorId,
+    reason: null,
+    at,
+  });
+  await store.referrals.clearAwaitsConfirmation(referral._id);
+}
+
+/**
+ * Releases a referral's grants held for `heldFor`: each follows its
+ * reward's approval from `how.at` — approved at once when approval is
+ * automatic and the hold is over, else pending as any grant in its hold
+ * (or left for a reviewer). Grants still planned are made first, so none
+ * escapes. Runs again safely: a grant moves once. Returns how many moved.
+ */
+export async function releaseHeldGrants(
+  store: TenantStore,
+  referral: ReferralDoc,
+  heldFor: GrantHoldReason,
+  how: MoveReason,
+): Promise<number> {
   if (referral.grantPlan?.length) {
-    await makePlannedGrants(store, { referralId: referral._id }, referral.grantPlan, at);
+    await makePlannedGrants(store, { referralId: referral._id }, referral.grantPlan, how.at);
   }
   const where = referralGrants(referral);
   const grants = where ? await store.rewards.findOfReferral(where) : [];
+  let released = 0;
   for (const grant of grants) {
     let current: RewardGrantDoc | null = grant;
-    for (let attempt = 1; current?.awaitsConfirmation && attempt <= moveAttempts; attempt++) {
+    const heldHere = (doc: RewardGrantDoc) =>
+      doc.awaitsConfirmation === true && (doc.statusReason ?? unverifiedConversion) === heldFor;
+    for (let attempt = 1; current && heldHere(current) && attempt <= moveAttempts; attempt++) {
       const reward = await rewardOfGrant(store, current);
-      const approvesNow = reward?.approval !== "manual" && current.availableAt <= at;
-      const how = { cause: "confirmed", actorId, reason: null, at } as const;
-      if (await moveGrant(store, current, approvesNow ? "approved" : "pending", how)) break;
+      const approvesNow = reward?.approval !== "manual" && current.availableAt <= how.at;
+      if (await moveGrant(store, current, approvesNow ? "approved" : "pending", how)) {
+        released += 1;
+        break;
+      }
       current = await store.rewards.find(current._id);
     }
   }
-  await store.referrals.clearAwaitsConfirmation(referral._id);
+  return released;
 }
 
 /** Gives back the room a grant held, then clears its flag. */

@@ -4,6 +4,8 @@ import type { GrantPlanHolder, RewardGrantDoc } from "../store/documents.js";
 import { sweepQueries } from "../store/reward-grants.js";
 import type { Store } from "../store/store.js";
 import type { TenantStore } from "../store/tenant-store.js";
+import { awaitsReview } from "./fraud-reviews.js";
+import { decideReview } from "./referral-lifecycle.js";
 import {
   type MoveReason,
   makePlannedGrants,
@@ -25,6 +27,8 @@ export interface RewardSweepReport {
   readonly made: number;
   /** Reversals finished after a crash interrupted them. */
   readonly reversed: number;
+  /** Fraud reviews accepted by their lapsed deadline. */
+  readonly lapsed: number;
 }
 
 /** The running sweep. */
@@ -96,7 +100,7 @@ export function startRewardSweep(deps: {
     // A plan or a reversal this recent may still be in the hands of the
     // call that started it; finishing it too would only repeat its work.
     const settled = (at: Date) => now.getTime() - at.getTime() >= settleAfterMs;
-    const [approvals, expiries, releases, referralPlans, customerPlans, reversals] =
+    const [approvals, expiries, releases, referralPlans, customerPlans, reversals, reviews] =
       await Promise.all([
         sweepQueries.dueApprovals(db, now, batchSize),
         sweepQueries.dueExpiries(db, now, batchSize),
@@ -104,6 +108,7 @@ export function startRewardSweep(deps: {
         sweepQueries.planHolders(db.referrals, batchSize),
         sweepQueries.planHolders(db.customers, batchSize),
         sweepQueries.pendingReversals(db, batchSize),
+        sweepQueries.dueReviews(db, now, batchSize),
       ]);
     const move =
       (to: "approved" | "expired", cause: MoveReason["cause"]) => (grant: RewardGrantDoc) =>
@@ -136,6 +141,22 @@ export function startRewardSweep(deps: {
         if (!settled(referral.updatedAt)) return false;
         await settleReversal(storeOf(referral), referral, now);
         return true;
+      }),
+      lapsed: await each(reviews, async (referral) => {
+        // Decided before its deadline: nothing is left to accept.
+        const waits = awaitsReview(referral);
+        const tenantStore = storeOf(referral);
+        if (waits) {
+          const caller = {
+            tenant: tenants.get(referral.applicationId) as Tenant,
+            keyId: serviceActor,
+            keyKind: "secret" as const,
+            store: tenantStore,
+          };
+          await decideReview({ clock }, caller, referral, "accept", lapsedReason);
+        }
+        await tenantStore.referrals.clearReviewDue(referral._id);
+        return waits;
       }),
     };
     const full = [approvals, expiries, releases].some((batch) => batch.length === batchSize);
@@ -176,6 +197,9 @@ export function startRewardSweep(deps: {
     },
   };
 }
+
+/** The reason a lapsed review's acceptance records. */
+export const lapsedReason = "the fraud review's deadline lapsed";
 
 /** How old a plan or a reversal must be before the sweep finishes it. */
 export const settleAfterMs = 5_000;

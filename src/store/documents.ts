@@ -7,6 +7,7 @@
 import type { CheckpointRecord } from "../domain/checkpoint.js";
 import type { PublicCheckpointsName } from "../domain/conversion.js";
 import type { NetworkEvidence } from "../domain/fraud-evidence.js";
+import type { FraudPolicyDoc } from "../domain/fraud-policy.js";
 import type { IdentityVerificationName } from "../domain/identity.js";
 import type { ReferralRecord } from "../domain/referral-transitions.js";
 import type { GrantRecord, PlannedGrant } from "../domain/reward-grant.js";
@@ -181,6 +182,8 @@ export interface CampaignDoc {
   leaderboard?: CampaignLeaderboardDoc | null;
   /** What an unverified public-key trigger checkpoint does; absent on campaigns stored before it (`hold`). */
   publicCheckpoints?: PublicCheckpointsName;
+  /** Its fraud policy (completed with the defaults when saved); absent or null for the environment's. */
+  fraudPolicy?: FraudPolicyDoc | null;
   /**
    * Storage: the reward trigger as a checkpoint setting: its id and times,
    * kept in step with the trigger by every update; null without a trigger.

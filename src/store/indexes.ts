@@ -82,6 +82,16 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "the reward sweep: reversals a crash interrupted",
     },
     {
+      key: { rewardsHeld: 1, applicationId: 1 },
+      options: { sparse: true },
+      serves: "the fraud review queue: referrals whose rewards a hold_reward verdict holds",
+    },
+    {
+      key: { reviewDueAt: 1 },
+      options: { sparse: true },
+      serves: "the reward sweep: fraud reviews whose deadline accepts them",
+    },
+    {
       key: { applicationId: 1, environment: 1, campaignId: 1, refereeId: 1 },
       options: { unique: true },
       serves: "one referral per campaign and referee; makes concurrent creates race-free",

@@ -73,10 +73,18 @@ export function reattributeReferral(
   const now = change.changedAt;
   const fields = { referrerId, ...ruled, attributedAt: now, updatedAt: now };
   const statusMoves = ruled.status !== current.status;
+  // A hold or a deadline the new attribution's verdicts do not give ends.
+  const unset: Record<string, ""> = {};
+  if (current.rewardsHeld && !ruled.rewardsHeld) unset.rewardsHeld = "";
+  if (current.reviewDueAt && !ruled.reviewDueAt) unset.reviewDueAt = "";
   return db.referrals.findOneAndUpdate(
     unchangedSince(tenant, current),
     withOutbox(
-      { $set: fields, ...(statusMoves ? { $push: { statusHistory: change } } : {}) },
+      {
+        $set: fields,
+        ...(statusMoves ? { $push: { statusHistory: change } } : {}),
+        ...(Object.keys(unset).length > 0 ? { $unset: unset } : {}),
+      },
       outbox,
     ) as UpdateFilter<ReferralDoc>,
     { returnDocument: "after" },
@@ -90,7 +98,10 @@ export function reattributeReferral(
 export type ReferralRewardWork = Pick<
   ReferralDoc,
   "grantPlan" | "grantPlanPending" | "reversalPending" | "awaitsConfirmation"
->;
+> & {
+  /** The change is the review a held reward waited for: the referral's hold ends. */
+  readonly releasesRewards?: true;
+};
 
 /**
  * Moves a referral to `change.toStatus` and records the change with the
@@ -106,12 +117,16 @@ export function transitionReferral(
   outbox: readonly OutboxEntryDoc[],
   rewards: ReferralRewardWork = {},
 ): Promise<ReferralDoc | null> {
-  const fields = { ...rewards, status: change.toStatus, updatedAt: change.changedAt };
+  const { releasesRewards, ...work } = rewards;
+  const fields = { ...work, status: change.toStatus, updatedAt: change.changedAt };
   const update = withOutbox({ $set: fields, $push: { statusHistory: change } }, outbox);
+  const unset: Record<string, ""> = {};
   // Leaving acceptance ends a wait for confirmation: nothing is left to confirm.
   if (current.awaitsConfirmation && change.toStatus !== "accepted") {
-    update.$unset = { awaitsConfirmation: "" };
+    unset.awaitsConfirmation = "";
   }
+  if (releasesRewards && current.rewardsHeld) unset.rewardsHeld = "";
+  if (Object.keys(unset).length > 0) update.$unset = unset;
   return db.referrals.findOneAndUpdate(
     { ...unchangedSince(tenant, current), status: change.fromStatus },
     update as UpdateFilter<ReferralDoc>,
@@ -236,6 +251,36 @@ export function findConvertibleReferralsOfReferee(
     .toArray();
 }
 
+/**
+ * Ends a referral's reward hold (a fraud review's decision), with the
+ * events the decision raises; null when the referral is gone.
+ */
+export function endRewardsHold(
+  db: Collections,
+  tenant: Tenant,
+  referralId: string,
+  at: Date,
+  outbox: readonly OutboxEntryDoc[],
+): Promise<ReferralDoc | null> {
+  return db.referrals.findOneAndUpdate(
+    { ...ownedBy(tenant), _id: referralId },
+    { ...withOutbox({ $set: { updatedAt: at } }, outbox), $unset: { rewardsHeld: "" } },
+    { returnDocument: "after" },
+  );
+}
+
+/** Ends a referral's review deadline, once the sweep has dealt with it. */
+export async function clearReviewDue(
+  db: Collections,
+  tenant: Tenant,
+  referralId: string,
+): Promise<void> {
+  await db.referrals.updateOne(
+    { ...ownedBy(tenant), _id: referralId },
+    { $unset: { reviewDueAt: "" } },
+  );
+}
+
 /** Ends a referral's wait for confirmation, once its grants are confirmed. */
 export async function clearAwaitsConfirmation(
   db: Collections,
@@ -271,6 +316,72 @@ export async function findReferrals(
   if (filter.refereeId !== undefined) query.refereeId = filter.refereeId;
   if (filter.environment) query.environment = filter.environment;
   return findNewestFirst(db.referrals, query, page);
+}
+
+/**
+ * The referrals waiting for a fraud review, the most recently attributed
+ * first, at most `atMost`: the flagged ones (by the status index) and
+ * those whose rewards are held (by their sparse index), in the campaign
+ * or environment when given.
+ */
+export async function findReferralsForReview(
+  db: Collections,
+  tenant: Tenant,
+  filter: { readonly campaignId?: string; readonly environment?: EnvironmentName },
+  atMost: number,
+): Promise<ReferralDoc[]> {
+  const scope: Filter<ReferralDoc> = { ...ownedBy(tenant), deletedAt: null };
+  if (filter.campaignId !== undefined) scope.campaignId = filter.campaignId;
+  if (filter.environment) scope.environment = filter.environment;
+  const newest = { sort: { createdAt: -1, _id: -1 }, limit: atMost } as const;
+  const [flagged, held] = await Promise.all([
+    db.referrals.find({ ...scope, status: "flagged" }, newest).toArray(),
+    db.referrals
+      .find({ ...scope, rewardsHeld: true, status: { $in: ["pending", "accepted"] } }, newest)
+      .toArray(),
+  ]);
+  const byId = new Map([...flagged, ...held].map((referral) => [referral._id, referral]));
+  return [...byId.values()]
+    .sort((a, b) => b.attributedAt.getTime() - a.attributedAt.getTime())
+    .slice(0, atMost);
+}
+
+/**
+ * A campaign's referrals attributed in [from, to), in pages of `pageSize`
+ * oldest first, for a backtest: each page resumes after the last one, so
+ * a long history is read in bounded memory.
+ */
+export async function* referralsOfCampaignBetween(
+  db: Collections,
+  tenant: Tenant,
+  campaignId: string,
+  from: Date | null,
+  to: Date | null,
+  pageSize: number,
+): AsyncGenerator<ReferralDoc[]> {
+  let after: { createdAt: Date; _id: string } | null = null;
+  for (;;) {
+    const query: Filter<ReferralDoc> = { ...ownedBy(tenant), deletedAt: null, campaignId };
+    if (after) {
+      query.$or = [
+        { createdAt: { $gt: after.createdAt } },
+        { createdAt: after.createdAt, _id: { $gt: after._id } },
+      ];
+    }
+    const page = await db.referrals
+      .find(query, { sort: { createdAt: 1, _id: 1 }, limit: pageSize })
+      .toArray();
+    if (page.length === 0) return;
+    const last = page[page.length - 1] as ReferralDoc;
+    after = { createdAt: last.createdAt, _id: last._id };
+    const inRange = page.filter(
+      (referral) =>
+        (from === null || referral.attributedAt >= from) &&
+        (to === null || referral.attributedAt < to),
+    );
+    if (inRange.length > 0) yield inRange;
+    if (page.length < pageSize) return;
+  }
 }
 
 /** What a customer's referral fields are derived from. */

@@ -407,6 +407,9 @@ export const sweepQueries = {
   /** Reversed referrals whose grants are not yet voided or clawed back. */
   pendingReversals: (db: Collections, limit: number) =>
     db.referrals.find({ reversalPending: true }, { limit }).toArray(),
+  /** Referrals whose review deadline, which accepts them, has passed. */
+  dueReviews: (db: Collections, now: Date, limit: number) =>
+    db.referrals.find({ reviewDueAt: { $lte: now } }, { limit }).toArray(),
 };
 
 // Snapshots never change once stored, so what this process has stored or

@@ -38,16 +38,20 @@ import { findReferralsToExport, tenantInsights } from "./insights.js";
 import type { PageRequest } from "./paging.js";
 import {
   clearAwaitsConfirmation,
+  clearReviewDue,
   countAttributedToSince,
   countFromNetworkSince,
+  endRewardsHold,
   findConvertibleReferralsOfReferee,
   findReferral,
   findReferralOfReferee,
   findReferrals,
+  findReferralsForReview,
   insertReferral,
   isMailboxAlreadyReferred,
   type ReferralRewardWork,
   reattributeReferral,
+  referralsOfCampaignBetween,
   referrerHistory,
   transitionReferral,
 } from "./referrals.js";
@@ -176,11 +180,18 @@ export function createTenantStore(
       findOfReferee: bind(findReferralOfReferee),
       findConvertibleOfReferee: bind(findConvertibleReferralsOfReferee),
       clearAwaitsConfirmation: bind(clearAwaitsConfirmation),
+      clearReviewDue: bind(clearReviewDue),
+      endRewardsHold: (referral: ReferralDoc, at: Date, outbox: readonly OutboxEntryDoc[]) =>
+        listened(referral.environment, outbox, (events) =>
+          endRewardsHold(db, tenant, referral._id, at, events),
+        ),
       findMany: bind(findReferrals),
       countAttributedToSince: bind(countAttributedToSince),
       referrerHistory: bind(referrerHistory),
       countFromNetworkSince: bind(countFromNetworkSince),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),
+      findForReview: bind(findReferralsForReview),
+      ofCampaignBetween: bind(referralsOfCampaignBetween),
       insert: (doc: ReferralDoc, outbox: readonly OutboxEntryDoc[]) =>
         listened(doc.environment, outbox, (events) => insertReferral(db, tenant, doc, events)),
       reattribute: (

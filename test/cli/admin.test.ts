@@ -338,3 +338,43 @@ test.serial(
     t.true(apps.some((app: Json) => app.name === "Script App"));
   },
 );
+
+test.serial(
+  "set-fraud-policy sets a campaign's policy from a file, clears it, and names a bad field",
+  async (t) => {
+    const created = await admin("create-app", "Fraud CLI App");
+    const dir = mkdtempSync(join(tmpdir(), "referrals-cli-"));
+    const campaignFile = join(dir, "campaign.json");
+    writeFileSync(campaignFile, JSON.stringify({ name: "Guarded", environment: "production" }));
+    const campaign = await admin("create-campaign", created.application.id, "--file", campaignFile);
+    const policyFile = join(dir, "policy.json");
+    writeFileSync(
+      policyFile,
+      JSON.stringify({
+        mode: "shadow",
+        rules: [{ type: "disposable_email" }, { type: "velocity", params: { perHour: 5 } }],
+        deny: { domains: ["fraud.example"] },
+      }),
+    );
+    const set = await admin("set-fraud-policy", campaign.id, "--file", policyFile);
+    t.like(set.fraudPolicy, {
+      mode: "shadow",
+      rules: [
+        { type: "disposable_email", action: "flag", severity: "medium" },
+        { type: "velocity", params: { perHour: 5 } },
+      ],
+      deny: { domains: ["fraud.example"] },
+    });
+    const text = await runAdmin("set-fraud-policy", campaign.id, "--file", policyFile);
+    t.is(text.code, 0);
+    writeFileSync(policyFile, JSON.stringify({ rules: [{ type: "velocity", action: "reject" }] }));
+    const refused = await runAdmin("set-fraud-policy", campaign.id, "--file", policyFile);
+    t.is(refused.code, 1);
+    t.regex(refused.output, /campaign\.fraudPolicy\.rules\[0\]\.action/);
+    const cleared = await admin("set-fraud-policy", campaign.id, "--clear");
+    t.falsy(cleared.fraudPolicy, "the defaults again");
+    const bare = await runAdmin("set-fraud-policy", campaign.id);
+    t.is(bare.code, 2);
+    t.regex(bare.output, /needs --file <policy.json> or --clear/);
+  },
+);

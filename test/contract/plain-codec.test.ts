@@ -242,6 +242,7 @@ function wrongValueFor(place: Place): { value: unknown; description: string } {
     return { value: {}, description: "must be an array" };
   }
   if (place.item) return { value: null, description: "must not be null" };
+  if (field.fieldKind === "map") return { value: "1", description: "must be an object" };
   if (field.enum) {
     const words = field.enum.values
       .filter((v) => v.number !== 0)

@@ -1,5 +1,5 @@
 import test from "ava";
-import { decideAttribution, statusFromRules } from "../../src/domain/attribution.js";
+import { decideAttribution, holdsRewards, statusFromRules } from "../../src/domain/attribution.js";
 import { convertsOnTrigger, rewardTriggerOf } from "../../src/domain/conversion.js";
 
 test("no referral yet: create", (t) => {
@@ -54,7 +54,7 @@ test("another referrer once final: refused, saying why", (t) => {
 
 test("status from the rules: flagged when one fires, else pending", (t) => {
   t.is(statusFromRules([]), "pending");
-  t.is(statusFromRules([{ type: "velocity" }]), "flagged");
+  t.is(statusFromRules([{ type: "velocity", message: "too fast" }]), "flagged");
 });
 
 test("re-attribution clears a flag the rules set, but not a reviewer's", (t) => {
@@ -80,13 +80,19 @@ test("the trigger converts pending referrals only", (t) => {
   t.false(convertsOnTrigger("rejected"));
 });
 
-test("a verdict flags unless its action is a note or a held reward", (t) => {
-  const verdict = (action?: "note" | "flag" | "hold_reward" | "reject") => ({
+test("the strongest acting verdict sets the status: reject, then flag; notes and held rewards stay pending", (t) => {
+  const verdict = (action?: "note" | "flag" | "hold_reward" | "reject", shadow = false) => ({
     type: "similar_name" as const,
+    message: "alike",
     ...(action ? { action } : {}),
+    ...(shadow ? { shadow } : {}),
   });
   t.is(statusFromRules([verdict("note")]), "pending");
   t.is(statusFromRules([verdict("hold_reward")]), "pending");
+  t.true(holdsRewards([verdict("hold_reward")]));
+  t.false(holdsRewards([verdict("hold_reward", true)]), "a shadow verdict holds nothing");
   t.is(statusFromRules([verdict("note"), verdict("flag")]), "flagged");
+  t.is(statusFromRules([verdict("flag"), verdict("reject")]), "rejected");
+  t.is(statusFromRules([verdict("reject", true), verdict("flag", true)]), "pending", "shadow");
   t.is(statusFromRules([verdict()]), "flagged", "a verdict stored before actions flagged");
 });

@@ -158,12 +158,18 @@ async function restStream(
   first: number,
 ): Promise<StreamOutcome> {
   const headers: Record<string, string> = key === undefined ? {} : { authorization: key };
+  const route = httpRouteOf(method);
+  // A stream with a body (a backtest's candidate) is a POST of the fields not in its path.
+  const posts = route?.verb === "POST";
+  const path = restPathOf(method, posts ? pathFieldsOf(method, request) : request);
+  if (posts) headers["content-type"] = "application/json";
   const response = await httpFetch(
     server,
     httpVersion,
-    "GET",
-    restPathOf(method, request),
+    posts ? "POST" : "GET",
+    path,
     headers,
+    posts ? JSON.stringify(request) : undefined,
   );
   const text =
     Number.isFinite(first) && response.status === 200
@@ -177,7 +183,19 @@ async function restStream(
     const contentType = response.headers.get("content-type");
     return { messages: text === "" ? [] : [{ contentType, text }] };
   }
-  return eventsOf(text);
+  // A chunk may hold more events than were asked for: the others came after.
+  const events = eventsOf(text);
+  return { ...events, messages: events.messages.slice(0, first) };
+}
+
+/** The fields of a request its route's path names. */
+function pathFieldsOf(
+  method: DescMethod,
+  request: Record<string, unknown>,
+): Record<string, unknown> {
+  const route = httpRouteOf(method);
+  const names = new Set(route?.pathFields.map((field) => field.jsonName) ?? []);
+  return Object.fromEntries(Object.entries(request).filter(([name]) => names.has(name)));
 }
 
 /** The text of a Server-Sent Events body up to its `count`th event; then the body is cancelled. */

@@ -283,6 +283,7 @@ for (const protocol of protocols) {
           severity: "high",
           ruleVersion: 1,
           evidence: { sameCustomer: true },
+          shadow: false,
         },
       ]);
       t.deepEqual(self.risk, { level: "high", score: 50 });

@@ -92,10 +92,15 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
     refereeExternalUserId: "wh-dave",
     environment: "test",
   });
-  await rest(server, "PATCH", `/referrals/${self.body.id}`, {
+  // Rejected through the fraud review queue: referral.rejected and fraud_review.resolved.
+  const queue = (await rest(server, "GET", "/fraud-reviews?environment=test", { key: keys.secret }))
+    .body;
+  const review = queue.reviews.find((group: Json) => group.referralIds.includes(self.body.id));
+  const resolved = await rest(server, "POST", `/fraud-reviews/${review.id}/resolve`, {
     key: keys.secret,
-    body: { status: "rejected" },
+    body: { decision: "reject", reason: "a self-referral" },
   });
+  t.is(resolved.status, 200, JSON.stringify(resolved.body));
 
   // The reward ledger: bob's conversion earned carol and bob the test
   // campaign's rewards, approved at once; carol's is paid, bob's refused,
@@ -152,8 +157,8 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
 
   await receiver.waitFor(() => webhookEventTypes.every((type) => typesAt("/all").includes(type)));
   // Every event of those calls arrived: 6 created/updated customers, the
-  // referral ones, then the ledger's, and an erasure.
-  await receiver.waitFor(() => at("/all").length >= 25);
+  // referral ones, a fraud review, then the ledger's, and an erasure.
+  await receiver.waitFor(() => at("/all").length >= 26);
   const requests = at("/all");
   const verifier = new Webhook(secret);
   for (const request of requests) {
@@ -173,6 +178,7 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
     "customer.created",
     "customer.erased",
     "customer.updated",
+    "fraud_review.resolved",
     "referral.accepted",
     "referral.created",
     "referral.created",

@@ -63,6 +63,7 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
     otherReferralCode: "",
     acceptedReferralId: "",
     pendingReferralIds: {} as Record<WireProtocol, string>,
+    fraudReviewIds: {} as Record<WireProtocol, string>,
     erasableCustomerIds: {} as Record<WireProtocol, string>,
     earnedGrantId: "",
     approvedGrantIds: {} as Record<WireProtocol, string>,
@@ -136,6 +137,26 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
       },
     },
     ListReferrals: { ok: { limit: 50 }, errors: { invalid_argument: { limit: 0 } } },
+    ListFraudReviews: { ok: { environment: "production" } },
+    ResolveFraudReview: {
+      ok: (p) => ({ id: fixture.fraudReviewIds[p], decision: "reject", reason: "parity" }),
+      // Each protocol resolves its own self-referral's review.
+      volatile: [...created, "refereeId", "referrerId", "changedAt", "evidence"],
+      errors: {
+        invalid_argument: { id: "frv_short", decision: "accept" },
+        not_found: { id: "frv_AAAAAAAAAAAAAAAAAAAAAAAA", decision: "accept" },
+      },
+    },
+    TestFraudPolicy: {
+      ok: () => ({ campaignId: fixture.liveCampaignId, policy: { rules: [{ type: "velocity" }] } }),
+      errors: {
+        invalid_argument: () => ({
+          campaignId: fixture.liveCampaignId,
+          policy: { rules: [{ type: "velocity", action: "reject" }] },
+        }),
+        not_found: { campaignId: "cmp_missing", policy: {} },
+      },
+    },
     IngestCheckpoint: {
       ok: { name: "signup", externalUserId: "parity-referrer", environment: "production" },
       errors: {
@@ -489,6 +510,13 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
       await identify(`parity-pending-${protocol}`);
       const pending = await refer(fixture.referralCode, `parity-pending-${protocol}`);
       fixture.pendingReferralIds[protocol] = pending.id;
+      // A self-referral, flagged: a fraud review of its own to resolve.
+      const self = await identify(`parity-self-${protocol}`);
+      await refer(self.referralCode, `parity-self-${protocol}`);
+      const { reviews } = await ok("ListFraudReviews", {});
+      fixture.fraudReviewIds[protocol] = reviews.find(
+        (review: Json) => review.referrerId === self.id,
+      ).id;
       const deletable = await ok("CreateWebhook", {
         url: "https://example.com/parity-delete",
         environment: "test",

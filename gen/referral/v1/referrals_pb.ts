@@ -2,11 +2,13 @@
 // @generated from file referral/v1/referrals.proto (package referral.v1, syntax proto3)
 /* eslint-disable */
 
-import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
-import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
+import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
+import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../google/api/annotations_pb.js";
+import type { Timestamp } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import { file_referral_v1_options } from "./options_pb.js";
-import type { EndUserContext, Environment, Referral, ReferralStatus } from "./resources_pb.js";
+import type { CampaignFraudPolicy, EndUserContext, Environment, FraudAction, FraudReviewLapse, Referral, ReferralStatus, RiskLevel } from "./resources_pb.js";
 import { file_referral_v1_resources } from "./resources_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -14,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/referrals.proto.
  */
 export const file_referral_v1_referrals: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9yZWZlcnJhbHMucHJvdG8SC3JlZmVycmFsLnYxIscCChVDcmVhdGVSZWZlcnJhbFJlcXVlc3QSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARIVCg1yZWZlcnJhbF9jb2RlGAIgASgJEhcKCnJlZmVyZWVfaWQYAyABKAlIAYgBARIlChhyZWZlcmVlX2V4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARItCgtlbnZpcm9ubWVudBgFIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhYKCXVzZXJfaGFzaBgGIAEoCUgDiAEBEiwKB2NvbnRleHQYByABKAsyGy5yZWZlcnJhbC52MS5FbmRVc2VyQ29udGV4dEIOCgxfY2FtcGFpZ25faWRCDQoLX3JlZmVyZWVfaWRCGwoZX3JlZmVyZWVfZXh0ZXJuYWxfdXNlcl9pZEIMCgpfdXNlcl9oYXNoIkEKFkNyZWF0ZVJlZmVycmFsUmVzcG9uc2USJwoIcmVmZXJyYWwYASABKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbCJ2ChtVcGRhdGVSZWZlcnJhbFN0YXR1c1JlcXVlc3QSCgoCaWQYASABKAkSKwoGc3RhdHVzGAIgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSEwoGcmVhc29uGAMgASgJSACIAQFCCQoHX3JlYXNvbiJHChxVcGRhdGVSZWZlcnJhbFN0YXR1c1Jlc3BvbnNlEicKCHJlZmVycmFsGAEgASgLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwirAIKFExpc3RSZWZlcnJhbHNSZXF1ZXN0EhIKBWxpbWl0GAEgASgFSACIAQESEwoGb2Zmc2V0GAIgASgFSAGIAQESKwoGc3RhdHVzGAMgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSGAoLY2FtcGFpZ25faWQYBCABKAlIAogBARIYCgtyZWZlcnJlcl9pZBgFIAEoCUgDiAEBEhcKCnJlZmVyZWVfaWQYBiABKAlIBIgBARItCgtlbnZpcm9ubWVudBgHIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50QggKBl9saW1pdEIJCgdfb2Zmc2V0Qg4KDF9jYW1wYWlnbl9pZEIOCgxfcmVmZXJyZXJfaWRCDQoLX3JlZmVyZWVfaWQiagoVTGlzdFJlZmVycmFsc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgFEg0KBWxpbWl0GAIgASgFEg4KBm9mZnNldBgDIAEoBRIjCgRkYXRhGAQgAygLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwyoAMKEFJlZmVycmFsc1NlcnZpY2USgwEKDkNyZWF0ZVJlZmVycmFsEiIucmVmZXJyYWwudjEuQ3JlYXRlUmVmZXJyYWxSZXF1ZXN0GiMucmVmZXJyYWwudjEuQ3JlYXRlUmVmZXJyYWxSZXNwb25zZSIowPMYAcjzGMkBgtPkkwIZOgEqYghyZWZlcnJhbCIKL3JlZmVycmFscxKVAQoUVXBkYXRlUmVmZXJyYWxTdGF0dXMSKC5yZWZlcnJhbC52MS5VcGRhdGVSZWZlcnJhbFN0YXR1c1JlcXVlc3QaKS5yZWZlcnJhbC52MS5VcGRhdGVSZWZlcnJhbFN0YXR1c1Jlc3BvbnNlIijA8xgCgtPkkwIeOgEqYghyZWZlcnJhbDIPL3JlZmVycmFscy97aWR9Em4KDUxpc3RSZWZlcnJhbHMSIS5yZWZlcnJhbC52MS5MaXN0UmVmZXJyYWxzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RSZWZlcnJhbHNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL3JlZmVycmFsc2IGcHJvdG8z", [file_google_api_annotations, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChtyZWZlcnJhbC92MS9yZWZlcnJhbHMucHJvdG8SC3JlZmVycmFsLnYxIscCChVDcmVhdGVSZWZlcnJhbFJlcXVlc3QSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARIVCg1yZWZlcnJhbF9jb2RlGAIgASgJEhcKCnJlZmVyZWVfaWQYAyABKAlIAYgBARIlChhyZWZlcmVlX2V4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARItCgtlbnZpcm9ubWVudBgFIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhYKCXVzZXJfaGFzaBgGIAEoCUgDiAEBEiwKB2NvbnRleHQYByABKAsyGy5yZWZlcnJhbC52MS5FbmRVc2VyQ29udGV4dEIOCgxfY2FtcGFpZ25faWRCDQoLX3JlZmVyZWVfaWRCGwoZX3JlZmVyZWVfZXh0ZXJuYWxfdXNlcl9pZEIMCgpfdXNlcl9oYXNoIkEKFkNyZWF0ZVJlZmVycmFsUmVzcG9uc2USJwoIcmVmZXJyYWwYASABKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbCJ2ChtVcGRhdGVSZWZlcnJhbFN0YXR1c1JlcXVlc3QSCgoCaWQYASABKAkSKwoGc3RhdHVzGAIgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSEwoGcmVhc29uGAMgASgJSACIAQFCCQoHX3JlYXNvbiJHChxVcGRhdGVSZWZlcnJhbFN0YXR1c1Jlc3BvbnNlEicKCHJlZmVycmFsGAEgASgLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwirAIKFExpc3RSZWZlcnJhbHNSZXF1ZXN0EhIKBWxpbWl0GAEgASgFSACIAQESEwoGb2Zmc2V0GAIgASgFSAGIAQESKwoGc3RhdHVzGAMgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXMSGAoLY2FtcGFpZ25faWQYBCABKAlIAogBARIYCgtyZWZlcnJlcl9pZBgFIAEoCUgDiAEBEhcKCnJlZmVyZWVfaWQYBiABKAlIBIgBARItCgtlbnZpcm9ubWVudBgHIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50QggKBl9saW1pdEIJCgdfb2Zmc2V0Qg4KDF9jYW1wYWlnbl9pZEIOCgxfcmVmZXJyZXJfaWRCDQoLX3JlZmVyZWVfaWQiagoVTGlzdFJlZmVycmFsc1Jlc3BvbnNlEg0KBXRvdGFsGAEgASgFEg0KBWxpbWl0GAIgASgFEg4KBm9mZnNldBgDIAEoBRIjCgRkYXRhGAQgAygLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwicgoXTGlzdEZyYXVkUmV2aWV3c1JlcXVlc3QSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARItCgtlbnZpcm9ubWVudBgCIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Qg4KDF9jYW1wYWlnbl9pZCKQAQoYTGlzdEZyYXVkUmV2aWV3c1Jlc3BvbnNlEikKB3Jldmlld3MYASADKAsyGC5yZWZlcnJhbC52MS5GcmF1ZFJldmlldxI2Cg5zaGFyZWRfc2lnbmFscxgCIAMoCzIeLnJlZmVycmFsLnYxLlNoYXJlZEZyYXVkU2lnbmFsEhEKCXRydW5jYXRlZBgDIAEoCCKHAwoLRnJhdWRSZXZpZXcSCgoCaWQYASABKAkSEwoLY2FtcGFpZ25faWQYAiABKAkSEwoLcmVmZXJyZXJfaWQYAyABKAkSEQoJcnVsZV90eXBlGAQgASgJEg8KB2ZsYWdnZWQYBSABKAUSDAoEaGVsZBgGIAEoBRIvCgtsYXN0X2hpdF9hdBgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoMcmVmZXJyYWxfaWRzGAggAygJEjMKCGV2aWRlbmNlGAkgASgLMiEucmVmZXJyYWwudjEuRnJhdWRFdmlkZW5jZVN1bW1hcnkSLAoIZGVhZGxpbmUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KCG9uX2xhcHNlGAsgASgOMh0ucmVmZXJyYWwudjEuRnJhdWRSZXZpZXdMYXBzZRIkCgRyaXNrGAwgASgOMhYucmVmZXJyYWwudjEuUmlza0xldmVsEg8KB21lc3NhZ2UYDSABKAkilgEKFEZyYXVkRXZpZGVuY2VTdW1tYXJ5EhAKCG5ldHdvcmtzGAEgASgFEg8KB2RldmljZXMYAiABKAUSFQoNZW1haWxfZG9tYWlucxgDIAMoCRISCgpkaXNwb3NhYmxlGAQgASgFEg4KBm1hc2tlZBgFIAEoBRIgChhzYW1lX25ldHdvcmtfYXNfcmVmZXJyZXIYBiABKAUihAEKEVNoYXJlZEZyYXVkU2lnbmFsEhMKC2NhbXBhaWduX2lkGAEgASgJEhMKC3JlZmVycmVyX2lkGAIgASgJEg4KBnNpZ25hbBgDIAEoCRINCgV2YWx1ZRgEIAEoCRIQCghyZWZlcmVlcxgFIAEoBRIUCgxyZWZlcnJhbF9pZHMYBiADKAkiewoZUmVzb2x2ZUZyYXVkUmV2aWV3UmVxdWVzdBIKCgJpZBgBIAEoCRIyCghkZWNpc2lvbhgCIAEoDjIgLnJlZmVycmFsLnYxLkZyYXVkUmV2aWV3RGVjaXNpb24SEwoGcmVhc29uGAMgASgJSACIAQFCCQoHX3JlYXNvbiK2AQoaUmVzb2x2ZUZyYXVkUmV2aWV3UmVzcG9uc2USCgoCaWQYASABKAkSMgoIZGVjaXNpb24YAiABKA4yIC5yZWZlcnJhbC52MS5GcmF1ZFJldmlld0RlY2lzaW9uEigKCXJlZmVycmFscxgDIAMoCzIVLnJlZmVycmFsLnYxLlJlZmVycmFsEhcKD3JlbGVhc2VkX2dyYW50cxgEIAEoBRIVCg12b2lkZWRfZ3JhbnRzGAUgASgFIrEBChZUZXN0RnJhdWRQb2xpY3lSZXF1ZXN0EhMKC2NhbXBhaWduX2lkGAEgASgJEjAKBnBvbGljeRgCIAEoCzIgLnJlZmVycmFsLnYxLkNhbXBhaWduRnJhdWRQb2xpY3kSKAoEZnJvbRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJgoCdG8YBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIl4KF1Rlc3RGcmF1ZFBvbGljeVJlc3BvbnNlEg8KB3NjYW5uZWQYASABKAUSMgoGcmVzdWx0GAIgASgLMiIucmVmZXJyYWwudjEuRnJhdWRQb2xpY3lUZXN0UmVzdWx0IqgCChVGcmF1ZFBvbGljeVRlc3RSZXN1bHQSEQoJcmVmZXJyYWxzGAEgASgFEhgKEHdpdGhvdXRfZXZpZGVuY2UYAiABKAUSLQoFd291bGQYAyABKAsyHi5yZWZlcnJhbC52MS5GcmF1ZEFjdGlvbkNvdW50cxIVCg1uZXdseV9mbGFnZ2VkGAQgASgFEhkKEW5vX2xvbmdlcl9mbGFnZ2VkGAUgASgFEj8KFm5ld2x5X2ZsYWdnZWRfb3V0Y29tZXMYBiABKAsyHy5yZWZlcnJhbC52MS5GcmF1ZE91dGNvbWVDb3VudHMSLwoFcnVsZXMYByADKAsyIC5yZWZlcnJhbC52MS5GcmF1ZFJ1bGVUZXN0UmVzdWx0Eg8KB2FsbG93ZWQYCCABKAUiVAoRRnJhdWRBY3Rpb25Db3VudHMSDAoEbm90ZRgBIAEoBRIMCgRmbGFnGAIgASgFEhMKC2hvbGRfcmV3YXJkGAMgASgFEg4KBnJlamVjdBgEIAEoBSJsChJGcmF1ZE91dGNvbWVDb3VudHMSEAoIYWNjZXB0ZWQYASABKAUSEAoIcmVqZWN0ZWQYAiABKAUSEAoIcmV2ZXJzZWQYAyABKAUSDwoHcGVuZGluZxgEIAEoBRIPCgdmbGFnZ2VkGAUgASgFItABChNGcmF1ZFJ1bGVUZXN0UmVzdWx0EgwKBHR5cGUYASABKAkSKAoGYWN0aW9uGAIgASgOMhgucmVmZXJyYWwudjEuRnJhdWRBY3Rpb24SDAoEaGl0cxgDIAEoBRIQCghuZXdfaGl0cxgEIAEoBRIRCglsb3N0X2hpdHMYBSABKAUSMQoIb3V0Y29tZXMYBiABKAsyHy5yZWZlcnJhbC52MS5GcmF1ZE91dGNvbWVDb3VudHMSGwoTc2FtcGxlX3JlZmVycmFsX2lkcxgHIAMoCSqAAQoTRnJhdWRSZXZpZXdEZWNpc2lvbhIlCiFGUkFVRF9SRVZJRVdfREVDSVNJT05fVU5TUEVDSUZJRUQQABIgChxGUkFVRF9SRVZJRVdfREVDSVNJT05fQUNDRVBUEAESIAocRlJBVURfUkVWSUVXX0RFQ0lTSU9OX1JFSkVDVBACMs0GChBSZWZlcnJhbHNTZXJ2aWNlEoMBCg5DcmVhdGVSZWZlcnJhbBIiLnJlZmVycmFsLnYxLkNyZWF0ZVJlZmVycmFsUmVxdWVzdBojLnJlZmVycmFsLnYxLkNyZWF0ZVJlZmVycmFsUmVzcG9uc2UiKMDzGAHI8xjJAYLT5JMCGToBKmIIcmVmZXJyYWwiCi9yZWZlcnJhbHMSlQEKFFVwZGF0ZVJlZmVycmFsU3RhdHVzEigucmVmZXJyYWwudjEuVXBkYXRlUmVmZXJyYWxTdGF0dXNSZXF1ZXN0GikucmVmZXJyYWwudjEuVXBkYXRlUmVmZXJyYWxTdGF0dXNSZXNwb25zZSIowPMYAoLT5JMCHjoBKmIIcmVmZXJyYWwyDy9yZWZlcnJhbHMve2lkfRJuCg1MaXN0UmVmZXJyYWxzEiEucmVmZXJyYWwudjEuTGlzdFJlZmVycmFsc1JlcXVlc3QaIi5yZWZlcnJhbC52MS5MaXN0UmVmZXJyYWxzUmVzcG9uc2UiFsDzGAKC0+STAgwSCi9yZWZlcnJhbHMSewoQTGlzdEZyYXVkUmV2aWV3cxIkLnJlZmVycmFsLnYxLkxpc3RGcmF1ZFJldmlld3NSZXF1ZXN0GiUucmVmZXJyYWwudjEuTGlzdEZyYXVkUmV2aWV3c1Jlc3BvbnNlIhrA8xgCgtPkkwIQEg4vZnJhdWQtcmV2aWV3cxKRAQoSUmVzb2x2ZUZyYXVkUmV2aWV3EiYucmVmZXJyYWwudjEuUmVzb2x2ZUZyYXVkUmV2aWV3UmVxdWVzdBonLnJlZmVycmFsLnYxLlJlc29sdmVGcmF1ZFJldmlld1Jlc3BvbnNlIirA8xgCgtPkkwIgOgEqIhsvZnJhdWQtcmV2aWV3cy97aWR9L3Jlc29sdmUSmQEKD1Rlc3RGcmF1ZFBvbGljeRIjLnJlZmVycmFsLnYxLlRlc3RGcmF1ZFBvbGljeVJlcXVlc3QaJC5yZWZlcnJhbC52MS5UZXN0RnJhdWRQb2xpY3lSZXNwb25zZSI5wPMYAoLT5JMCLzoBKiIqL2NhbXBhaWducy97Y2FtcGFpZ25faWR9L2ZyYXVkLXBvbGljeS90ZXN0MAFiBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
 
 /**
  * CreateReferralRequest names the referrer, the referee and the campaign.
@@ -265,6 +267,707 @@ export const ListReferralsResponseSchema: GenMessage<ListReferralsResponse> = /*
   messageDesc(file_referral_v1_referrals, 5);
 
 /**
+ * ListFraudReviewsRequest narrows the review queue.
+ *
+ * @generated from message referral.v1.ListFraudReviewsRequest
+ */
+export type ListFraudReviewsRequest = Message<"referral.v1.ListFraudReviewsRequest"> & {
+  /**
+   * Only reviews of this campaign.
+   *
+   * @generated from field: optional string campaign_id = 1;
+   */
+  campaignId?: string | undefined;
+
+  /**
+   * Only reviews of this environment; both when unset.
+   *
+   * @generated from field: referral.v1.Environment environment = 2;
+   */
+  environment: Environment;
+};
+
+/**
+ * Describes the message referral.v1.ListFraudReviewsRequest.
+ * Use `create(ListFraudReviewsRequestSchema)` to create a new message.
+ */
+export const ListFraudReviewsRequestSchema: GenMessage<ListFraudReviewsRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 6);
+
+/**
+ * ListFraudReviewsResponse is the review queue.
+ *
+ * @generated from message referral.v1.ListFraudReviewsResponse
+ */
+export type ListFraudReviewsResponse = Message<"referral.v1.ListFraudReviewsResponse"> & {
+  /**
+   * The open reviews, the most recent hit first.
+   *
+   * @generated from field: repeated referral.v1.FraudReview reviews = 1;
+   */
+  reviews: FraudReview[];
+
+  /**
+   * Referrers whose referees share a network, a device or an email base,
+   * the most referees first.
+   *
+   * @generated from field: repeated referral.v1.SharedFraudSignal shared_signals = 2;
+   */
+  sharedSignals: SharedFraudSignal[];
+
+  /**
+   * True when more than 10,000 referrals wait for review: the queue shows
+   * the most recent 10,000.
+   *
+   * @generated from field: bool truncated = 3;
+   */
+  truncated: boolean;
+};
+
+/**
+ * Describes the message referral.v1.ListFraudReviewsResponse.
+ * Use `create(ListFraudReviewsResponseSchema)` to create a new message.
+ */
+export const ListFraudReviewsResponseSchema: GenMessage<ListFraudReviewsResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 7);
+
+/**
+ * FraudReview is one group of the queue: the referrals of one referrer in
+ * one campaign that one rule flagged or held.
+ *
+ * @generated from message referral.v1.FraudReview
+ */
+export type FraudReview = Message<"referral.v1.FraudReview"> & {
+  /**
+   * The group's id (prefix "frv_"), for ResolveFraudReview.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The campaign.
+   *
+   * @generated from field: string campaign_id = 2;
+   */
+  campaignId: string;
+
+  /**
+   * The referrer.
+   *
+   * @generated from field: string referrer_id = 3;
+   */
+  referrerId: string;
+
+  /**
+   * The rule's reason code.
+   *
+   * @generated from field: string rule_type = 4;
+   */
+  ruleType: string;
+
+  /**
+   * How many of its referrals are flagged.
+   *
+   * @generated from field: int32 flagged = 5;
+   */
+  flagged: number;
+
+  /**
+   * How many of its referrals have their rewards held.
+   *
+   * @generated from field: int32 held = 6;
+   */
+  held: number;
+
+  /**
+   * When the most recent of them was attributed.
+   *
+   * @generated from field: google.protobuf.Timestamp last_hit_at = 7;
+   */
+  lastHitAt?: Timestamp | undefined;
+
+  /**
+   * Its referrals, the most recent first (at most 100 shown).
+   *
+   * @generated from field: repeated string referral_ids = 8;
+   */
+  referralIds: string[];
+
+  /**
+   * What their evidence has in common.
+   *
+   * @generated from field: referral.v1.FraudEvidenceSummary evidence = 9;
+   */
+  evidence?: FraudEvidenceSummary | undefined;
+
+  /**
+   * When the oldest of them lapses, by the campaign's review deadline;
+   * null without one.
+   *
+   * @generated from field: google.protobuf.Timestamp deadline = 10;
+   */
+  deadline?: Timestamp | undefined;
+
+  /**
+   * What the deadline does.
+   *
+   * @generated from field: referral.v1.FraudReviewLapse on_lapse = 11;
+   */
+  onLapse: FraudReviewLapse;
+
+  /**
+   * The highest risk among its referrals.
+   *
+   * @generated from field: referral.v1.RiskLevel risk = 12;
+   */
+  risk: RiskLevel;
+
+  /**
+   * One of the rule's messages.
+   *
+   * @generated from field: string message = 13;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message referral.v1.FraudReview.
+ * Use `create(FraudReviewSchema)` to create a new message.
+ */
+export const FraudReviewSchema: GenMessage<FraudReview> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 8);
+
+/**
+ * FraudEvidenceSummary sums up the evidence of a review's referrals.
+ *
+ * @generated from message referral.v1.FraudEvidenceSummary
+ */
+export type FraudEvidenceSummary = Message<"referral.v1.FraudEvidenceSummary"> & {
+  /**
+   * How many distinct networks the referees called from.
+   *
+   * @generated from field: int32 networks = 1;
+   */
+  networks: number;
+
+  /**
+   * How many distinct devices they used.
+   *
+   * @generated from field: int32 devices = 2;
+   */
+  devices: number;
+
+  /**
+   * Their email domains, most used first (at most 10).
+   *
+   * @generated from field: repeated string email_domains = 3;
+   */
+  emailDomains: string[];
+
+  /**
+   * How many referees have a disposable email address.
+   *
+   * @generated from field: int32 disposable = 4;
+   */
+  disposable: number;
+
+  /**
+   * How many go through a privacy relay.
+   *
+   * @generated from field: int32 masked = 5;
+   */
+  masked: number;
+
+  /**
+   * How many referees share the referrer's network.
+   *
+   * @generated from field: int32 same_network_as_referrer = 6;
+   */
+  sameNetworkAsReferrer: number;
+};
+
+/**
+ * Describes the message referral.v1.FraudEvidenceSummary.
+ * Use `create(FraudEvidenceSummarySchema)` to create a new message.
+ */
+export const FraudEvidenceSummarySchema: GenMessage<FraudEvidenceSummary> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 9);
+
+/**
+ * SharedFraudSignal is a referrer whose referees share one signal.
+ *
+ * @generated from message referral.v1.SharedFraudSignal
+ */
+export type SharedFraudSignal = Message<"referral.v1.SharedFraudSignal"> & {
+  /**
+   * The campaign.
+   *
+   * @generated from field: string campaign_id = 1;
+   */
+  campaignId: string;
+
+  /**
+   * The referrer.
+   *
+   * @generated from field: string referrer_id = 2;
+   */
+  referrerId: string;
+
+  /**
+   * What they share: "network", "device" or "email_base".
+   *
+   * @generated from field: string signal = 3;
+   */
+  signal: string;
+
+  /**
+   * The shared value: the network's keyed hash, the device id, or the
+   * email base (the mailbox without digits, and its domain).
+   *
+   * @generated from field: string value = 4;
+   */
+  value: string;
+
+  /**
+   * How many of the referrer's referees share it.
+   *
+   * @generated from field: int32 referees = 5;
+   */
+  referees: number;
+
+  /**
+   * Their referrals (at most 20 shown).
+   *
+   * @generated from field: repeated string referral_ids = 6;
+   */
+  referralIds: string[];
+};
+
+/**
+ * Describes the message referral.v1.SharedFraudSignal.
+ * Use `create(SharedFraudSignalSchema)` to create a new message.
+ */
+export const SharedFraudSignalSchema: GenMessage<SharedFraudSignal> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 10);
+
+/**
+ * ResolveFraudReviewRequest decides a review.
+ *
+ * @generated from message referral.v1.ResolveFraudReviewRequest
+ */
+export type ResolveFraudReviewRequest = Message<"referral.v1.ResolveFraudReviewRequest"> & {
+  /**
+   * Required. The review's id ("frv_...").
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * Required. accept or reject.
+   *
+   * @generated from field: referral.v1.FraudReviewDecision decision = 2;
+   */
+  decision: FraudReviewDecision;
+
+  /**
+   * Why, for each referral's history; at most 1024 characters.
+   *
+   * @generated from field: optional string reason = 3;
+   */
+  reason?: string | undefined;
+};
+
+/**
+ * Describes the message referral.v1.ResolveFraudReviewRequest.
+ * Use `create(ResolveFraudReviewRequestSchema)` to create a new message.
+ */
+export const ResolveFraudReviewRequestSchema: GenMessage<ResolveFraudReviewRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 11);
+
+/**
+ * ResolveFraudReviewResponse says what the decision moved.
+ *
+ * @generated from message referral.v1.ResolveFraudReviewResponse
+ */
+export type ResolveFraudReviewResponse = Message<"referral.v1.ResolveFraudReviewResponse"> & {
+  /**
+   * The review's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The decision.
+   *
+   * @generated from field: referral.v1.FraudReviewDecision decision = 2;
+   */
+  decision: FraudReviewDecision;
+
+  /**
+   * The referrals as the decision left them.
+   *
+   * @generated from field: repeated referral.v1.Referral referrals = 3;
+   */
+  referrals: Referral[];
+
+  /**
+   * How many held grants were released.
+   *
+   * @generated from field: int32 released_grants = 4;
+   */
+  releasedGrants: number;
+
+  /**
+   * How many held grants were voided.
+   *
+   * @generated from field: int32 voided_grants = 5;
+   */
+  voidedGrants: number;
+};
+
+/**
+ * Describes the message referral.v1.ResolveFraudReviewResponse.
+ * Use `create(ResolveFraudReviewResponseSchema)` to create a new message.
+ */
+export const ResolveFraudReviewResponseSchema: GenMessage<ResolveFraudReviewResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 12);
+
+/**
+ * TestFraudPolicyRequest is a candidate policy and the history to replay it
+ * over.
+ *
+ * @generated from message referral.v1.TestFraudPolicyRequest
+ */
+export type TestFraudPolicyRequest = Message<"referral.v1.TestFraudPolicyRequest"> & {
+  /**
+   * Required. The campaign whose referrals are replayed.
+   *
+   * @generated from field: string campaign_id = 1;
+   */
+  campaignId: string;
+
+  /**
+   * Required. The candidate policy (its mode is ignored: verdicts are
+   * counted as if enforced).
+   *
+   * @generated from field: referral.v1.CampaignFraudPolicy policy = 2;
+   */
+  policy?: CampaignFraudPolicy | undefined;
+
+  /**
+   * Only referrals attributed at or after this time; all when unset.
+   *
+   * @generated from field: google.protobuf.Timestamp from = 3;
+   */
+  from?: Timestamp | undefined;
+
+  /**
+   * Only referrals attributed before this time; all when unset.
+   *
+   * @generated from field: google.protobuf.Timestamp to = 4;
+   */
+  to?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message referral.v1.TestFraudPolicyRequest.
+ * Use `create(TestFraudPolicyRequestSchema)` to create a new message.
+ */
+export const TestFraudPolicyRequestSchema: GenMessage<TestFraudPolicyRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 13);
+
+/**
+ * TestFraudPolicyResponse is progress, then the result, of a backtest.
+ *
+ * @generated from message referral.v1.TestFraudPolicyResponse
+ */
+export type TestFraudPolicyResponse = Message<"referral.v1.TestFraudPolicyResponse"> & {
+  /**
+   * How many referrals were replayed so far.
+   *
+   * @generated from field: int32 scanned = 1;
+   */
+  scanned: number;
+
+  /**
+   * Set on the last message only.
+   *
+   * @generated from field: referral.v1.FraudPolicyTestResult result = 2;
+   */
+  result?: FraudPolicyTestResult | undefined;
+};
+
+/**
+ * Describes the message referral.v1.TestFraudPolicyResponse.
+ * Use `create(TestFraudPolicyResponseSchema)` to create a new message.
+ */
+export const TestFraudPolicyResponseSchema: GenMessage<TestFraudPolicyResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 14);
+
+/**
+ * FraudPolicyTestResult is what a candidate policy would have done.
+ *
+ * @generated from message referral.v1.FraudPolicyTestResult
+ */
+export type FraudPolicyTestResult = Message<"referral.v1.FraudPolicyTestResult"> & {
+  /**
+   * The referrals replayed.
+   *
+   * @generated from field: int32 referrals = 1;
+   */
+  referrals: number;
+
+  /**
+   * Referrals without evidence (made before it was kept), not judged.
+   *
+   * @generated from field: int32 without_evidence = 2;
+   */
+  withoutEvidence: number;
+
+  /**
+   * By the strongest action each referral's verdicts would take: how many
+   * would be noted only, flagged, have their rewards held, rejected.
+   *
+   * @generated from field: referral.v1.FraudActionCounts would = 3;
+   */
+  would?: FraudActionCounts | undefined;
+
+  /**
+   * Referrals the candidate would stop (flag or reject) that the rules did
+   * not stop when they were made.
+   *
+   * @generated from field: int32 newly_flagged = 4;
+   */
+  newlyFlagged: number;
+
+  /**
+   * Referrals the rules stopped that the candidate would not.
+   *
+   * @generated from field: int32 no_longer_flagged = 5;
+   */
+  noLongerFlagged: number;
+
+  /**
+   * How the newly flagged referrals ended.
+   *
+   * @generated from field: referral.v1.FraudOutcomeCounts newly_flagged_outcomes = 6;
+   */
+  newlyFlaggedOutcomes?: FraudOutcomeCounts | undefined;
+
+  /**
+   * Per rule of the candidate.
+   *
+   * @generated from field: repeated referral.v1.FraudRuleTestResult rules = 7;
+   */
+  rules: FraudRuleTestResult[];
+
+  /**
+   * Referrals allowed by the allow list.
+   *
+   * @generated from field: int32 allowed = 8;
+   */
+  allowed: number;
+};
+
+/**
+ * Describes the message referral.v1.FraudPolicyTestResult.
+ * Use `create(FraudPolicyTestResultSchema)` to create a new message.
+ */
+export const FraudPolicyTestResultSchema: GenMessage<FraudPolicyTestResult> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 15);
+
+/**
+ * FraudActionCounts counts referrals by an action.
+ *
+ * @generated from message referral.v1.FraudActionCounts
+ */
+export type FraudActionCounts = Message<"referral.v1.FraudActionCounts"> & {
+  /**
+   * Noted only.
+   *
+   * @generated from field: int32 note = 1;
+   */
+  note: number;
+
+  /**
+   * Flagged.
+   *
+   * @generated from field: int32 flag = 2;
+   */
+  flag: number;
+
+  /**
+   * Rewards held.
+   *
+   * @generated from field: int32 hold_reward = 3;
+   */
+  holdReward: number;
+
+  /**
+   * Rejected.
+   *
+   * @generated from field: int32 reject = 4;
+   */
+  reject: number;
+};
+
+/**
+ * Describes the message referral.v1.FraudActionCounts.
+ * Use `create(FraudActionCountsSchema)` to create a new message.
+ */
+export const FraudActionCountsSchema: GenMessage<FraudActionCounts> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 16);
+
+/**
+ * FraudOutcomeCounts counts referrals by where they stand now.
+ *
+ * @generated from message referral.v1.FraudOutcomeCounts
+ */
+export type FraudOutcomeCounts = Message<"referral.v1.FraudOutcomeCounts"> & {
+  /**
+   * Accepted.
+   *
+   * @generated from field: int32 accepted = 1;
+   */
+  accepted: number;
+
+  /**
+   * Rejected.
+   *
+   * @generated from field: int32 rejected = 2;
+   */
+  rejected: number;
+
+  /**
+   * Reversed.
+   *
+   * @generated from field: int32 reversed = 3;
+   */
+  reversed: number;
+
+  /**
+   * Pending.
+   *
+   * @generated from field: int32 pending = 4;
+   */
+  pending: number;
+
+  /**
+   * Flagged.
+   *
+   * @generated from field: int32 flagged = 5;
+   */
+  flagged: number;
+};
+
+/**
+ * Describes the message referral.v1.FraudOutcomeCounts.
+ * Use `create(FraudOutcomeCountsSchema)` to create a new message.
+ */
+export const FraudOutcomeCountsSchema: GenMessage<FraudOutcomeCounts> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 17);
+
+/**
+ * FraudRuleTestResult is one rule's part in a backtest.
+ *
+ * @generated from message referral.v1.FraudRuleTestResult
+ */
+export type FraudRuleTestResult = Message<"referral.v1.FraudRuleTestResult"> & {
+  /**
+   * The rule's reason code.
+   *
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * Its action in the candidate.
+   *
+   * @generated from field: referral.v1.FraudAction action = 2;
+   */
+  action: FraudAction;
+
+  /**
+   * How many referrals it hits.
+   *
+   * @generated from field: int32 hits = 3;
+   */
+  hits: number;
+
+  /**
+   * Hits the referral's stored verdicts did not have.
+   *
+   * @generated from field: int32 new_hits = 4;
+   */
+  newHits: number;
+
+  /**
+   * Stored verdicts of this rule the candidate no longer gives.
+   *
+   * @generated from field: int32 lost_hits = 5;
+   */
+  lostHits: number;
+
+  /**
+   * How the referrals it hits ended.
+   *
+   * @generated from field: referral.v1.FraudOutcomeCounts outcomes = 6;
+   */
+  outcomes?: FraudOutcomeCounts | undefined;
+
+  /**
+   * A few referrals it hits (at most 5).
+   *
+   * @generated from field: repeated string sample_referral_ids = 7;
+   */
+  sampleReferralIds: string[];
+};
+
+/**
+ * Describes the message referral.v1.FraudRuleTestResult.
+ * Use `create(FraudRuleTestResultSchema)` to create a new message.
+ */
+export const FraudRuleTestResultSchema: GenMessage<FraudRuleTestResult> = /*@__PURE__*/
+  messageDesc(file_referral_v1_referrals, 18);
+
+/**
+ * FraudReviewDecision is a reviewer's decision on a group.
+ *
+ * @generated from enum referral.v1.FraudReviewDecision
+ */
+export enum FraudReviewDecision {
+  /**
+   * Not set.
+   *
+   * @generated from enum value: FRAUD_REVIEW_DECISION_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The referrals are genuine. REST: "accept".
+   *
+   * @generated from enum value: FRAUD_REVIEW_DECISION_ACCEPT = 1;
+   */
+  ACCEPT = 1,
+
+  /**
+   * They are fraud. REST: "reject".
+   *
+   * @generated from enum value: FRAUD_REVIEW_DECISION_REJECT = 2;
+   */
+  REJECT = 2,
+}
+
+/**
+ * Describes the enum referral.v1.FraudReviewDecision.
+ */
+export const FraudReviewDecisionSchema: GenEnum<FraudReviewDecision> = /*@__PURE__*/
+  enumDesc(file_referral_v1_referrals, 0);
+
+/**
  * ReferralsService records who referred whom, and lists the referrals.
  *
  * @generated from service referral.v1.ReferralsService
@@ -307,6 +1010,49 @@ export const ReferralsService: GenService<{
     methodKind: "unary";
     input: typeof ListReferralsRequestSchema;
     output: typeof ListReferralsResponseSchema;
+  },
+  /**
+   * The fraud review queue (docs/fraud.md): flagged referrals and those
+   * whose rewards are held, grouped by campaign, referrer and rule, with
+   * counts, the last hit and an evidence summary; and the referrers whose
+   * referees share a network, a device or an email base. Secret keys only.
+   *
+   * @generated from rpc referral.v1.ReferralsService.ListFraudReviews
+   */
+  listFraudReviews: {
+    methodKind: "unary";
+    input: typeof ListFraudReviewsRequestSchema;
+    output: typeof ListFraudReviewsResponseSchema;
+  },
+  /**
+   * Decides a review for every referral of its group: accept moves flagged
+   * referrals back to pending (accepted when the referee already sent the
+   * campaign's reward trigger) and releases held grants; reject rejects
+   * them (reverses accepted ones) and voids held grants. Each move is
+   * recorded in the referral's history, with the fraud_review.resolved
+   * event. NOT_FOUND when the group has nothing left to review. Secret keys
+   * only.
+   *
+   * @generated from rpc referral.v1.ReferralsService.ResolveFraudReview
+   */
+  resolveFraudReview: {
+    methodKind: "unary";
+    input: typeof ResolveFraudReviewRequestSchema;
+    output: typeof ResolveFraudReviewResponseSchema;
+  },
+  /**
+   * Replays a candidate fraud policy over the campaign's stored referrals
+   * from their evidence (velocity recounted from their stored times) and
+   * answers what it would note, flag, hold and reject against what
+   * happened, per rule. Streams progress, then the result; changes nothing.
+   * REST serves it as Server-Sent Events. Secret keys only.
+   *
+   * @generated from rpc referral.v1.ReferralsService.TestFraudPolicy
+   */
+  testFraudPolicy: {
+    methodKind: "server_streaming";
+    input: typeof TestFraudPolicyRequestSchema;
+    output: typeof TestFraudPolicyResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_referrals, 0);
