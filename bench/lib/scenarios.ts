@@ -13,6 +13,7 @@ import { ReferralsService } from "../../gen/referral/v1/referrals_pb.js";
 import { Environment } from "../../gen/referral/v1/resources_pb.js";
 import { userHashOf } from "../../src/domain/identity.js";
 import {
+  type BenchFraudPolicy,
   benchEnvironment,
   benchKeys,
   type PendingCampaign,
@@ -129,6 +130,8 @@ export type WriteKind =
   | "identify-new-verified"
   | "identify-existing"
   | "create-referral"
+  | "create-referral-no-policy"
+  | "create-referral-full-policy"
   | "trigger-checkpoint"
   | "trigger-checkpoint-rewards";
 
@@ -138,6 +141,8 @@ export const writeKinds: readonly WriteKind[] = [
   "identify-new-verified",
   "identify-existing",
   "create-referral",
+  "create-referral-no-policy",
+  "create-referral-full-policy",
   "trigger-checkpoint",
   "trigger-checkpoint-rewards",
 ];
@@ -174,7 +179,10 @@ export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string):
       );
     }
     case "create-referral":
+    case "create-referral-no-policy":
+    case "create-referral-full-policy":
       // Referee `p-<i>` was seeded without a referral; the referrers take turns.
+      // The policy is the default campaign's (see `fraudPolicyOf`).
       return postScenario(kind, ReferralsService.method.createReferral, "/referrals", (i) => ({
         referralCode: referralCodeOf(i % base),
         refereeExternalUserId: `p-${i}`,
@@ -219,10 +227,21 @@ function postScenario(
 
 /** Which seeded pool a write kind consumes, one entry per request; none for identifies. */
 export function poolOf(kind: WriteKind): "referees" | "pendingReferees" | undefined {
-  if (kind === "create-referral") return "referees";
+  if (kind.startsWith("create-referral")) return "referees";
   if (kind === "trigger-checkpoint" || kind === "trigger-checkpoint-rewards") {
     return "pendingReferees";
   }
+  return undefined;
+}
+
+/**
+ * The fraud policy of the campaign a write kind's referrals go to:
+ * create-referral runs the environment's default rules, the two others a
+ * policy of every rule and one of none, so they weigh what the policy costs.
+ */
+export function fraudPolicyOf(kind: WriteKind): BenchFraudPolicy | undefined {
+  if (kind === "create-referral-full-policy") return "full";
+  if (kind === "create-referral-no-policy") return "none";
   return undefined;
 }
 

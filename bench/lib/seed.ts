@@ -10,6 +10,8 @@ import {
   RewardType,
 } from "../../gen/referral/v1/resources_pb.js";
 import { canonicalEmail, normalizeEmailForLookup } from "../../src/domain/email.js";
+import { completePolicy, type FraudPolicyDoc } from "../../src/domain/fraud-policy.js";
+import { ruleCatalogue } from "../../src/domain/fraud-rules.js";
 import { newId } from "../../src/domain/ids.js";
 import { referralCodeAlphabet, referralCodeLength } from "../../src/domain/referral-code.js";
 import type { ReferralStatusName } from "../../src/domain/referral-status.js";
@@ -69,6 +71,12 @@ export interface SeedPlan {
   /** The rewards of the campaign the `t-<i>` referrals are in; `none` unless given. */
   readonly pendingCampaign?: PendingCampaign;
   /**
+   * The default campaign's fraud policy: `full`, every rule of the
+   * catalogue at its defaults; `none`, a policy that runs no rule; the
+   * environment's default rules (no policy of its own) unless given.
+   */
+  readonly fraudPolicy?: BenchFraudPolicy;
+  /**
    * Every tenth referral of the base goes to the oldest customer (`c-0`)
    * instead: one referrer with many referrals, as a popular one has.
    */
@@ -115,6 +123,19 @@ export interface SeedPlan {
  * party (a referrer payout limited to 5 a month, a referee discount).
  */
 export type PendingCampaign = "none" | "two-rewards";
+
+/** A default campaign's fraud policy in a seeded store (see {@link SeedPlan.fraudPolicy}). */
+export type BenchFraudPolicy = "full" | "none";
+
+/** The policy a seed plan's `fraudPolicy` names, as stored (completed as a save completes it). */
+export function benchFraudPolicy(kind: BenchFraudPolicy): FraudPolicyDoc {
+  const policy: FraudPolicyDoc = {
+    rules: kind === "full" ? Object.keys(ruleCatalogue).map((type) => ({ type })) : [],
+  };
+  const problem = completePolicy(policy);
+  if (problem) throw new Error(`bench policy: ${problem.field} ${problem.message}`);
+  return policy;
+}
 
 /** The grants the busy customer (the oldest) holds when the plan asks for grants. */
 export const busyGrants = 300;
@@ -174,6 +195,10 @@ export async function seedStore(
       isDefault: true,
     });
     if (!campaign) throw new Error("provisioning created no default campaign");
+    if (plan.fraudPolicy) {
+      const fraudPolicy = benchFraudPolicy(plan.fraudPolicy);
+      await store.system.campaigns.updateOne({ _id: campaign._id }, { $set: { fraudPolicy } });
+    }
     const keyDoc = await store.system.apiKeys.findOne({ applicationId: demo.applicationId });
     const tenant = {
       organizationId: demo.organizationId,

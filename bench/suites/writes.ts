@@ -19,6 +19,7 @@ import {
   resultCells,
 } from "../lib/report.js";
 import {
+  fraudPolicyOf,
   type Protocol,
   pendingCampaignOf,
   poolOf,
@@ -36,6 +37,9 @@ export const writeGoals: Readonly<Record<WriteKind, number | undefined>> = {
   "identify-new-verified": undefined,
   "identify-existing": undefined,
   "create-referral": 3000,
+  // Their goal is relative: see `policyKeptGoal`.
+  "create-referral-no-policy": undefined,
+  "create-referral-full-policy": undefined,
   "trigger-checkpoint": 3000,
   // Its goal is relative: see `rewardsKeptGoal`.
   "trigger-checkpoint-rewards": undefined,
@@ -52,6 +56,12 @@ export const rewardsKeptGoal = 0.8;
  * userHash keeps at least this share of its rate without (issue 41).
  */
 export const verifiedKeptGoal = 0.95;
+
+/**
+ * The fraud issue's goal: create-referral with every rule of the catalogue
+ * keeps at least this share of its rate with a policy of no rule (issue 42).
+ */
+export const policyKeptGoal = 0.9;
 
 /** The p99 goal at half of the measured peak. */
 export const halfRateP99GoalMs = 10;
@@ -184,10 +194,12 @@ async function seededRun(
   const warmupCount = poolFor(options.warmupSeconds);
   const measuredCount = poolFor(run.seconds);
   const pendingCampaign = pendingCampaignOf(kind);
+  const fraudPolicy = fraudPolicyOf(kind);
   const plan: SeedPlan = {
     customers: options.baseCustomers,
     ...(pool ? { [pool]: warmupCount + measuredCount } : {}),
     ...(pendingCampaign ? { pendingCampaign } : {}),
+    ...(fraudPolicy ? { fraudPolicy } : {}),
   };
   // A service lost mid-run is measured again on a new store: pools are spent.
   let alive = true;
@@ -281,7 +293,7 @@ function offset(scenario: Scenario, start: number): Scenario {
 
 /** The writes table in Markdown, and the tables of the pairs that both ran. */
 export function writesTable(rows: readonly WriteRow[]): string {
-  return [peakTable(rows), rewardsTable(rows), verifiedTable(rows)]
+  return [peakTable(rows), rewardsTable(rows), verifiedTable(rows), policyTable(rows)]
     .filter((table) => table !== undefined)
     .join("\n\n");
 }
@@ -309,6 +321,19 @@ export function verifiedTable(rows: readonly WriteRow[]): string | undefined {
     variant: "identify-new-verified",
     headers: ["identify-new", "no userHash req/s", "with userHash req/s"],
     goal: verifiedKeptGoal,
+  });
+}
+
+/**
+ * Referrals judged by every rule of the catalogue against by none, per
+ * protocol, from the median peaks of the same run (undefined unless both ran).
+ */
+export function policyTable(rows: readonly WriteRow[]): string | undefined {
+  return keptTable(rows, {
+    base: "create-referral-no-policy",
+    variant: "create-referral-full-policy",
+    headers: ["create-referral", "no rule req/s", "every rule req/s"],
+    goal: policyKeptGoal,
   });
 }
 

@@ -85,14 +85,21 @@ function referralPayload(view: Referral): Record<string, unknown> {
   return data;
 }
 
-/** A new referral: `referral.created`, and `referral.flagged` when a rule fired. */
+/**
+ * A new referral: `referral.created`, and `referral.flagged` or
+ * `referral.rejected` when a rule's verdict made it so.
+ */
 export function referralCreated(after: ReferralDoc, view: Referral): OutboxEntryDoc[] {
   const types: WebhookEventType[] = ["referral.created"];
   if (after.status === "flagged") types.push("referral.flagged");
+  if (after.status === "rejected") types.push("referral.rejected");
   return entries(types, after.updatedAt, referralPayload(view));
 }
 
-/** A re-attribution: `referral.updated`, and `referral.flagged` when it newly flags. */
+/**
+ * A re-attribution: `referral.updated`, and `referral.flagged` or
+ * `referral.rejected` when its verdicts newly make it so.
+ */
 export function referralReattributed(
   before: ReferralDoc,
   after: ReferralDoc,
@@ -100,6 +107,7 @@ export function referralReattributed(
 ): OutboxEntryDoc[] {
   const types: WebhookEventType[] = ["referral.updated"];
   if (after.status === "flagged" && before.status !== "flagged") types.push("referral.flagged");
+  if (after.status === "rejected") types.push("referral.rejected");
   return entries(types, after.updatedAt, referralPayload(view));
 }
 

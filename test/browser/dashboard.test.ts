@@ -19,17 +19,18 @@ async function productionCampaign(): Promise<Json> {
 
 let customers = 0;
 
+async function identify(externalUserId: string, name: string): Promise<Json> {
+  const { status, body } = await rest(server, "POST", "/customers/identify", {
+    key: keys.public,
+    body: { externalUserId, name },
+  });
+  if (status >= 300) throw new Error(`identify: ${status} ${JSON.stringify(body)}`);
+  return body;
+}
+
 /** A referral created and converted through the REST API, as an integration would. */
 async function convertReferral(campaign: Json): Promise<void> {
   customers += 1;
-  const identify = (externalUserId: string, name: string) =>
-    rest(server, "POST", "/customers/identify", {
-      key: keys.public,
-      body: { externalUserId, name },
-    }).then(({ status, body }) => {
-      if (status >= 300) throw new Error(`identify: ${status} ${JSON.stringify(body)}`);
-      return body;
-    });
   const referrer = await identify(`referrer-${customers}`, `Referrer ${customers}`);
   const referee = await identify(`referee-${customers}`, `Referee ${customers}`);
   const referral = await rest(server, "POST", "/referrals", {
@@ -46,6 +47,36 @@ async function convertReferral(campaign: Json): Promise<void> {
     },
   });
   if (checkpoint.status >= 300) throw new Error(`checkpoint: ${JSON.stringify(checkpoint.body)}`);
+}
+
+/** A customer who refers itself: the default rules flag the referral (rule self_referral). */
+async function selfReferral(campaign: Json): Promise<{ customer: Json; referral: Json }> {
+  customers += 1;
+  const customer = await identify(`self-${customers}`, `Self ${customers}`);
+  const { status, body } = await rest(server, "POST", "/referrals", {
+    key: keys.public,
+    body: { campaignId: campaign.id, referralCode: customer.referralCode, refereeId: customer.id },
+  });
+  if (status >= 300) throw new Error(`referral: ${status} ${JSON.stringify(body)}`);
+  return { customer, referral: body };
+}
+
+/** Waits until a table row's cells read `expected`; the failure names the last cells seen. */
+async function waitForCells(page: Page, selector: string, expected: string[]): Promise<void> {
+  const deadline = Date.now() + liveTimeoutMs;
+  let seen: string[] = [];
+  for (;;) {
+    seen = await page
+      .locator(selector)
+      .locator("th, td")
+      .allTextContents()
+      .catch(() => []);
+    if (JSON.stringify(seen) === JSON.stringify(expected)) return;
+    if (Date.now() > deadline) {
+      throw new Error(`${selector} shows ${JSON.stringify(seen)}, not ${JSON.stringify(expected)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }
 
 /** Waits until an element's text is `expected`; the failure names the last text seen. */
@@ -177,6 +208,102 @@ test.serial(
         if (!url.startsWith("data:")) t.is(new URL(url).origin, origin, url);
       }
       t.true(requested.some((url) => url.includes("/stats/stream")));
+      t.deepEqual(problems, []);
+    });
+  },
+);
+
+test.serial(
+  "the fraud review card shows the campaign's queue and its verdicts per rule, and follows them live",
+  async (t) => {
+    const campaign = await productionCampaign();
+    const first = await selfReferral(campaign);
+    t.is(first.referral.status, "flagged");
+    t.like(first.referral.suspectedFrauds, [{ type: "self_referral", action: "flag" }]);
+
+    // What the API says, which the page must show: the earlier conversions carry no verdict.
+    const reviewsPath = `/fraud-reviews?campaignId=${campaign.id}&environment=production`;
+    const { body: queue } = await rest(server, "GET", reviewsPath, { key: keys.secret });
+    t.false(queue.truncated);
+    t.is(queue.reviews.length, 1);
+    const [review] = queue.reviews;
+    t.like(review, {
+      ruleType: "self_referral",
+      referrerId: first.customer.id,
+      flagged: 1,
+      held: 0,
+      risk: "high",
+      deadline: null,
+      message: "the referee is the referrer",
+    });
+    const statsPath = `/campaigns/${campaign.id}/stats?environment=production&interval=day`;
+    const { body: stats } = await rest(server, "GET", statsPath, { key: keys.secret });
+    // The counts are int64: compared as numbers, whichever way the JSON writes them.
+    const verdicts = ["noted", "flagged", "held", "rejected", "shadow"];
+    t.deepEqual(
+      stats.report.totals.fraud.map((rule: Json) => [
+        rule.rule,
+        ...verdicts.map((v) => Number(rule[v])),
+      ]),
+      [["self_referral", 0, 1, 0, 0, 0]],
+    );
+
+    await withPage(t, browser, async (page) => {
+      const problems: string[] = [];
+      page.on("console", (message) => {
+        if (message.type() === "error") problems.push(message.text());
+      });
+      page.on("pageerror", (error) => problems.push(error.message));
+      await openWithKey(page, keys.secret);
+      await page.locator(`#campaign option[value="${campaign.id}"]`).waitFor({ state: "attached" });
+      await page.selectOption("#campaign", campaign.id);
+
+      const reviewRow = `#fraud-reviews tr:has-text("${first.customer.id}")`;
+      await page.locator(reviewRow).waitFor({ timeout: liveTimeoutMs });
+      t.is(await page.locator("#fraud-reviews tr").count(), 1);
+      const cells = await page.locator(reviewRow).locator("th, td").allTextContents();
+      t.deepEqual(
+        [...cells.slice(0, 5), ...cells.slice(6)],
+        [
+          "self_referral",
+          first.customer.id,
+          "1",
+          "0",
+          "high",
+          "none",
+          "the referee is the referrer",
+        ],
+      );
+      // The last hit on the campaign's calendar, like the period: "Mar 5, 2026, 14:03".
+      const lastHit = page.locator(`${reviewRow} time`);
+      t.is(await lastHit.getAttribute("datetime"), review.lastHitAt);
+      t.regex((await lastHit.textContent()) ?? "", /^[A-Z][a-z]{2} \d{1,2}, \d{4}, \d{2}:\d{2}$/);
+      t.true(await page.locator("#fraud-reviews-empty").isHidden());
+      t.true(await page.locator("#fraud-reviews-truncated").isHidden());
+      t.is(await page.locator("#fraud-signals tr").count(), queue.sharedSignals.length);
+      t.regex(
+        (await page.locator("section[aria-labelledby=fraud-heading] .note").textContent()) ?? "",
+        /Decisions are made through the API/,
+      );
+
+      await waitForCells(page, "#fraud-rules tr", ["self_referral", "0", "1", "0", "0", "0"]);
+      t.true(await page.locator("#fraud-rules-empty").isHidden());
+
+      // Live: another self-referral reaches both tables without a reload.
+      await page.locator("#live[data-mode=on]").waitFor({ timeout: liveTimeoutMs });
+      const second = await selfReferral(campaign);
+      t.is(second.referral.status, "flagged");
+      await waitForCells(page, "#fraud-rules tr", ["self_referral", "0", "2", "0", "0", "0"]);
+      await page
+        .locator(`#fraud-reviews tr:has-text("${second.customer.id}")`)
+        .waitFor({ timeout: liveTimeoutMs });
+      // The latest hit first.
+      t.true(
+        ((await page.locator("#fraud-reviews tr").first().textContent()) ?? "").includes(
+          second.customer.id,
+        ),
+      );
+      t.is(await page.locator("#fraud-reviews tr").count(), 2);
       t.deepEqual(problems, []);
     });
   },

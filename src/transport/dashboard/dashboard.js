@@ -15,6 +15,8 @@ const presets = {
 
 /** The stream pushes a few updates a second at most; the series and leaderboard follow more slowly. */
 const refreshEveryMs = 3000;
+/** The review queue can hold thousands of groups: the page lists the most recent. */
+const reviewsShown = 100;
 const firstReconnectMs = 1000;
 const longestReconnectMs = 30_000;
 
@@ -233,6 +235,19 @@ function rangeText(bin) {
   return `${edgeText(bin.fromSeconds)} to ${edgeText(bin.toSeconds)}`;
 }
 
+/** An instant on the campaign's calendar, to the minute (24-hour clock, as the live label). */
+function instantText(iso, timeZone) {
+  return new Intl.DateTimeFormat("en-US", {
+    year: "numeric",
+    month: "short",
+    day: "numeric",
+    hour: "2-digit",
+    minute: "2-digit",
+    hourCycle: "h23",
+    timeZone,
+  }).format(new Date(iso));
+}
+
 /** A report's period as the days (or months) it covers: its `to` is excluded, so the last shown is the one before. */
 function periodText(report) {
   const options =
@@ -424,10 +439,27 @@ function renderRewards(totals) {
   byId("rewards-empty").hidden = totals.rewards.length > 0;
 }
 
+function renderFraudCounts(totals) {
+  const rules = totals.fraud ?? [];
+  byId("fraud-rules").replaceChildren(
+    ...rules.map((rule) =>
+      row([
+        { text: rule.rule, header: true },
+        ...["noted", "flagged", "held", "rejected", "shadow"].map((verdict) => ({
+          text: count(rule[verdict]),
+          number: true,
+        })),
+      ]),
+    ),
+  );
+  byId("fraud-rules-empty").hidden = rules.length > 0;
+}
+
 function renderTotals(totals) {
   renderFunnel(totals);
   renderTimeToConvert(totals);
   renderRewards(totals);
+  renderFraudCounts(totals);
 }
 
 function renderLeaderboard(leaderboard) {
@@ -454,6 +486,74 @@ function renderLeaderboard(leaderboard) {
     }),
   );
   byId("leaderboard-empty").hidden = leaderboard.data.length > 0;
+}
+
+const riskLevels = new Set(["low", "medium", "high"]);
+const signalNames = { network: "network", device: "device", email_base: "email base" };
+
+function timeNode(iso, timeZone) {
+  const time = element("time", instantText(iso, timeZone));
+  time.dateTime = iso;
+  return time;
+}
+
+/** The deadline and what it does; a lapsed one says so in words, not by colour alone. */
+function deadlineNode(review, timeZone) {
+  if (!review.deadline) return element("span", "none", "muted");
+  const lapsed = Date.parse(review.deadline) <= Date.now();
+  const accepts = review.onLapse === "accept";
+  const box = element("span", undefined, lapsed ? "stack lapsed" : "stack");
+  const then = lapsed
+    ? accepts
+      ? "lapsed: being accepted"
+      : "lapsed: stays flagged"
+    : accepts
+      ? "then accepted"
+      : "then stays flagged";
+  box.append(timeNode(review.deadline, timeZone), element("small", then));
+  return box;
+}
+
+function renderFraudReviews(queue, timeZone) {
+  const shown = queue.reviews.slice(0, reviewsShown);
+  byId("fraud-zone").textContent = ` (times in ${timeZone})`;
+  byId("fraud-reviews").replaceChildren(
+    ...shown.map((review) =>
+      row([
+        { text: review.ruleType, header: true },
+        { text: review.referrerId },
+        { text: count(review.flagged), number: true },
+        { text: count(review.held), number: true },
+        {
+          node: element(
+            "span",
+            review.risk,
+            riskLevels.has(review.risk) ? `risk risk-${review.risk}` : "risk",
+          ),
+        },
+        { node: timeNode(review.lastHitAt, timeZone) },
+        { node: deadlineNode(review, timeZone) },
+        { text: review.message },
+      ]),
+    ),
+  );
+  byId("fraud-reviews-empty").hidden = queue.reviews.length > 0;
+  const more = byId("fraud-reviews-more");
+  more.hidden = queue.reviews.length <= shown.length;
+  more.textContent = more.hidden
+    ? ""
+    : `Showing the ${count(shown.length)} most recent of ${count(queue.reviews.length)} open reviews; GET /fraud-reviews lists them all.`;
+  byId("fraud-reviews-truncated").hidden = !queue.truncated;
+  byId("fraud-signals").replaceChildren(
+    ...queue.sharedSignals.map((shared) =>
+      row([
+        { text: shared.referrerId, header: true },
+        { text: signalNames[shared.signal] ?? shared.signal },
+        { text: count(shared.referees), number: true },
+      ]),
+    ),
+  );
+  byId("fraud-signals-box").hidden = queue.sharedSignals.length === 0;
 }
 
 // ------------------------------------------------------------------ the chart
@@ -619,7 +719,7 @@ async function* serverSentEvents(body) {
 
 /**
  * Follows `GET …/stats/stream` for the period on screen: every event's
- * totals redraw the funnel, and ask for the series and leaderboard again
+ * totals redraw the funnel, and ask for the series, leaderboard and review queue again
  * (throttled). A stream that ends or fails is opened again after a growing
  * pause; one refused for a reason a retry would repeat stops.
  */
@@ -744,13 +844,16 @@ async function loadReport() {
       ...(compare ? { compare: "previous_period" } : {}),
     });
   const leaderboardPath = `${path}/leaderboard?${new URLSearchParams({ environment, limit: "10" })}`;
+  const reviewsPath = `/fraud-reviews?${new URLSearchParams({ campaignId: campaign.id, environment })}`;
   setLive("Loading…", "retry");
   let stats;
   let leaderboard;
+  let reviews;
   try {
-    [stats, leaderboard] = await Promise.all([
+    [stats, leaderboard, reviews] = await Promise.all([
       api(`${path}/stats?${statsQuery(period.from, period.to, true)}`, signal),
       api(leaderboardPath, signal),
+      api(reviewsPath, signal),
     ]);
   } catch (error) {
     failedToLoad(error, signal);
@@ -767,8 +870,9 @@ async function loadReport() {
   renderTotals(report.totals);
   renderSeries();
   renderLeaderboard(leaderboard);
+  renderFraudReviews(reviews, report.timeZone);
 
-  // Series and leaderboard follow the live totals, at most every refreshEveryMs.
+  // Series, leaderboard and review queue follow the live totals, at most every refreshEveryMs.
   let refreshTimer;
   let lastRefresh = Date.now();
   signal.addEventListener("abort", () => clearTimeout(refreshTimer), { once: true });
@@ -776,14 +880,16 @@ async function loadReport() {
     refreshTimer = undefined;
     lastRefresh = Date.now();
     try {
-      const [latest, board] = await Promise.all([
+      const [latest, board, queue] = await Promise.all([
         api(`${path}/stats?${statsQuery(period.from, period.to, false)}`, signal),
         api(leaderboardPath, signal),
+        api(reviewsPath, signal),
       ]);
       if (signal.aborted) return;
       state.report = { ...state.report, series: latest.report.series };
       renderSeries();
       renderLeaderboard(board);
+      renderFraudReviews(queue, report.timeZone);
     } catch {
       // The next event asks again; the stream reports a lasting failure.
     }
