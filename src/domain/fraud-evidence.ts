@@ -57,16 +57,21 @@ export interface ReferralEvidence {
   readonly emailLocalDistance: number | null;
   readonly refereeAgeSeconds: number;
   readonly referrerAgeSeconds: number;
+  /*
+   * The counts below are gathered when a rule of the campaign's policy
+   * reads them (see `factsRead`), null otherwise: a count no rule reads
+   * is a query each referral would pay for nothing.
+   */
   /** The referrer's other referrals flagged, and rejected, when this one was gathered. */
-  readonly referrerFlagged: number;
-  readonly referrerRejected: number;
+  readonly referrerFlagged: number | null;
+  readonly referrerRejected: number | null;
   /** Referrals attributed to the referrer in the hour and the day before, this one excluded. */
-  readonly referrerReferralsLastHour: number;
-  readonly referrerReferralsLastDay: number;
+  readonly referrerReferralsLastHour: number | null;
+  readonly referrerReferralsLastDay: number | null;
   /** Referrals from the referee's network in the day before; null without network facts. */
   readonly networkReferralsLastDay: number | null;
   /** Another customer whose email reaches the referee's mailbox was already referred. */
-  readonly refereeMailboxReferred: boolean;
+  readonly refereeMailboxReferred: boolean | null;
   readonly refereeNetwork: NetworkEvidence | null;
   readonly referrerNetwork: NetworkEvidence | null;
 }
@@ -102,9 +107,11 @@ export interface DisposableDomains {
 export function emailEvidence(
   email: string | null,
   disposable: DisposableDomains,
+  /** The email's canonical form when known already (a customer keeps it). */
+  known?: string | null,
 ): EmailEvidence | null {
   if (!email) return null;
-  const canonical = canonicalEmail(email);
+  const canonical = known ?? canonicalEmail(email);
   const domain = canonical.slice(canonical.lastIndexOf("@") + 1);
   const masked = isMaskedDomain(domain);
   return { canonical, domain, disposable: !masked && disposable.has(domain), masked };
@@ -113,7 +120,8 @@ export function emailEvidence(
 function isMaskedDomain(domain: string): boolean {
   if (maskedDomains.has(domain)) return true;
   // SimpleLogin and addy also serve subdomains of their users' own.
-  return [...maskedDomains].some((relay) => domain.endsWith(`.${relay}`));
+  for (const relay of maskedDomains) if (domain.endsWith(`.${relay}`)) return true;
+  return false;
 }
 
 /** A name as the comparison reads it: lowercase, without accents, spaces or punctuation. */

@@ -6,6 +6,8 @@ import {
   defaultRuleSettings,
   type FraudActionName,
   type FraudPolicy,
+  factsRead,
+  type GatheredCount,
   judgeAttribution,
   type RuleFacts,
   type RuleSetting,
@@ -66,6 +68,8 @@ export interface CompiledPolicy {
   readonly review: { readonly deadlineDays: number; readonly onLapse: FraudReviewLapseName };
   /** Whether the campaign set a policy of its own (else the environment's defaults). */
   readonly own: boolean;
+  /** The counts of the evidence its rules read: what gathering queries. */
+  readonly reads: ReadonlySet<GatheredCount>;
 }
 
 /** The most entries one list may hold. */
@@ -231,13 +235,15 @@ export function compilePolicy(
   networkKey: Buffer | null,
 ): CompiledPolicy {
   if (!policy) {
+    const settings = defaultRuleSettings(environment);
     return {
       mode: "enforce",
-      settings: defaultRuleSettings(environment),
+      settings,
       allow: null,
       deny: null,
       review: { deadlineDays: 0, onLapse: "keep_flagged" },
       own: false,
+      reads: factsRead(settings),
     };
   }
   const settings = (policy.rules ?? []).map((rule) => {
@@ -261,6 +267,7 @@ export function compilePolicy(
       onLapse: policy.review?.onLapse ?? "keep_flagged",
     },
     own: true,
+    reads: factsRead(settings),
   };
 }
 

@@ -125,7 +125,7 @@ export const ruleCatalogue = {
     params: { perHour: 20 },
     check({ evidence }, { perHour }): Hit | null {
       const count = evidence.referrerReferralsLastHour;
-      if (count < perHour) return null;
+      if (count === null || count < perHour) return null;
       return {
         message: `the referrer already has at least ${perHour} referrals in the last hour (its limit)`,
         evidence: { referrerReferralsLastHour: count },
@@ -138,7 +138,7 @@ export const ruleCatalogue = {
     severity: "medium",
     params: {},
     check({ evidence }): Hit | null {
-      if (!evidence.refereeMailboxReferred) return null;
+      if (evidence.refereeMailboxReferred !== true) return null;
       return {
         message: "another customer with the referee's email address was already referred",
         evidence: { refereeMailboxReferred: true },
@@ -254,6 +254,7 @@ export const ruleCatalogue = {
     check({ evidence }, { minRejected, minFlagged }): Hit | null {
       const rejected = evidence.referrerRejected;
       const flagged = evidence.referrerFlagged;
+      if (rejected === null || flagged === null) return null;
       if (rejected < minRejected && flagged < minFlagged) return null;
       return {
         message: `the referrer has ${rejected} rejected and ${flagged} flagged referrals`,
@@ -265,6 +266,29 @@ export const ruleCatalogue = {
 
 /** The rules the catalogue checks evidence with. */
 export type CatalogueRuleName = keyof typeof ruleCatalogue;
+
+/** The counts of the evidence a query gathers, each read by one rule. */
+export type GatheredCount = "velocity" | "history" | "networkVelocity" | "mailbox";
+
+const countsRead: Partial<Record<CatalogueRuleName, GatheredCount>> = {
+  velocity: "velocity",
+  referrer_history: "history",
+  network_velocity: "networkVelocity",
+  duplicate_referee_email: "mailbox",
+};
+
+/**
+ * The counts the enabled settings read: what gathering must query. The
+ * other facts of the evidence cost no query and are always kept.
+ */
+export function factsRead(settings: readonly RuleSetting[]): ReadonlySet<GatheredCount> {
+  const read = new Set<GatheredCount>();
+  for (const setting of settings) {
+    const count = countsRead[setting.type];
+    if (setting.enabled && count) read.add(count);
+  }
+  return read;
+}
 
 /** How one rule runs for a referral: whether, with what action and severity, and its parameters. */
 export interface RuleSetting {

@@ -253,21 +253,36 @@ export async function gatherEvidence(
   const cap = Math.max(countCap, ...policy.settings.map((setting) => setting.params.perHour ?? 0));
   const network = refereeNetwork ?? referee.network ?? null;
   const since = (ms: number) => new Date(at.getTime() - ms);
-  const [lastHour, lastDay, history, fromNetwork, refereeMailboxReferred] = await Promise.all([
-    store.referrals.countAttributedToSince(referrer._id, since(hourMs), cap),
-    store.referrals.countAttributedToSince(referrer._id, since(dayMs), cap),
-    store.referrals.referrerHistory(referrer._id, cap),
-    network ? store.referrals.countFromNetworkSince(network.networkHash, since(dayMs), cap) : null,
-    referee.emailCanonical
-      ? store.referrals.isMailboxAlreadyReferred(
-          referee.environment,
-          referee.emailCanonical,
-          referee._id,
+  const reads = policy.reads;
+  // Only the counts a rule of the policy reads are queried (see `factsRead`).
+  const [velocity, history, fromNetwork, refereeMailboxReferred] = await Promise.all([
+    reads.has("velocity")
+      ? store.referrals.referrerVelocity(
+          referrer._id,
+          { hour: since(hourMs), day: since(dayMs) },
+          cap,
         )
-      : false,
+      : null,
+    reads.has("history") ? store.referrals.referrerHistory(referrer._id, cap) : null,
+    reads.has("networkVelocity") && network
+      ? store.referrals.countFromNetworkSince(network.networkHash, since(dayMs), cap)
+      : null,
+    !reads.has("mailbox")
+      ? null
+      : referee.emailCanonical
+        ? store.referrals.isMailboxAlreadyReferred(
+            referee.environment,
+            referee.emailCanonical,
+            referee._id,
+          )
+        : false,
   ]);
-  const referrerEmail = emailEvidence(referrer.email, deps.disposableDomains);
-  const refereeEmail = emailEvidence(referee.email, deps.disposableDomains);
+  const referrerEmail = emailEvidence(
+    referrer.email,
+    deps.disposableDomains,
+    referrer.emailCanonical,
+  );
+  const refereeEmail = emailEvidence(referee.email, deps.disposableDomains, referee.emailCanonical);
   return {
     version: evidenceVersion,
     gatheredAt: at,
@@ -278,10 +293,10 @@ export async function gatherEvidence(
     emailLocalDistance: emailLocalDistance(referrerEmail, refereeEmail),
     refereeAgeSeconds: secondsBetween(referee.createdAt, at),
     referrerAgeSeconds: secondsBetween(referrer.createdAt, at),
-    referrerFlagged: history.flagged,
-    referrerRejected: history.rejected,
-    referrerReferralsLastHour: lastHour,
-    referrerReferralsLastDay: lastDay,
+    referrerFlagged: history?.flagged ?? null,
+    referrerRejected: history?.rejected ?? null,
+    referrerReferralsLastHour: velocity?.lastHour ?? null,
+    referrerReferralsLastDay: velocity?.lastDay ?? null,
     networkReferralsLastDay: fromNetwork,
     refereeMailboxReferred,
     refereeNetwork: network,

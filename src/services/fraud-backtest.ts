@@ -15,7 +15,10 @@ import type { ReferralDoc } from "../store/documents.js";
  * velocity counts recounted from the stored attribution times, and what
  * the candidate would do set against what the rules did. Two passes over
  * the history, in pages: the first keeps each referrer's and network's
- * attribution times (a few numbers a referral), the second judges.
+ * attribution times (a few numbers a referral), the second judges. A
+ * referrer's history the policy of the time did not gather is replayed
+ * from the statuses its earlier referrals have now; a mailbox check it did
+ * not make stays unknown (the rule does not fire).
  */
 
 const hourMs = 3_600_000;
@@ -23,10 +26,15 @@ const dayMs = 24 * hourMs;
 // As the evidence's counts: beyond these they say nothing more.
 const countCap = 100;
 
-/** Sorted attribution times by referrer and by network. */
+/**
+ * Sorted attribution times by referrer and by network, and the times of
+ * each referrer's referrals now flagged or rejected.
+ */
 export class AttributionTimes {
   private readonly byReferrer = new Map<string, number[]>();
   private readonly byNetwork = new Map<string, number[]>();
+  private readonly flagged = new Map<string, number[]>();
+  private readonly rejected = new Map<string, number[]>();
   private sorted = false;
 
   add(referral: ReferralDoc): void {
@@ -34,6 +42,24 @@ export class AttributionTimes {
     push(this.byReferrer, referral.referrerId, at);
     const network = referral.evidence?.refereeNetwork?.networkHash;
     if (network) push(this.byNetwork, network, at);
+    if (referral.status === "flagged") push(this.flagged, referral.referrerId, at);
+    if (referral.status === "rejected") push(this.rejected, referral.referrerId, at);
+  }
+
+  /**
+   * The referrer's referrals attributed before `referral` that are now
+   * flagged, and rejected: the history a referral judged without it is
+   * replayed with (statuses as they stand, not as they stood).
+   */
+  historyBefore(referral: ReferralDoc, cap: number): { flagged: number; rejected: number } {
+    this.sort();
+    const at = referral.attributedAt.getTime();
+    const before = (times: number[] | undefined) =>
+      Math.min(cap, times ? lowerBound(times, at) : 0);
+    return {
+      flagged: before(this.flagged.get(referral.referrerId)),
+      rejected: before(this.rejected.get(referral.referrerId)),
+    };
   }
 
   /** How many other referrals of the referrer were attributed in the `ms` up to `referral`'s. */
@@ -48,14 +74,17 @@ export class AttributionTimes {
     return this.count(this.byNetwork.get(network), referral, ms, cap);
   }
 
+  private sort(): void {
+    if (this.sorted) return;
+    for (const map of [this.byReferrer, this.byNetwork, this.flagged, this.rejected]) {
+      for (const list of map.values()) list.sort((a, b) => a - b);
+    }
+    this.sorted = true;
+  }
+
   private count(times: number[] | undefined, referral: ReferralDoc, ms: number, cap: number) {
     if (!times) return 0;
-    if (!this.sorted) {
-      for (const list of [...this.byReferrer.values(), ...this.byNetwork.values()]) {
-        list.sort((a, b) => a - b);
-      }
-      this.sorted = true;
-    }
+    this.sort();
     const at = referral.attributedAt.getTime();
     // The live count saw the referrals stored before this one: times in
     // [at - ms, at], this one's own excluded.
@@ -165,11 +194,18 @@ export class BacktestTally {
       countCap,
       ...this.policy.settings.map((setting) => setting.params.perHour ?? 0),
     );
+    // Counts the policy of the time did not gather are replayed from the history.
+    const history =
+      stored.referrerFlagged === null || stored.referrerRejected === null
+        ? this.times.historyBefore(referral, perHour)
+        : { flagged: stored.referrerFlagged, rejected: stored.referrerRejected };
     const evidence = {
       ...stored,
       referrerReferralsLastHour: this.times.referrerSince(referral, hourMs, perHour),
       referrerReferralsLastDay: this.times.referrerSince(referral, dayMs, perHour),
       networkReferralsLastDay: this.times.networkSince(referral, dayMs, perHour),
+      referrerFlagged: history.flagged,
+      referrerRejected: history.rejected,
     };
     const facts = { referrerId: referral.referrerId, refereeId: referral.refereeId, evidence };
     const verdicts = judgeWithPolicy(facts, { ...this.policy, mode: "enforce" });

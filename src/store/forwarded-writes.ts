@@ -144,6 +144,12 @@ export function forwardingCollection<T extends Document>(
     findOne: (filter, options) => local.findOne(filter, options),
     find: (filter, options) => local.find(filter, options),
     countDocuments: (filter, options) => local.countDocuments(filter, options),
+    ...(local.countSince
+      ? {
+          countSince: (filter, field, since, limit) =>
+            local.countSince?.(filter, field, since, limit) as Promise<number[]>,
+        }
+      : {}),
     aggregate: (pipeline) => local.aggregate(pipeline),
     createIndex: (spec, options) => local.createIndex(spec, options),
     dropIndex: (name) => local.dropIndex(name),

@@ -162,6 +162,35 @@ export function countAttributedToSince(
 }
 
 /**
+ * How many referrals were attributed to a referrer since each of two
+ * times (the last hour and day of the evidence), each counted up to
+ * `atMost`: one read on the embedded engine, a count each on MongoDB.
+ */
+export async function referrerVelocity(
+  db: Collections,
+  tenant: Tenant,
+  referrerId: string,
+  since: { readonly hour: Date; readonly day: Date },
+  atMost: number,
+): Promise<{ lastHour: number; lastDay: number }> {
+  const filter = { referrerId, ...ownedBy(tenant) };
+  if (db.referrals.countSince) {
+    const [lastHour = 0, lastDay = 0] = await db.referrals.countSince(
+      filter,
+      "attributedAt",
+      [since.hour, since.day],
+      atMost,
+    );
+    return { lastHour, lastDay };
+  }
+  const [lastHour, lastDay] = await Promise.all([
+    countAttributedToSince(db, tenant, referrerId, since.hour, atMost),
+    countAttributedToSince(db, tenant, referrerId, since.day, atMost),
+  ]);
+  return { lastHour, lastDay };
+}
+
+/**
  * How many of a referrer's referrals are flagged, and rejected, each counted
  * up to `atMost`: the kept counts of a referrer's statuses on the embedded
  * engine (no query), an indexed count on MongoDB.

@@ -457,6 +457,10 @@ function observed(collections: Collections, observe: OperationObserver | undefin
         return { toArray: () => timed(name, operation, () => cursor.toArray()) };
       };
     }
+    if (collection.countSince) {
+      methods.countSince = (...args: unknown[]) =>
+        timed(name, "countSince", () => collection.countSince?.(...args) as Promise<unknown>);
+    }
     methods.createIndex = (...args: unknown[]) => collection.createIndex?.(...args);
     methods.dropIndex = (...args: unknown[]) => collection.dropIndex?.(...args);
     Object.defineProperty(methods, "version", { get: () => collection.version });

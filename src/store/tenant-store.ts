@@ -53,6 +53,7 @@ import {
   reattributeReferral,
   referralsOfCampaignBetween,
   referrerHistory,
+  referrerVelocity,
   transitionReferral,
 } from "./referrals.js";
 import {
@@ -187,6 +188,7 @@ export function createTenantStore(
         ),
       findMany: bind(findReferrals),
       countAttributedToSince: bind(countAttributedToSince),
+      referrerVelocity: bind(referrerVelocity),
       referrerHistory: bind(referrerHistory),
       countFromNetworkSince: bind(countFromNetworkSince),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),

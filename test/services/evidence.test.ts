@@ -1,4 +1,5 @@
 import test from "ava";
+import { ruleCatalogue } from "../../src/domain/fraud-rules.js";
 import { type Protocol, protocols } from "../helpers/callers.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
 import { tenantCalls } from "../helpers/tenant-calls.js";
@@ -22,8 +23,14 @@ interface App {
   publicKey: string;
 }
 
+/** A policy of every rule of the catalogue, noting only: every count is gathered, nothing flags. */
+const everyRuleNoting = {
+  rules: Object.keys(ruleCatalogue).map((type) => ({ type, action: "note" })),
+};
+
 let apps = 0;
-async function newApplication(): Promise<App> {
+/** An application whose default campaign runs `fraudPolicy` (every rule, noting, unless given; null for none of its own). */
+async function newApplication(fraudPolicy: Json | null = everyRuleNoting): Promise<App> {
   const created = await admin("POST", "/admin/applications", { name: `evidence ${++apps}` });
   const id = created.application.id;
   await admin("POST", `/admin/applications/${id}/campaigns`, {
@@ -32,6 +39,7 @@ async function newApplication(): Promise<App> {
     isLive: true,
     isDefault: true,
     proposedRewardTrigger: "purchase",
+    ...(fraudPolicy ? { fraudPolicy } : {}),
   });
   return { id, secretKey: created.secretKey, publicKey: created.publicKey };
 }
@@ -324,3 +332,39 @@ test("a customer's export shows its own email and network in the evidence, never
   t.truthy(ofReferee.refereeNetwork);
   t.false(JSON.stringify(ofReferee).includes("export.ref"));
 });
+
+test.serial(
+  "a count no rule of the policy reads is not gathered: null in the evidence",
+  async (t) => {
+    const app = await newApplication(null);
+    const identify = (externalUserId: string, fields: Json = {}) =>
+      okBody(
+        "rest",
+        "IdentifyCustomer",
+        { externalUserId, name: externalUserId, ...fields },
+        app.secretKey,
+      );
+    const referrer = await identify("counted-referrer", { context: { ip: "203.0.113.5" } });
+    await identify("counted-friend", { email: "friend@example.com" });
+    const created = await okBody(
+      "rest",
+      "CreateReferral",
+      {
+        referralCode: referrer.referralCode,
+        refereeExternalUserId: "counted-friend",
+        context: { ip: "198.51.100.1" },
+      },
+      app.secretKey,
+    );
+    // The default rules read the referrer's hour (velocity) and the mailbox
+    // (duplicate_referee_email); nothing reads its history or the network's day.
+    t.like(await evidenceOf("rest", app, created.id), {
+      referrerReferralsLastHour: 0,
+      referrerReferralsLastDay: 0,
+      refereeMailboxReferred: false,
+      referrerFlagged: null,
+      referrerRejected: null,
+      networkReferralsLastDay: null,
+    });
+  },
+);

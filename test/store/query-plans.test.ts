@@ -1,5 +1,6 @@
 import test from "ava";
 import type { Document } from "mongodb";
+import { ruleCatalogue } from "../../src/domain/fraud-rules.js";
 import type { QueryPlan } from "../../src/store/engine/sqlite-database.js";
 import { type CollectionName, fieldFanout, indexDeclarations } from "../../src/store/indexes.js";
 import { queryPlansOf } from "../../src/store/store.js";
@@ -250,6 +251,16 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   await call("GET", "/campaigns/live?environment=test", keys.public);
   await call("POST", `/campaigns/${campaign.id}/ping`, keys.public);
   await call("GET", `/campaign-checkpoints?campaignId=${campaign.id}`, keys.public);
+  // Every fraud rule runs (noting, so the flow below is the default one's), with both lists:
+  // every count of the evidence is gathered.
+  await call("PATCH", `/admin/campaigns/${campaign.id}?updateMask=fraudPolicy`, keys.admin, {
+    fraudPolicy: {
+      rules: Object.keys(ruleCatalogue).map((type) => ({ type, action: "note" })),
+      allow: { emails: ["vip@example.com"], networks: ["203.0.113.0/24"] },
+      deny: { domains: ["fraud.example"] },
+      review: { deadlineDays: 3, onLapse: "accept" },
+    },
+  });
   const first = await call("POST", "/referrals", keys.public, {
     campaignId: campaign.id,
     referralCode: referrer.referralCode,
@@ -285,6 +296,20 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
     });
   }
   await call("PATCH", `/referrals/${second.id}`, sk, { status: "rejected", reason: "test" });
+
+  // The fraud review queue and a backtest over the campaign's referrals.
+  await call("GET", "/fraud-reviews", sk);
+  await call("GET", `/fraud-reviews?campaignId=${campaign.id}&environment=test`, sk);
+  const backtest = await fetch(`${server.baseUrl}/campaigns/${campaign.id}/fraud-policy/test`, {
+    method: "POST",
+    headers: { authorization: sk, "content-type": "application/json" },
+    body: JSON.stringify({
+      policy: { rules: [{ type: "velocity" }] },
+      from: "2020-01-01T00:00:00Z",
+      to: "2100-01-01T00:00:00Z",
+    }),
+  });
+  if (!(await backtest.text()).includes('"result"')) throw new Error("the backtest gave no result");
 
   // The reward ledger: the purchase earned the demo campaign's two rewards.
   for (const query of [

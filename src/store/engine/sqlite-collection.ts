@@ -28,6 +28,7 @@ import {
   compileSort,
   decodeDocument,
   encodeColumns,
+  encodeScalar,
   equalityFields,
   fieldExpression,
   isSidePath,
@@ -131,6 +132,28 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     this.database.noteQuery(sql, this.name, filter);
     const row = this.database.statement(sql).get(...params) as { n: number };
     return row.n;
+  }
+
+  async countSince(
+    filter: Filter<T>,
+    field: string,
+    since: readonly Date[],
+    limit: number,
+  ): Promise<number[]> {
+    const earliest = since.reduce((a, b) => (a < b ? a : b));
+    const where = compileFilter({ ...(filter as Document), [field]: { $gte: earliest } });
+    const expression = fieldExpression(field);
+    // The most recent `limit` of the widest window, then each window's share of them.
+    const columns = since.map((_, i) => `coalesce(sum(at >= ?), 0) AS n${i}`).join(", ");
+    const sql = `SELECT ${columns} FROM (SELECT ${expression} AS at FROM "${this.name}" WHERE ${where.sql} ORDER BY at DESC LIMIT ?)`;
+    this.database.noteQuery(sql, this.name, filter);
+    const row = this.database
+      .statement(sql)
+      .get(...since.map((at) => encodeScalar(at)), ...where.params, limit) as Record<
+      string,
+      number
+    >;
+    return since.map((_, i) => row[`n${i}`] ?? 0);
   }
 
   async updateOne(
