@@ -1,4 +1,5 @@
 import test from "ava";
+import { ruleCatalogue } from "../../src/domain/fraud-rules.js";
 import { type Protocol, protocols } from "../helpers/callers.js";
 import { payout } from "../helpers/rewards.js";
 import { type Json, keys, useServer } from "../helpers/server.js";
@@ -156,6 +157,124 @@ for (const protocol of protocols) {
       }
       const [after] = await campaigns(app.secretKey);
       t.is(after?.fraudPolicy.rules[0].params.perHour, 5, "a refusal changed nothing");
+    },
+  );
+
+  test.serial(
+    `${protocol}: every rule of the catalogue fires, with the facts it read`,
+    async (t) => {
+      // Every rule noting, with thresholds one referral can reach.
+      const params: Record<string, Json> = {
+        existing_customer: { maxRefereeAgeSeconds: 1 },
+        velocity: { perHour: 1 },
+        network_velocity: { perDay: 1 },
+        referrer_history: { minRejected: 1 },
+      };
+      const app = await newApplication({
+        rules: Object.keys(ruleCatalogue).map((type) => ({
+          type,
+          action: "note",
+          ...(params[type] ? { params: params[type] } : {}),
+        })),
+      });
+      const { identify, refer } = backend(protocol, app);
+      let n = 0;
+      /** A referrer of its own, and a referee identified with `referee`, referred with `context`. */
+      const scenario = async (referrerFields: Json, refereeFields: Json, context: Json = {}) => {
+        const tag = `${protocol}-${++n}`;
+        const referrer = await identify(`r-${tag}`, referrerFields);
+        await identify(`e-${tag}`, refereeFields);
+        const referral = await okBody(
+          protocol,
+          "CreateReferral",
+          { referralCode: referrer.referralCode, refereeExternalUserId: `e-${tag}`, context },
+          app.secretKey,
+        );
+        return { referrer, referral };
+      };
+      const verdictOf = (referral: Json, type: string) =>
+        referral.suspectedFrauds.find((verdict: Json) => verdict.type === type);
+      const fired = (referral: Json, type: string, evidence: Json) => {
+        t.like(verdictOf(referral, type), { type, action: "note", ruleVersion: 1, evidence }, type);
+      };
+
+      const self = await identify(`self-${protocol}`);
+      fired(await refer(self.referralCode, `self-${protocol}`), "self_referral", {
+        sameCustomer: true,
+      });
+      {
+        const referrer = await identify(`old-r-${protocol}`);
+        await identify(`old-e-${protocol}`);
+        elapsedMs += 2000;
+        const referral = await refer(referrer.referralCode, `old-e-${protocol}`);
+        t.true(verdictOf(referral, "existing_customer").evidence.refereeAgeSeconds >= 2);
+      }
+      {
+        const { referrer } = await scenario({}, {});
+        await identify(`v-${protocol}`);
+        fired(await refer(referrer.referralCode, `v-${protocol}`), "velocity", {
+          referrerReferralsLastHour: 1,
+        });
+      }
+      {
+        const first = await scenario({}, { email: `twin.${protocol}@gmail.com` });
+        t.falsy(verdictOf(first.referral, "duplicate_referee_email"));
+        const { referral } = await scenario({}, { email: `twin${protocol}+2@gmail.com` });
+        fired(referral, "duplicate_referee_email", { refereeMailboxReferred: true });
+      }
+      fired(
+        (await scenario({ email: "john.doe1@example.org" }, { email: "john.doe2@example.org" }))
+          .referral,
+        "similar_email",
+        { emailLocalDistance: 1 },
+      );
+      fired(
+        (await scenario({ name: "Ada Lovelace" }, { name: "Ada Lovelase" })).referral,
+        "similar_name",
+        { nameSimilarity: 0.909 },
+      );
+      fired((await scenario({}, { email: "tmp@mailinator.com" })).referral, "disposable_email", {
+        domain: "mailinator.com",
+      });
+      fired(
+        (await scenario({}, { email: "x1y2@privaterelay.appleid.com" })).referral,
+        "masked_email",
+        { domain: "privaterelay.appleid.com" },
+      );
+      fired(
+        (await scenario({ context: { ip: "192.0.2.10" } }, {}, { ip: "192.0.2.11" })).referral,
+        "same_network_as_referrer",
+        { sameAddress: false },
+      );
+      {
+        await scenario({}, {}, { ip: "198.18.0.1" });
+        const { referral } = await scenario({}, {}, { ip: "198.18.0.2" });
+        fired(referral, "network_velocity", { networkReferralsLastDay: 1 });
+      }
+      fired(
+        (
+          await scenario(
+            { context: { ip: "192.0.2.20", deviceId: "tablet-1" } },
+            {},
+            { ip: "198.51.100.40", deviceId: "tablet-1" },
+          )
+        ).referral,
+        "shared_device",
+        { deviceId: "tablet-1" },
+      );
+      {
+        const { referrer, referral } = await scenario({}, {});
+        await okBody(
+          protocol,
+          "UpdateReferralStatus",
+          { id: referral.id, status: "rejected", reason: "test" },
+          app.secretKey,
+        );
+        await identify(`h-${protocol}`);
+        fired(await refer(referrer.referralCode, `h-${protocol}`), "referrer_history", {
+          referrerRejected: 1,
+        });
+      }
     },
   );
 
