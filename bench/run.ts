@@ -15,6 +15,7 @@ import { repoRoot } from "./lib/processes.js";
 import { machineInfo } from "./lib/report.js";
 import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/results.js";
 import { runCluster } from "./suites/cluster.js";
+import { runFraud } from "./suites/fraud.js";
 import { runInsights } from "./suites/insights.js";
 import { runOperations } from "./suites/operations.js";
 import { runReads } from "./suites/reads.js";
@@ -55,7 +56,8 @@ for (const suite of options.suites) {
   else if (suite === "operations") results.operations = await runOperations(context);
   else if (suite === "cluster") results.cluster = await runCluster(context);
   else if (suite === "scale") results.scale = await runScale(context);
-  else results.insights = await runInsights(context);
+  else if (suite === "insights") results.insights = await runInsights(context);
+  else results.fraud = await runFraud(context);
   results.engine = context.engine;
   // After every suite, so a later failure does not lose what was measured.
   written.push(writeSuiteResults(options.out, { ...results, machine }, suite));

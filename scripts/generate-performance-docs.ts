@@ -1,6 +1,7 @@
 /**
- * Renders the pages the bench's results make (docs/performance.md and the
- * Performance tables of docs/rewards.md; see bench/lib/performance-docs.ts).
+ * Renders the pages the bench's results make (docs/performance.md, the
+ * Performance tables of docs/rewards.md and the generated tables of
+ * docs/trust.md and docs/fraud.md; see bench/lib/performance-docs.ts).
  *
  *   node --import tsx scripts/generate-performance-docs.ts          # write the pages
  *   node --import tsx scripts/generate-performance-docs.ts --check  # exit 1 when stale

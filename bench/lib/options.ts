@@ -8,7 +8,8 @@ export type Suite =
   | "operations"
   | "cluster"
   | "scale"
-  | "insights";
+  | "insights"
+  | "fraud";
 
 export const allSuites: readonly Suite[] = [
   "reads",
@@ -18,8 +19,12 @@ export const allSuites: readonly Suite[] = [
   "cluster",
   "scale",
   "insights",
+  "fraud",
 ];
 const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations"];
+
+/** The referrals of the fraud suite's backtest without `--sizes`: the issue's 100,000. */
+export const defaultFraudReferrals = 100_000;
 
 /** The bench's settings, from the command line. */
 export interface BenchOptions {
@@ -36,8 +41,16 @@ export interface BenchOptions {
   readonly h2Connections: number;
   /** Customers of the store the read and write scenarios run on. */
   readonly baseCustomers: number;
-  /** Store sizes of the scale suite; the largest is the insights suite's referrals. */
+  /**
+   * Store sizes of the scale suite; the largest is the insights suite's
+   * referrals (and the fraud suite's, when given).
+   */
   readonly sizes: readonly number[];
+  /**
+   * Referrals the fraud suite's backtest replays: the largest of `--sizes`
+   * when it is given, else {@link defaultFraudReferrals}.
+   */
+  readonly fraudReferrals: number;
   /** Only the scenarios whose names contain one of these (all when empty). */
   readonly only: readonly string[];
   /** The directory the JSON results go to, one file per suite (`reads.json`, …). */
@@ -50,7 +63,8 @@ export interface BenchOptions {
 /** What `npm run bench -- --help` prints. */
 export const usage = `npm run bench -- [suite ...] [options]
 
-suites: reads, writes, webhooks, operations (the default: all four), cluster, scale, insights
+suites: reads, writes, webhooks, operations (the default: all four), cluster, scale, insights,
+        fraud
 
   --quick              short runs to try it out: 1 repeat of 3 s, 1 s warm-up
   --repeats N          runs per figure, median reported (default 3)
@@ -60,7 +74,8 @@ suites: reads, writes, webhooks, operations (the default: all four), cluster, sc
   --h2-connections N   HTTP/2 connections for gRPC (default 4)
   --base N             customers seeded for reads and writes (default 1000)
   --sizes LIST         scale suite sizes, e.g. 10k,100k,1M (default 10k,100k,1M);
-                       the largest is the referrals of the insights suite's campaign
+                       the largest is the referrals of the insights suite's campaign,
+                       and of the fraud suite's backtest (100k without --sizes)
   --only LIST          only scenarios whose names contain one of these, e.g. GetCustomer,identify-new
   --out DIR            where the JSON results go, one file per suite, each run
                        overwriting its suite's file (default bench/results, whose
@@ -101,6 +116,7 @@ function optionsFrom(args: readonly string[]): BenchOptions {
     if (!allSuites.includes(suite as Suite)) throw new Error(`unknown suite "${suite}"`);
   }
   const quick = values.quick;
+  const sizes = (values.sizes ?? "10k,100k,1M").split(",").map(size);
   return {
     suites: suites as Suite[],
     repeats: count(values.repeats, "--repeats", quick ? 1 : 3),
@@ -109,7 +125,8 @@ function optionsFrom(args: readonly string[]): BenchOptions {
     concurrency: count(values.concurrency, "--concurrency", 32),
     h2Connections: count(values["h2-connections"], "--h2-connections", 4),
     baseCustomers: count(values.base, "--base", 1000),
-    sizes: (values.sizes ?? "10k,100k,1M").split(",").map(size),
+    sizes,
+    fraudReferrals: values.sizes === undefined ? defaultFraudReferrals : Math.max(...sizes),
     only: values.only ? values.only.split(",").map((name) => name.trim()) : [],
     out: values.out ?? (quick ? "bench/scratch" : "bench/results"),
     quick,

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type ClusterResults, clusterTables } from "../suites/cluster.js";
+import { type FraudResults, fraudTables } from "../suites/fraud.js";
 import { type InsightsResults, insightsReferrals, insightsTables } from "../suites/insights.js";
 import { type OperationsRow, operationsTable } from "../suites/operations.js";
 import { type ReadRow, readsTable } from "../suites/reads.js";
@@ -34,6 +35,7 @@ export interface BenchResults {
   cluster?: ClusterResults;
   scale?: ScaleRow[];
   insights?: InsightsResults;
+  fraud?: FraudResults;
 }
 
 /** The heading of each suite's tables. */
@@ -45,6 +47,7 @@ export const suiteHeadings: Record<Suite, string> = {
   cluster: "Cluster: WORKERS=2 against WORKERS=1, and durable writes",
   scale: "Scale: one request at a time on stores of growing size (REST)",
   insights: "Insights: the program counters' reads, export and cost to writes",
+  fraud: "Fraud: a policy backtest over a campaign's referrals (REST)",
 };
 
 const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } = {
@@ -55,6 +58,7 @@ const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } =
   cluster: (results) => results.cluster && clusterTables(results.cluster),
   scale: (results) => results.scale && scaleTable(results.scale),
   insights: (results) => results.insights && insightsTables(results.insights),
+  fraud: (results) => results.fraud && fraudTables(results.fraud),
 };
 
 /** A suite's tables in Markdown, as the bench prints them; undefined when it did not run. */
@@ -97,8 +101,9 @@ export function suiteResultsPath(dir: string, suite: Suite): string {
 
 /** The part of a run's results that is about one suite, as its own results file holds it. */
 export function suiteResults(results: BenchResults, suite: Suite): BenchResults {
-  const { reads, writes, webhooks, operations, cluster, scale, insights, ...common } = results;
-  const own = { reads, writes, webhooks, operations, cluster, scale, insights }[suite];
+  const { reads, writes, webhooks, operations, cluster, scale, insights, fraud, ...common } =
+    results;
+  const own = { reads, writes, webhooks, operations, cluster, scale, insights, fraud }[suite];
   return {
     ...common,
     options: { ...results.options, suites: [suite] },
@@ -127,8 +132,9 @@ export function readSuiteResults(dir: string = resultsDir): Map<Suite, BenchResu
 /**
  * The command that runs `suite` again as this run did: `npm run bench --`,
  * the suite, and every option that differed from its default (`--sizes`
- * for the scale suite, and for the insights suite when its largest size
- * differed; the output directory aside).
+ * for the scale suite, for the insights suite when its largest size
+ * differed, and for the fraud suite when its referrals did; the output
+ * directory aside).
  */
 export function reproduceCommand(results: BenchResults, suite: Suite): string {
   const options = results.options;
@@ -151,6 +157,9 @@ export function reproduceCommand(results: BenchResults, suite: Suite): string {
   }
   if (suite === "insights" && insightsReferrals(options) !== insightsReferrals(defaults)) {
     args.push("--sizes", sizeArgument(insightsReferrals(options)));
+  }
+  if (suite === "fraud" && options.fraudReferrals !== defaults.fraudReferrals) {
+    args.push("--sizes", sizeArgument(options.fraudReferrals));
   }
   if (options.only.length > 0) args.push("--only", options.only.join(","));
   return `npm run bench -- ${args.join(" ")}`;

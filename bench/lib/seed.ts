@@ -40,6 +40,12 @@ import type {
 import { createSecretBox, keyFromDataDir } from "../../src/store/secret-box.js";
 import { openStore, type Store } from "../../src/store/store.js";
 import { findApplication, rotateIdentitySecret } from "../../src/store/tenants.js";
+import {
+  type EvidenceCustomer,
+  EvidenceHistory,
+  type EvidenceLists,
+  evidenceSpreadDays,
+} from "./evidence.js";
 
 /** The keys every bench store is provisioned with, so load generators know them. */
 export const benchKeys = {
@@ -116,6 +122,24 @@ export interface SeedPlan {
    * campaign's.
    */
   readonly timeZone?: string;
+  /**
+   * Referrals with fraud evidence, in a live campaign of their own (see
+   * {@link SeededData.evidence}): as many referees `g-<i>`, each referred
+   * once over the last 30 days, by a fortieth as many referrers `f-<j>`,
+   * the evidence, verdicts and statuses varied as bench/lib/evidence.ts
+   * makes them: what the fraud suite's backtest replays.
+   */
+  readonly evidenceReferrals?: number;
+}
+
+/** The campaign of the referrals with evidence (see {@link SeedPlan.evidenceReferrals}). */
+export interface EvidenceCampaign {
+  readonly campaignId: string;
+  readonly referrals: number;
+  readonly referrers: number;
+  readonly spreadDays: number;
+  /** The deny domain and allow email the history is made for. */
+  readonly lists: EvidenceLists;
 }
 
 /**
@@ -163,6 +187,8 @@ export interface SeededData {
   readonly typicalGrantCustomerId?: string;
   /** The customer holding {@link busyGrants} grants; with grants only. */
   readonly busyGrantCustomerId?: string;
+  /** The referrals with evidence and their campaign; with `evidenceReferrals` only. */
+  readonly evidence?: EvidenceCampaign;
 }
 
 /**
@@ -339,6 +365,15 @@ export async function seedStore(
     const rewardTrigger =
       pendingCampaign.manualRewardTrigger ?? pendingCampaign.proposedRewardTrigger;
     if (!rewardTrigger) throw new Error("the pending referrals' campaign has no reward trigger");
+    const evidenceReferrals = plan.evidenceReferrals ?? 0;
+    const evidence =
+      evidenceReferrals > 0
+        ? await seedEvidence(store, demo, tenant, evidenceReferrals, {
+            now,
+            firstIndex: base + referees + pendingReferees,
+            progress,
+          })
+        : undefined;
     return {
       engine: store.engine,
       applicationId: demo.applicationId,
@@ -357,6 +392,7 @@ export async function seedStore(
             busyGrantCustomerId: grants.busyCustomerId,
           }
         : {}),
+      ...(evidence ? { evidence } : {}),
     };
   } finally {
     await store.close();
@@ -518,6 +554,112 @@ async function insertTimeZoneCampaign(
   const doc = newCampaignDoc(tenant, input, now);
   await insertCampaign(store.system, doc);
   return doc;
+}
+
+/**
+ * The referrals with evidence (see `SeedPlan.evidenceReferrals`) in a
+ * live campaign of their own, built and stored the way CreateCampaign
+ * does, without a fraud policy (the environment's default rules judged
+ * them): the referrers, the referees (customer numbers from `firstIndex`,
+ * so their codes are new), then the referrals in attribution order.
+ */
+async function seedEvidence(
+  store: Store,
+  demo: Tenant,
+  tenant: SeedTenant,
+  referrals: number,
+  options: {
+    readonly now: Date;
+    readonly firstIndex: number;
+    readonly progress: (count: number) => void;
+  },
+): Promise<EvidenceCampaign> {
+  const { now, firstIndex, progress } = options;
+  const input = create(CampaignSchema, demoCampaign(benchEnvironment));
+  input.name = "Bench: fraud evidence";
+  input.isDefault = false;
+  const campaign = newCampaignDoc(demo, input, now);
+  await insertCampaign(store.system, campaign);
+  const history = new EvidenceHistory(referrals, now, tenant.actorId);
+  const referrerIds: string[] = [];
+  await insertAll(
+    store.system.customers,
+    history.referrers,
+    (j) => {
+      const doc = evidenceCustomerDoc(tenant, history.referrer(j), firstIndex + j);
+      referrerIds[j] = doc._id;
+      return doc;
+    },
+    progress,
+  );
+  const refereeIds: string[] = [];
+  await insertAll(
+    store.system.customers,
+    referrals,
+    (k) => {
+      const doc = evidenceCustomerDoc(
+        tenant,
+        history.referee(k),
+        firstIndex + history.referrers + k,
+      );
+      refereeIds[k] = doc._id;
+      return doc;
+    },
+    progress,
+  );
+  await insertAll(
+    store.system.referrals,
+    referrals,
+    (k): ReferralDoc => {
+      const ids = {
+        referrerId: referrerIds[history.referrerOf(k)] as string,
+        refereeId: refereeIds[k] as string,
+      };
+      const made = history.next(k, ids);
+      return {
+        _id: newId("ref", made.at),
+        organizationId: tenant.organizationId,
+        applicationId: tenant.applicationId,
+        environment: benchEnvironment,
+        campaignId: campaign._id,
+        ...ids,
+        status: made.status,
+        suspectedFrauds: made.suspectedFrauds,
+        statusHistory: made.statusHistory,
+        evidence: made.evidence,
+        risk: made.risk,
+        attributedAt: made.at,
+        createdAt: made.at,
+        updatedAt: made.updatedAt,
+        deletedAt: null,
+      };
+    },
+    progress,
+  );
+  return {
+    campaignId: campaign._id,
+    referrals,
+    referrers: history.referrers,
+    spreadDays: evidenceSpreadDays,
+    lists: history.lists,
+  };
+}
+
+/** A customer of the evidence history: its own email, name, creation and network. */
+function evidenceCustomerDoc(
+  tenant: SeedTenant,
+  party: EvidenceCustomer,
+  index: number,
+): CustomerDoc {
+  const doc = customerDoc(tenant, party.externalUserId, index, party.createdAt);
+  return {
+    ...doc,
+    email: party.email,
+    emailNormalized: normalizeEmailForLookup(party.email),
+    emailCanonical: canonicalEmail(party.email),
+    name: party.name,
+    ...(party.network ? { network: party.network } : {}),
+  };
 }
 
 /** What grant seeding needs of an accepted base referral. */

@@ -1,3 +1,4 @@
+import { setImmediate } from "node:timers/promises";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ConnectError, ServiceImpl } from "@connectrpc/connect";
 import {
@@ -232,6 +233,9 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
         backtestPage,
       )) {
         for (const referral of page) times.add(referral);
+        // The embedded engine reads synchronously: between pages the loop
+        // serves other calls, and writes the progress already sent.
+        await setImmediate();
       }
       const tally = new BacktestTally(policy, times);
       for await (const page of store.referrals.ofCampaignBetween(
@@ -242,6 +246,7 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       )) {
         for (const referral of page) tally.add(referral);
         yield { scanned: tally.scanned };
+        await setImmediate();
       }
       yield { scanned: tally.scanned, result: tally.result() };
     },
