@@ -46,11 +46,10 @@ export interface StoreCollection<T extends Document> {
   /** How many match, counted up to `limit` when given (a bound on what the count reads). */
   countDocuments(filter?: Filter<T>, options?: { limit?: number }): Promise<number>;
   /**
-   * The embedded engine's several counts in one read: of the documents
-   * matching `filter` with `field` at or after the earliest of `since`, the
-   * `limit` most recent, how many have it at or after each of `since`
-   * (index-only where an index leads with the filter's fields and `field`).
-   * Absent on MongoDB, where a count per time is as cheap.
+   * The embedded engine's several counts in one statement: how many match
+   * `filter` with `field` at or after each of `since`, each counted up to
+   * `limit` (index-only where an index leads with the filter's fields and
+   * `field`). Absent on MongoDB, where a count per time is as cheap.
    */
   countSince?(
     filter: Filter<T>,

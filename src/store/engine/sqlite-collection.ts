@@ -28,7 +28,6 @@ import {
   compileSort,
   decodeDocument,
   encodeColumns,
-  encodeScalar,
   equalityFields,
   fieldExpression,
   isSidePath,
@@ -140,19 +139,18 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     since: readonly Date[],
     limit: number,
   ): Promise<number[]> {
-    const earliest = since.reduce((a, b) => (a < b ? a : b));
-    const where = compileFilter({ ...(filter as Document), [field]: { $gte: earliest } });
-    const expression = fieldExpression(field);
-    // The most recent `limit` of the widest window, then each window's share of them.
-    const columns = since.map((_, i) => `coalesce(sum(at >= ?), 0) AS n${i}`).join(", ");
-    const sql = `SELECT ${columns} FROM (SELECT ${expression} AS at FROM "${this.name}" WHERE ${where.sql} ORDER BY at DESC LIMIT ?)`;
+    // One statement of bounded counts, one per time: each walks the index
+    // from its time on, at most `limit` entries. The limit is written into
+    // the statement (see `countStatement`).
+    const params: SQLInputValue[] = [];
+    const counts = since.map((at, i) => {
+      const where = compileFilter({ ...(filter as Document), [field]: { $gte: at } });
+      params.push(...where.params);
+      return `(SELECT count(*) FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ${sqlLimit(limit)})) AS n${i}`;
+    });
+    const sql = `SELECT ${counts.join(", ")}`;
     this.database.noteQuery(sql, this.name, filter);
-    const row = this.database
-      .statement(sql)
-      .get(...since.map((at) => encodeScalar(at)), ...where.params, limit) as Record<
-      string,
-      number
-    >;
+    const row = this.database.statement(sql).get(...params) as Record<string, number>;
     return since.map((_, i) => row[`n${i}`] ?? 0);
   }
 
@@ -353,10 +351,13 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
         params: where.params,
       };
     }
-    // Counted in SQL, up to the limit: no document is decoded.
+    // Counted in SQL, up to the limit: no document is decoded. The limit is
+    // written into the statement: bound as a parameter, SQLite runs the
+    // bounded subquery about five times slower (16 µs against 3 µs for a
+    // referrer's few referrals of the day).
     return {
-      sql: `SELECT count(*) AS n FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ?)`,
-      params: [...where.params, limit],
+      sql: `SELECT count(*) AS n FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ${sqlLimit(limit)})`,
+      params: where.params,
     };
   }
 
