@@ -15,7 +15,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { backtestTable } from "../suites/fraud.js";
 import { scaleTable } from "../suites/scale.js";
-import { rewardsTable, verifiedTable } from "../suites/writes.js";
+import { policyTable, rewardsTable, verifiedTable } from "../suites/writes.js";
 import { allSuites, type Suite } from "./options.js";
 import { repoRoot } from "./processes.js";
 import {
@@ -247,12 +247,26 @@ export function renderTrustBlocks(
   ];
 }
 
-/** The generated block of docs/fraud.md: how long a backtest takes. */
+/**
+ * The generated blocks of docs/fraud.md: what a policy of every rule costs
+ * a referral against a policy of none, and how long a backtest takes.
+ */
 export function renderFraudBlocks(
   results: ReadonlyMap<Suite, BenchResults>,
 ): { marker: string; content: string }[] {
   const fraud = results.get("fraud");
+  const writes = results.get("writes");
+  const policy = writes?.writes && policyTable(writes.writes);
   return [
+    {
+      marker: "<!-- generated: bench writes policy -->",
+      content:
+        writes && policy !== undefined
+          ? `${policy}\n\n` +
+            `From [\`bench/results/writes.json\`](../bench/results/writes.json), run by\n` +
+            `\`${reproduceCommand(writes, "writes")}\` (the machine: [Performance](performance.md#writes)).`
+          : "No results yet: `npm run bench -- writes --only create-referral`.",
+    },
     {
       marker: "<!-- generated: bench fraud backtest -->",
       content: fraud?.fraud

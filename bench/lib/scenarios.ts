@@ -179,14 +179,25 @@ export function writeScenario(kind: WriteKind, seeded: SeededData, tag: string):
       );
     }
     case "create-referral":
-    case "create-referral-no-policy":
-    case "create-referral-full-policy":
       // Referee `p-<i>` was seeded without a referral; the referrers take turns.
-      // The policy is the default campaign's (see `fraudPolicyOf`).
       return postScenario(kind, ReferralsService.method.createReferral, "/referrals", (i) => ({
         referralCode: referralCodeOf(i % base),
         refereeExternalUserId: `p-${i}`,
       }));
+    case "create-referral-no-policy":
+    case "create-referral-full-policy":
+      // The same, from the backend with the end user's address (see
+      // `fraudPolicyOf`): the addresses spread over many networks, as a
+      // program's users do, where the load generator's own connection is
+      // one address.
+      return {
+        ...postScenario(kind, ReferralsService.method.createReferral, "/referrals", (i) => ({
+          referralCode: referralCodeOf(i % base),
+          refereeExternalUserId: `p-${i}`,
+          context: { ip: spreadAddress(i) },
+        })),
+        key: benchKeys.secret,
+      };
     case "trigger-checkpoint":
     case "trigger-checkpoint-rewards":
       // Referee `t-<i>` has a pending referral in a campaign of its own (without
@@ -234,10 +245,17 @@ export function poolOf(kind: WriteKind): "referees" | "pendingReferees" | undefi
   return undefined;
 }
 
+/** The `i`th end user's address: consecutive requests on scattered /24 networks. */
+function spreadAddress(i: number): string {
+  return `10.${(i * 7_919) % 256}.${(i * 104_729) % 256}.${i % 256}`;
+}
+
 /**
  * The fraud policy of the campaign a write kind's referrals go to:
  * create-referral runs the environment's default rules, the two others a
- * policy of every rule and one of none, so they weigh what the policy costs.
+ * policy of every rule and one of none, so they weigh what the policy costs
+ * (both sent by the backend with the end user's address, so the evidence
+ * has networks to count).
  */
 export function fraudPolicyOf(kind: WriteKind): BenchFraudPolicy | undefined {
   if (kind === "create-referral-full-policy") return "full";

@@ -316,7 +316,7 @@ export async function seedStore(
     await insertAll(
       store.system.customers,
       referees,
-      (i) => customerDoc(tenant, `p-${i}`, base + i, recentAt(i, referees)),
+      (i) => refereeDoc(customerDoc(tenant, `p-${i}`, base + i, recentAt(i, referees)), i),
       progress,
     );
     const pendingReferees = plan.pendingReferees ?? 0;
@@ -441,6 +441,22 @@ function customerDoc(
     createdAt: at,
     updatedAt: at,
     deletedAt: null,
+  };
+}
+
+/**
+ * A referee of the create-referral pool as a program's are: a name and a
+ * mailbox of its own, nothing like its referrer's (a base customer's), so
+ * the fraud rules judge it as they judge most referrals, and fire rarely.
+ */
+function refereeDoc(doc: CustomerDoc, i: number): CustomerDoc {
+  const email = `friend.${(i * 2_654_435_761) % 4_294_967_291}@example.net`;
+  return {
+    ...doc,
+    email,
+    emailNormalized: normalizeEmailForLookup(email),
+    emailCanonical: canonicalEmail(email),
+    name: `Invited Friend ${i.toString(36)}`,
   };
 }
 

@@ -254,19 +254,21 @@ export async function gatherEvidence(
   const network = refereeNetwork ?? referee.network ?? null;
   const since = (ms: number) => new Date(at.getTime() - ms);
   const reads = policy.reads;
-  // Only the counts a rule of the policy reads are queried (see `factsRead`).
-  const [velocity, history, fromNetwork, refereeMailboxReferred] = await Promise.all([
-    reads.has("velocity")
-      ? store.referrals.referrerVelocity(
-          referrer._id,
-          { hour: since(hourMs), day: since(dayMs) },
-          cap,
-        )
-      : null,
-    reads.has("history") ? store.referrals.referrerHistory(referrer._id, cap) : null,
-    reads.has("networkVelocity") && network
-      ? store.referrals.countFromNetworkSince(network.networkHash, since(dayMs), cap)
-      : null,
+  // Only the counts a rule of the policy reads are queried (see `factsRead`),
+  // in one read of the store.
+  const [counts, refereeMailboxReferred] = await Promise.all([
+    store.referrals.countEvidence(
+      {
+        referrerId: referrer._id,
+        velocity: reads.has("velocity") ? { hour: since(hourMs), day: since(dayMs) } : null,
+        history: reads.has("history"),
+        network:
+          reads.has("networkVelocity") && network
+            ? { hash: network.networkHash, since: since(dayMs) }
+            : null,
+      },
+      cap,
+    ),
     !reads.has("mailbox")
       ? null
       : referee.emailCanonical
@@ -293,11 +295,11 @@ export async function gatherEvidence(
     emailLocalDistance: emailLocalDistance(referrerEmail, refereeEmail),
     refereeAgeSeconds: secondsBetween(referee.createdAt, at),
     referrerAgeSeconds: secondsBetween(referrer.createdAt, at),
-    referrerFlagged: history?.flagged ?? null,
-    referrerRejected: history?.rejected ?? null,
-    referrerReferralsLastHour: velocity?.lastHour ?? null,
-    referrerReferralsLastDay: velocity?.lastDay ?? null,
-    networkReferralsLastDay: fromNetwork,
+    referrerFlagged: counts.flagged,
+    referrerRejected: counts.rejected,
+    referrerReferralsLastHour: counts.lastHour,
+    referrerReferralsLastDay: counts.lastDay,
+    networkReferralsLastDay: counts.fromNetwork,
     refereeMailboxReferred,
     refereeNetwork: network,
     referrerNetwork: referrer.network ?? null,

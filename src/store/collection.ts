@@ -47,16 +47,10 @@ export interface StoreCollection<T extends Document> {
   countDocuments(filter?: Filter<T>, options?: { limit?: number }): Promise<number>;
   /**
    * The embedded engine's several counts in one statement: how many match
-   * `filter` with `field` at or after each of `since`, each counted up to
-   * `limit` (index-only where an index leads with the filter's fields and
-   * `field`). Absent on MongoDB, where a count per time is as cheap.
+   * each filter, each counted up to `limit` (index-only where an index
+   * serves the filter). Absent on MongoDB, where a count each is as cheap.
    */
-  countSince?(
-    filter: Filter<T>,
-    field: string,
-    since: readonly Date[],
-    limit: number,
-  ): Promise<number[]>;
+  countMany?(filters: readonly Filter<T>[], limit: number): Promise<number[]>;
   updateOne(
     filter: Filter<T>,
     update: UpdateFilter<T>,

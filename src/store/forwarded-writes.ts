@@ -144,10 +144,9 @@ export function forwardingCollection<T extends Document>(
     findOne: (filter, options) => local.findOne(filter, options),
     find: (filter, options) => local.find(filter, options),
     countDocuments: (filter, options) => local.countDocuments(filter, options),
-    ...(local.countSince
+    ...(local.countMany
       ? {
-          countSince: (filter, field, since, limit) =>
-            local.countSince?.(filter, field, since, limit) as Promise<number[]>,
+          countMany: (filters, limit) => local.countMany?.(filters, limit) as Promise<number[]>,
         }
       : {}),
     aggregate: (pipeline) => local.aggregate(pipeline),

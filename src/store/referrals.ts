@@ -143,93 +143,73 @@ function unchangedSince(tenant: Tenant, current: ReferralDoc): Filter<ReferralDo
   };
 }
 
-/**
- * How many referrals were attributed to a referrer since a time, counted
- * up to `atMost` in the store (no referral is read): the velocity counts of
- * the fraud evidence. Its id names its application and environment.
- */
-export function countAttributedToSince(
-  db: Collections,
-  tenant: Tenant,
-  referrerId: string,
-  since: Date,
-  atMost: number,
-): Promise<number> {
-  return db.referrals.countDocuments(
-    { referrerId, attributedAt: { $gte: since }, ...ownedBy(tenant) },
-    { limit: atMost },
-  );
+/** The counts of the evidence a referral's policy reads (see `gatherEvidence`). */
+export interface EvidenceCountsWanted {
+  readonly referrerId: string;
+  /** The referrer's hour and day. */
+  readonly velocity: { readonly hour: Date; readonly day: Date } | null;
+  /** The referrer's flagged and rejected referrals. */
+  readonly history: boolean;
+  /** The referrals from a network (its keyed hash) since a time. */
+  readonly network: { readonly hash: string; readonly since: Date } | null;
+}
+
+/** What {@link countEvidence} counted; null for what was not wanted. */
+export interface EvidenceCounts {
+  readonly lastHour: number | null;
+  readonly lastDay: number | null;
+  readonly flagged: number | null;
+  readonly rejected: number | null;
+  readonly fromNetwork: number | null;
 }
 
 /**
- * How many referrals were attributed to a referrer since each of two
- * times (the last hour and day of the evidence), each counted up to
- * `atMost`: one read on the embedded engine, a count each on MongoDB.
+ * The evidence's counts, each up to `atMost`: in one statement on the
+ * embedded engine (bounded index counts), a count each on MongoDB.
  */
-export async function referrerVelocity(
+export async function countEvidence(
   db: Collections,
   tenant: Tenant,
-  referrerId: string,
-  since: { readonly hour: Date; readonly day: Date },
+  wanted: EvidenceCountsWanted,
   atMost: number,
-): Promise<{ lastHour: number; lastDay: number }> {
-  const filter = { referrerId, ...ownedBy(tenant) };
-  if (db.referrals.countSince) {
-    const [lastHour = 0, lastDay = 0] = await db.referrals.countSince(
-      filter,
-      "attributedAt",
-      [since.hour, since.day],
-      atMost,
-    );
-    return { lastHour, lastDay };
-  }
-  const [lastHour, lastDay] = await Promise.all([
-    countAttributedToSince(db, tenant, referrerId, since.hour, atMost),
-    countAttributedToSince(db, tenant, referrerId, since.day, atMost),
-  ]);
-  return { lastHour, lastDay };
-}
-
-/**
- * How many of a referrer's referrals are flagged, and rejected, each counted
- * up to `atMost`: the kept counts of a referrer's statuses on the embedded
- * engine (no query), an indexed count on MongoDB.
- */
-export async function referrerHistory(
-  db: Collections,
-  tenant: Tenant,
-  referrerId: string,
-  atMost: number,
-): Promise<{ flagged: number; rejected: number }> {
-  const count = (status: ReferralStatusName) =>
-    db.referrals.countDocuments(
-      { ...ownedBy(tenant), referrerId, status, deletedAt: null },
-      { limit: atMost },
-    );
-  const [flagged, rejected] = await Promise.all([count("flagged"), count("rejected")]);
-  return { flagged, rejected };
-}
-
-/**
- * How many referrals were made from a network (its keyed hash, which is
- * the application's own) since a time, counted up to `atMost`: the
- * network velocity of the evidence.
- */
-export function countFromNetworkSince(
-  db: Collections,
-  tenant: Tenant,
-  networkHash: string,
-  since: Date,
-  atMost: number,
-): Promise<number> {
-  return db.referrals.countDocuments(
-    {
-      "evidence.refereeNetwork.networkHash": networkHash,
-      attributedAt: { $gte: since },
-      ...ownedBy(tenant),
-    },
-    { limit: atMost },
-  );
+): Promise<EvidenceCounts> {
+  const owned = ownedBy(tenant);
+  const { referrerId } = wanted;
+  const filters: Filter<ReferralDoc>[] = [];
+  const slot = (filter: Filter<ReferralDoc>) => filters.push(filter) - 1;
+  const hour = wanted.velocity
+    ? slot({ referrerId, attributedAt: { $gte: wanted.velocity.hour }, ...owned })
+    : -1;
+  const day = wanted.velocity
+    ? slot({ referrerId, attributedAt: { $gte: wanted.velocity.day }, ...owned })
+    : -1;
+  const history = (status: ReferralStatusName) =>
+    wanted.history ? slot({ ...owned, referrerId, status, deletedAt: null }) : -1;
+  const flagged = history("flagged");
+  const rejected = history("rejected");
+  const network = wanted.network
+    ? slot({
+        "evidence.refereeNetwork.networkHash": wanted.network.hash,
+        attributedAt: { $gte: wanted.network.since },
+        ...owned,
+      })
+    : -1;
+  const counts =
+    filters.length === 0
+      ? []
+      : db.referrals.countMany
+        ? await db.referrals.countMany(filters, atMost)
+        : await Promise.all(
+            filters.map((filter) => db.referrals.countDocuments(filter, { limit: atMost })),
+          );
+  const at = (index: number) => (index < 0 ? null : (counts[index] ?? 0));
+  return {
+    lastHour: at(hour),
+    lastDay: at(day),
+    flagged: at(flagged),
+    rejected: at(rejected),
+    fromNetwork: at(network),
+  };
 }
 
 /**

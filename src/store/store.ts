@@ -457,9 +457,9 @@ function observed(collections: Collections, observe: OperationObserver | undefin
         return { toArray: () => timed(name, operation, () => cursor.toArray()) };
       };
     }
-    if (collection.countSince) {
-      methods.countSince = (...args: unknown[]) =>
-        timed(name, "countSince", () => collection.countSince?.(...args) as Promise<unknown>);
+    if (collection.countMany) {
+      methods.countMany = (...args: unknown[]) =>
+        timed(name, "countMany", () => collection.countMany?.(...args) as Promise<unknown>);
     }
     methods.createIndex = (...args: unknown[]) => collection.createIndex?.(...args);
     methods.dropIndex = (...args: unknown[]) => collection.dropIndex?.(...args);

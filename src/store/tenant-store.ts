@@ -39,8 +39,7 @@ import type { PageRequest } from "./paging.js";
 import {
   clearAwaitsConfirmation,
   clearReviewDue,
-  countAttributedToSince,
-  countFromNetworkSince,
+  countEvidence,
   endRewardsHold,
   findConvertibleReferralsOfReferee,
   findReferral,
@@ -52,8 +51,6 @@ import {
   type ReferralRewardWork,
   reattributeReferral,
   referralsOfCampaignBetween,
-  referrerHistory,
-  referrerVelocity,
   transitionReferral,
 } from "./referrals.js";
 import {
@@ -187,10 +184,7 @@ export function createTenantStore(
           endRewardsHold(db, tenant, referral._id, at, events),
         ),
       findMany: bind(findReferrals),
-      countAttributedToSince: bind(countAttributedToSince),
-      referrerVelocity: bind(referrerVelocity),
-      referrerHistory: bind(referrerHistory),
-      countFromNetworkSince: bind(countFromNetworkSince),
+      countEvidence: bind(countEvidence),
       isMailboxAlreadyReferred: bind(isMailboxAlreadyReferred),
       findForReview: bind(findReferralsForReview),
       ofCampaignBetween: bind(referralsOfCampaignBetween),

@@ -133,25 +133,20 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     return row.n;
   }
 
-  async countSince(
-    filter: Filter<T>,
-    field: string,
-    since: readonly Date[],
-    limit: number,
-  ): Promise<number[]> {
-    // One statement of bounded counts, one per time: each walks the index
-    // from its time on, at most `limit` entries. The limit is written into
-    // the statement (see `countStatement`).
+  async countMany(filters: readonly Filter<T>[], limit: number): Promise<number[]> {
+    // One statement of bounded counts, one per filter: each walks its index
+    // range, at most `limit` entries. The limit is written into the
+    // statement (see `countStatement`).
     const params: SQLInputValue[] = [];
-    const counts = since.map((at, i) => {
-      const where = compileFilter({ ...(filter as Document), [field]: { $gte: at } });
+    const counts = filters.map((filter, i) => {
+      const where = compileFilter(filter as Document);
       params.push(...where.params);
       return `(SELECT count(*) FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ${sqlLimit(limit)})) AS n${i}`;
     });
     const sql = `SELECT ${counts.join(", ")}`;
-    this.database.noteQuery(sql, this.name, filter);
+    this.database.noteQuery(sql, this.name, (filters[0] ?? {}) as Document);
     const row = this.database.statement(sql).get(...params) as Record<string, number>;
-    return since.map((_, i) => row[`n${i}`] ?? 0);
+    return filters.map((_, i) => row[`n${i}`] ?? 0);
   }
 
   async updateOne(
