@@ -245,9 +245,13 @@ export function poolOf(kind: WriteKind): "referees" | "pendingReferees" | undefi
   return undefined;
 }
 
-/** The `i`th end user's address: consecutive requests on scattered /24 networks. */
+/**
+ * The `i`th end user's address: each of 65,536 requests in a row on a /24
+ * network of its own (an odd multiplier permutes them), scattered.
+ */
 function spreadAddress(i: number): string {
-  return `10.${(i * 7_919) % 256}.${(i * 104_729) % 256}.${i % 256}`;
+  const network = (i * 40_503) % 65_536;
+  return `10.${network >> 8}.${network & 255}.${(i >> 16) % 256}`;
 }
 
 /**
