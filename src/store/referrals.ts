@@ -164,8 +164,10 @@ export interface EvidenceCounts {
 }
 
 /**
- * The evidence's counts, each up to `atMost`: in one statement on the
- * embedded engine (bounded index counts), a count each on MongoDB.
+ * The evidence's counts, each up to `atMost`. The referrer's flagged and
+ * rejected are kept totals on the embedded engine (no query); the times'
+ * counts are read in one statement there (bounded index counts); MongoDB
+ * counts each.
  */
 export async function countEvidence(
   db: Collections,
@@ -175,40 +177,40 @@ export async function countEvidence(
 ): Promise<EvidenceCounts> {
   const owned = ownedBy(tenant);
   const { referrerId } = wanted;
-  const filters: Filter<ReferralDoc>[] = [];
-  const slot = (filter: Filter<ReferralDoc>) => filters.push(filter) - 1;
-  const hour = wanted.velocity
-    ? slot({ referrerId, attributedAt: { $gte: wanted.velocity.hour }, ...owned })
-    : -1;
-  const day = wanted.velocity
-    ? slot({ referrerId, attributedAt: { $gte: wanted.velocity.day }, ...owned })
-    : -1;
+  const timed: Filter<ReferralDoc>[] = [];
+  if (wanted.velocity) {
+    timed.push(
+      { referrerId, attributedAt: { $gte: wanted.velocity.hour }, ...owned },
+      { referrerId, attributedAt: { $gte: wanted.velocity.day }, ...owned },
+    );
+  }
+  if (wanted.network) {
+    timed.push({
+      "evidence.refereeNetwork.networkHash": wanted.network.hash,
+      attributedAt: { $gte: wanted.network.since },
+      ...owned,
+    });
+  }
+  const count = (filter: Filter<ReferralDoc>) =>
+    db.referrals.countDocuments(filter, { limit: atMost });
   const history = (status: ReferralStatusName) =>
-    wanted.history ? slot({ ...owned, referrerId, status, deletedAt: null }) : -1;
-  const flagged = history("flagged");
-  const rejected = history("rejected");
-  const network = wanted.network
-    ? slot({
-        "evidence.refereeNetwork.networkHash": wanted.network.hash,
-        attributedAt: { $gte: wanted.network.since },
-        ...owned,
-      })
-    : -1;
-  const counts =
-    filters.length === 0
+    wanted.history ? count({ ...owned, referrerId, status, deletedAt: null }) : null;
+  const [counts, flagged, rejected] = await Promise.all([
+    timed.length === 0
       ? []
       : db.referrals.countMany
-        ? await db.referrals.countMany(filters, atMost)
-        : await Promise.all(
-            filters.map((filter) => db.referrals.countDocuments(filter, { limit: atMost })),
-          );
-  const at = (index: number) => (index < 0 ? null : (counts[index] ?? 0));
+        ? db.referrals.countMany(timed, atMost)
+        : Promise.all(timed.map(count)),
+    history("flagged"),
+    history("rejected"),
+  ]);
+  const velocity = wanted.velocity !== null;
   return {
-    lastHour: at(hour),
-    lastDay: at(day),
-    flagged: at(flagged),
-    rejected: at(rejected),
-    fromNetwork: at(network),
+    lastHour: velocity ? (counts[0] ?? 0) : null,
+    lastDay: velocity ? (counts[1] ?? 0) : null,
+    flagged,
+    rejected,
+    fromNetwork: wanted.network ? (counts[velocity ? 2 : 0] ?? 0) : null,
   };
 }
 
