@@ -493,6 +493,12 @@ async function buildTransports(
     writesRefused: serving.writesRefused,
     corsOrigins: config.corsOrigins,
     clientAddressOf,
+    links: {
+      store,
+      clock: deps.clock,
+      secretBox: deps.secretBox,
+      limit: rateLimits.followLink,
+    },
   });
   const grpc = createGrpcServer({
     registrations,

@@ -100,6 +100,8 @@ export interface RateLimitConfig {
    * address; past either, the key's (or the address's) lookups are refused.
    */
   readonly codeLookups: RateLimit | undefined;
+  /** Share links followed (`/r/{code}`) per client address. */
+  readonly links: RateLimit | undefined;
 }
 
 /** How long a shutdown waits, and how long and how many connections may be held. */
@@ -193,6 +195,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       admin: rateLimit(env, "RATE_LIMIT_ADMIN", "60/1m"),
       unauthenticated: rateLimit(env, "RATE_LIMIT_UNAUTHENTICATED", "30/1m"),
       codeLookups: rateLimit(env, "RATE_LIMIT_CODE_LOOKUPS", "30/1m"),
+      links: rateLimit(env, "RATE_LIMIT_LINKS", "120/1m"),
     },
     streamsPerKey: integer(env, "STREAMS_PER_KEY", 20, 1, 1_000_000),
     streamPollMs: streamPollInterval(env),

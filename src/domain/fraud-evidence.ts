@@ -217,6 +217,20 @@ function networkOf(address: string | null): { address: string; prefix: string } 
 }
 
 /** 128 bits of HMAC-SHA256, in hex: enough to tell addresses apart, nothing to read them back by. */
+/**
+ * A visitor of a share link: its address and full User-Agent, keyed like
+ * the network facts (one person's browser on one network, never its
+ * address); null without an address.
+ */
+export function visitorHash(
+  address: string | null,
+  userAgent: string | null,
+  networkKey: Buffer,
+): string | null {
+  if (!address) return null;
+  return keyedHash(networkKey, `visitor:${address}\n${userAgent ?? ""}`);
+}
+
 function keyedHash(key: Buffer, value: string): string {
   return createHmac("sha256", key).update(value).digest("hex").slice(0, 32);
 }

@@ -3,6 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { PlacementCheckpoint } from "../../gen/referral/v1/admin_pb.js";
 import {
   type Campaign,
+  CampaignAttributionSchema,
   type CampaignCheckpoint,
   CampaignCheckpointSchema,
   CampaignCheckpointTrigger,
@@ -24,6 +25,7 @@ import { rewardTriggerOf } from "../domain/conversion.js";
 import { completePolicy, type FraudPolicyDoc } from "../domain/fraud-policy.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
+import { defaultWindowDays, maxWindowDays } from "../domain/links.js";
 import { type CurrencyName, rewardAmountMinor } from "../domain/money.js";
 import { parseDuration } from "../domain/reward-ledger.js";
 import { canonicalTimeZone, StatsPeriodProblem } from "../domain/stats-time.js";
@@ -280,6 +282,17 @@ function checkCampaign(campaign: Campaign, environment: EnvironmentName): void {
   if (campaign.fraudPolicy) {
     campaign.fraudPolicy = checkedFraudPolicy(campaign.fraudPolicy, "campaign.fraudPolicy");
   }
+  // Written with its defaults, so a campaign says how its links attribute.
+  const attribution = campaign.attribution ?? create(CampaignAttributionSchema, {});
+  const windowDays = attribution.windowDays || defaultWindowDays;
+  if (windowDays < 1 || windowDays > maxWindowDays) {
+    throw invalidArgument(
+      "campaign.attribution.windowDays",
+      `must be a whole number of days from 1 to ${maxWindowDays}`,
+    );
+  }
+  attribution.windowDays = windowDays;
+  campaign.attribution = attribution;
 }
 
 /**

@@ -20,6 +20,7 @@ import type {
   ApplicationDoc,
   CampaignDoc,
   CheckpointDoc,
+  ClickDoc,
   CustomerDoc,
   DeliveryDoc,
   EventDoc,
@@ -108,4 +109,5 @@ export interface Collections {
   readonly events: StoreCollection<EventDoc>;
   readonly deliveries: StoreCollection<DeliveryDoc>;
   readonly idempotencyKeys: StoreCollection<IdempotencyKeyDoc>;
+  readonly clicks: StoreCollection<ClickDoc>;
 }

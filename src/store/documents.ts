@@ -182,6 +182,8 @@ export interface CampaignDoc {
   leaderboard?: CampaignLeaderboardDoc | null;
   /** What an unverified public-key trigger checkpoint does; absent on campaigns stored before it (`hold`). */
   publicCheckpoints?: PublicCheckpointsName;
+  /** How its share links attribute (docs/links.md); absent on campaigns stored before links. */
+  attribution?: { windowDays: number } | null;
   /** Its fraud policy (completed with the defaults when saved); absent or null for the environment's. */
   fraudPolicy?: FraudPolicyDoc | null;
   /**
@@ -511,4 +513,40 @@ export interface RewardSnapshotDoc {
   /** The reward's plain form (`referral.v1.Reward`). */
   reward: StoredReward;
   createdAt: Date;
+}
+
+/**
+ * A click on a share link (docs/links.md), or a bot's fetch of one: kept
+ * with keyed hashes only (no address), until the campaign's attribution
+ * window ends (`expiresAt`).
+ */
+export interface ClickDoc {
+  /** Public id, prefix `clk_`: the `rclk` a landing page receives. */
+  _id: string;
+  organizationId: string;
+  applicationId: string;
+  environment: EnvironmentName;
+  campaignId: string;
+  /** The customer whose link it is. */
+  referrerId: string;
+  /** The referral code the link carried. */
+  code: string;
+  /** The channel the link named (`?ch=`); null for none. */
+  channel: string | null;
+  /** A bot's family (see `botReasonOf`); null for a person's click. */
+  bot: string | null;
+  /**
+   * The visitor (keyed hash of address and User-Agent), the address and its
+   * network (the fraud evidence's hashes); null while the application keeps
+   * no network facts.
+   */
+  visitorHash: string | null;
+  addressHash: string | null;
+  networkHash: string | null;
+  userAgentFamily: string | null;
+  /** Whether it was the visitor's first click on the campaign's links. */
+  firstOfVisitor: boolean;
+  createdAt: Date;
+  /** When its attribution window ends, and it is removed. */
+  expiresAt: Date;
 }

@@ -51,6 +51,8 @@ export async function eraseEverywhere(
     { ...ownedBy(tenant), refereeId: id, evidence: { $exists: true } },
     { $set: { "evidence.refereeEmail": null, "evidence.refereeNetwork": null } },
   );
+  // The clicks on its links: a click names its code and its visitors' hashes.
+  await db.clicks.deleteMany({ ...ownedBy(tenant), referrerId: id });
   await rewriteEvents(db, { ...ownedBy(tenant), customerId: id }, scrubSubject);
   const scrubReferredBy = referredByScrub(id);
   // Events name the referrer their referredBy holds, whoever refers the customer since.

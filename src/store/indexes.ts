@@ -69,6 +69,10 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
     },
     { key: { applicationId: 1, emailNormalized: 1 }, serves: "ListCustomers by email" },
     {
+      key: { referralCode: 1 },
+      serves: "a share link that names no campaign: the customer of its code, in any application",
+    },
+    {
       key: { applicationId: 1, environment: 1, emailCanonical: 1 },
       serves: "the duplicate_referee_email rule: customers sharing a mailbox",
     },
@@ -249,6 +253,23 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "expired idempotency keys: MongoDB's TTL monitor; the embedded engine's sweep",
     },
   ],
+  clicks: [
+    {
+      key: { visitorHash: 1, campaignId: 1, createdAt: -1 },
+      options: { sparse: true },
+      serves: "a visitor's repeat within the hour, and whether a click is the visitor's first",
+    },
+    {
+      key: { applicationId: 1, referrerId: 1 },
+      serves: "erasing a customer: the clicks on its links",
+    },
+    {
+      key: { expiresAt: 1 },
+      // MongoDB removes a click once its window has ended.
+      options: { expireAfterSeconds: 0 },
+      serves: "expired clicks: MongoDB's TTL monitor; the embedded engine's sweep",
+    },
+  ],
 };
 
 /**
@@ -394,7 +415,8 @@ export type CollectionName =
   | "webhooks"
   | "events"
   | "deliveries"
-  | "idempotencyKeys";
+  | "idempotencyKeys"
+  | "clicks";
 
 /** How expiring indexes are created: their lifetime, and how an existing one's is changed. */
 export interface ExpiryOptions {

@@ -135,6 +135,7 @@ const collectionNames: readonly CollectionName[] = [
   "webhooks",
   "events",
   "deliveries",
+  "clicks",
   "idempotencyKeys",
 ];
 

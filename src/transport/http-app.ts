@@ -27,6 +27,7 @@ import {
   shuttingDownError,
   toConnectError,
 } from "./errors.js";
+import { registerLinks } from "./links.js";
 import { registerOpenApi } from "./openapi.js";
 import { endStreams, type Pipeline, type ServiceRegistration } from "./pipeline.js";
 import type { RateLimits } from "./rate-limit.js";
@@ -59,6 +60,8 @@ export interface HttpAppOptions {
   readonly corsOrigins?: CorsOrigins;
   /** The client's address, from the peer and the headers of trusted proxies (TRUSTED_PROXIES). */
   readonly clientAddressOf: ClientAddressOf;
+  /** What `/r/{code}` needs: the store, the clock, the network keys' box, its limit. */
+  readonly links?: Parameters<typeof registerLinks>[1];
 }
 
 declare module "fastify" {
@@ -140,6 +143,7 @@ export async function buildHttpApp(options: HttpAppOptions): Promise<FastifyInst
   registerOpenApi(app);
   await registerDocs(app);
   registerDashboard(app);
+  if (options.links) registerLinks(app, options.links);
 
   app.get("/metrics", async (request, reply) => {
     if (!options.metricsToken) {

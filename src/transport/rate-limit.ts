@@ -50,6 +50,11 @@ export interface RateLimits {
    * lookups for the call's key and address (see {@link codeLookupsOf}).
    */
   readonly byKey: Interceptor;
+  /**
+   * Counts a share link followed (`/r/{code}`) against the client's address;
+   * RESOURCE_EXHAUSTED past its limit. The limit's headers go in `answered`.
+   */
+  followLink(answered: Answered, address: string): Promise<void>;
 }
 
 /**
@@ -92,6 +97,7 @@ export async function createRateLimits(
     admin: counterOf("admin"),
     unauthenticated: counterOf("unauthenticated"),
     codeLookups: counterOf("codeLookups"),
+    links: counterOf("links"),
   };
   const mongoLimiter = Object.values(counters)
     .map((counter) => counter?.limiter)
@@ -144,6 +150,13 @@ export async function createRateLimits(
       counters.codeLookups,
       refuse,
     ),
+    async followLink(answered, address) {
+      const links = counters.links;
+      if (!links) return;
+      const verdict = await links.consume(addressKey(address));
+      announce(answered, links, verdict);
+      if (!verdict.allowed) refuse(answered, links, verdict);
+    },
   };
 }
 
@@ -291,6 +304,7 @@ const refusals: Record<LimitName, string> = {
   admin: "too many admin calls from this address",
   unauthenticated: "too many failed authentications from this address",
   codeLookups: "too many unknown referral codes from this key or address",
+  links: "too many share links followed from this address",
 };
 
 /** Where a limit's counters live. */

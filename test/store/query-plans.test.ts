@@ -301,6 +301,21 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   }
   await call("PATCH", `/referrals/${second.id}`, sk, { status: "rejected", reason: "test" });
 
+  // Share links: a person's click (with and without the campaign), its
+  // repeat, a bot's fetch, an unknown code.
+  const phone = "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) Mobile/15E148 Safari/604.1";
+  for (const [path, userAgent] of [
+    [`/r/${referrer.referralCode}?c=${campaign.id}&ch=sms`, phone],
+    [`/r/${referrer.referralCode}`, phone],
+    [`/r/${referrer.referralCode}`, "Slackbot-LinkExpanding 1.0"],
+    ["/r/NOSUCH23", phone],
+  ] as const) {
+    await fetch(`${server.baseUrl}${path}`, {
+      redirect: "manual",
+      headers: { "user-agent": userAgent },
+    });
+  }
+
   // The fraud review queue and a backtest over the campaign's referrals.
   await call("GET", "/fraud-reviews", sk);
   await call("GET", `/fraud-reviews?campaignId=${campaign.id}&environment=test`, sk);

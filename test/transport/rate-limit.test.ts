@@ -524,6 +524,7 @@ test("the variables take calls per window or off, and name themselves when wrong
     admin: { calls: 60, windowSeconds: 60 },
     unauthenticated: { calls: 30, windowSeconds: 60 },
     codeLookups: { calls: 30, windowSeconds: 60 },
+    links: { calls: 120, windowSeconds: 60 },
   });
   const set = loadConfig({ RATE_LIMIT_SECRET: "5000/1h", RATE_LIMIT_ADMIN: "off" }).rateLimits;
   t.deepEqual(set.secret, { calls: 5000, windowSeconds: 3600 });

@@ -1,0 +1,169 @@
+import { networkHashes, userAgentFamily, visitorHash } from "../domain/fraud-evidence.js";
+import { newId } from "../domain/ids.js";
+import {
+  type BotReasonName,
+  botReasonOf,
+  channelOf,
+  defaultWindowDays,
+  landingUrl,
+  nowherePage,
+  previewPage,
+  repeatWindowMs,
+} from "../domain/links.js";
+import type { Clock } from "../domain/tenancy.js";
+import { findLatestVisit, insertClick } from "../store/clicks.js";
+import type { CampaignDoc, ClickDoc, CustomerDoc } from "../store/documents.js";
+import type { SecretBox } from "../store/secret-box.js";
+import type { Store } from "../store/store.js";
+import { networkKeyOf } from "./evidence.js";
+
+/**
+ * Following a share link, `/r/{code}` (docs/links.md): the customer of the
+ * code, the campaign (the link's `c`, else the customer's environment's
+ * default live campaign), the click recorded (a person's, once per visitor
+ * an hour) or the bot's fetch counted, and what the visitor gets: a
+ * redirect to the landing page with `ref` and `rclk`, a preview page for a
+ * bot, or the landing page alone for a code that leads nowhere.
+ */
+
+/** What following a link answers. */
+export type LinkAnswer =
+  | { readonly kind: "redirect"; readonly location: string; readonly clickId: string | null }
+  | { readonly kind: "page"; readonly html: string; readonly bot: BotReasonName | null };
+
+/** A link as a request followed it. */
+export interface LinkRequest {
+  readonly code: string;
+  /** `?c=`: the campaign, when the link names one. */
+  readonly campaignId: string | undefined;
+  /** `?ch=`: the channel it was shared on. */
+  readonly channel: string | undefined;
+  readonly address: string;
+  readonly userAgent: string | undefined;
+  /** A HEAD request: answered alike, counted not at all. */
+  readonly head: boolean;
+}
+
+/** What following links needs. */
+export interface LinkDeps {
+  readonly store: Store;
+  readonly clock: Clock;
+  readonly secretBox: SecretBox;
+}
+
+const codeShape = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** Follows a link: see the module's comment. */
+export async function followLink(deps: LinkDeps, request: LinkRequest): Promise<LinkAnswer> {
+  const { campaign, referrer } = await linkTarget(deps.store, request);
+  const bot = botReasonOf(request.userAgent);
+  if (!campaign) return { kind: "page", html: nowherePage(), bot };
+  const page = campaign.refereeLandingPageUrl;
+  if (bot) {
+    if (referrer && !request.head) await recordClick(deps, request, campaign, referrer, bot);
+    return {
+      kind: "page",
+      bot,
+      html: previewPage({
+        title: campaign.name,
+        description: campaign.inviteMessage,
+        url: page ? landingUrl(page, referrer ? request.code : null, null) : null,
+      }),
+    };
+  }
+  if (!page) return { kind: "page", html: nowherePage(), bot: null };
+  if (!referrer) return { kind: "redirect", location: landingUrl(page, null, null), clickId: null };
+  const clickId = request.head ? null : await recordClick(deps, request, campaign, referrer, null);
+  return {
+    kind: "redirect",
+    location: landingUrl(page, request.code, clickId),
+    clickId,
+  };
+}
+
+/** The campaign and the customer a link leads to; either may be missing. */
+async function linkTarget(
+  store: Store,
+  request: LinkRequest,
+): Promise<{ campaign: CampaignDoc | null; referrer: CustomerDoc | null }> {
+  const db = store.system;
+  const named =
+    request.campaignId && /^cmp_[A-Za-z0-9_-]{1,64}$/.test(request.campaignId)
+      ? await db.campaigns.findOne({ _id: request.campaignId, deletedAt: null })
+      : null;
+  const code = codeShape.test(request.code) ? request.code : null;
+  const referrer = code
+    ? await db.customers.findOne(
+        named
+          ? {
+              applicationId: named.applicationId,
+              referralCode: code,
+              environment: named.environment,
+              deletedAt: null,
+            }
+          : { referralCode: code, deletedAt: null },
+      )
+    : null;
+  if (named) return { campaign: named, referrer };
+  if (!referrer) return { campaign: null, referrer: null };
+  const campaign = await db.campaigns.findOne({
+    applicationId: referrer.applicationId,
+    environment: referrer.environment,
+    isDefault: true,
+    isLive: true,
+    deletedAt: null,
+  });
+  return { campaign, referrer };
+}
+
+/**
+ * Records a click (or a bot's fetch), unless it repeats the visitor's
+ * click on the same link within the hour; the click's id either way, null
+ * for a bot's.
+ */
+async function recordClick(
+  deps: LinkDeps,
+  request: LinkRequest,
+  campaign: CampaignDoc,
+  referrer: CustomerDoc,
+  bot: BotReasonName | null,
+): Promise<string | null> {
+  const tenant = { organizationId: referrer.organizationId, applicationId: referrer.applicationId };
+  const now = deps.clock();
+  const key = await networkKeyOf(deps.store.forTenant(tenant), deps.secretBox);
+  const userAgent = request.userAgent ?? null;
+  const visitor = key ? visitorHash(request.address, userAgent, key) : null;
+  const hashes = key ? networkHashes(request.address, key) : null;
+  const latest =
+    visitor && !bot
+      ? await findLatestVisit(deps.store.system, tenant, visitor, campaign._id)
+      : null;
+  if (
+    latest &&
+    latest.code === request.code &&
+    now.getTime() - latest.createdAt.getTime() < repeatWindowMs
+  ) {
+    return latest._id;
+  }
+  const windowDays = campaign.attribution?.windowDays || defaultWindowDays;
+  const click: ClickDoc = {
+    _id: newId("clk", now),
+    organizationId: referrer.organizationId,
+    applicationId: referrer.applicationId,
+    environment: referrer.environment,
+    campaignId: campaign._id,
+    referrerId: referrer._id,
+    code: request.code,
+    channel: channelOf(request.channel),
+    bot,
+    visitorHash: bot ? null : visitor,
+    addressHash: hashes?.addressHash ?? null,
+    networkHash: hashes?.networkHash ?? null,
+    userAgentFamily: userAgentFamily(userAgent),
+    firstOfVisitor: !bot && visitor !== null && latest === null,
+    createdAt: now,
+    expiresAt: new Date(now.getTime() + windowDays * 86_400_000),
+  };
+  await insertClick(deps.store.system, click, deps.store.engine === "embedded");
+  return bot ? null : click._id;
+}

@@ -1,0 +1,41 @@
+import type { Tenant } from "../domain/tenancy.js";
+import type { Collections } from "./collection.js";
+import type { ClickDoc } from "./documents.js";
+import { ownedBy } from "./tenant.js";
+
+/** A visitor's latest click on a campaign's links, if any (its repeat, or proof it came before). */
+export function findLatestVisit(
+  db: Collections,
+  tenant: Tenant,
+  visitorHash: string,
+  campaignId: string,
+): Promise<ClickDoc | null> {
+  return db.clicks.findOne(
+    { visitorHash, campaignId, ...ownedBy(tenant) },
+    { sort: { createdAt: -1 } },
+  );
+}
+
+/**
+ * Stores a click. On the embedded engine it also removes up to two
+ * expired clicks (MongoDB's TTL index does that there), so expired clicks
+ * leave at least as fast as new ones arrive; the deletes share the click's
+ * commit.
+ */
+export async function insertClick(
+  db: Collections,
+  doc: ClickDoc,
+  sweepsExpired: boolean,
+): Promise<void> {
+  await Promise.all([
+    db.clicks.insertOne(doc),
+    ...(sweepsExpired
+      ? [1, 2].map(() => db.clicks.deleteOne({ expiresAt: { $lte: doc.createdAt } }))
+      : []),
+  ]);
+}
+
+/** A click by id, in the tenant. */
+export function findClick(db: Collections, tenant: Tenant, id: string): Promise<ClickDoc | null> {
+  return db.clicks.findOne({ _id: id, ...ownedBy(tenant) });
+}

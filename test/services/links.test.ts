@@ -1,0 +1,214 @@
+import test from "ava";
+import type { ClickDoc } from "../../src/store/documents.js";
+import { type Json, rest, startServer, useServer } from "../helpers/server.js";
+import { tenantCalls } from "../helpers/tenant-calls.js";
+
+/**
+ * Share links (issue 43, docs/links.md): `/r/{code}` records a click and
+ * redirects a person to the campaign's landing page with `ref` and `rclk`;
+ * a repeat within the hour, a HEAD and a bot count no click; link previews
+ * get a page of Open Graph tags; an unknown code still lands; the address
+ * is limited. With the service's clock ours.
+ */
+
+let elapsedMs = 0;
+const server = useServer({ clock: () => new Date(Date.now() + elapsedMs) });
+const { admin, okBody } = tenantCalls(server);
+
+const phone =
+  "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1";
+const landing = "https://shop.example.com/join?utm_source=referral";
+
+interface App {
+  secretKey: string;
+  campaignId: string;
+  applicationId: string;
+}
+
+let apps = 0;
+async function newApplication(): Promise<App> {
+  const created = await admin("POST", "/admin/applications", { name: `links ${++apps}` });
+  const applicationId = created.application.id;
+  const campaign = await admin("POST", `/admin/applications/${applicationId}/campaigns`, {
+    name: "Give $10, get $10",
+    environment: "production",
+    isLive: true,
+    isDefault: true,
+    refereeLandingPageUrl: landing,
+    inviteMessage: "Ada sent you $10 <off> your first order",
+  });
+  return { secretKey: created.secretKey, campaignId: campaign.id, applicationId };
+}
+
+async function referrerOf(app: App, name: string): Promise<Json> {
+  return okBody(
+    "rest",
+    "IdentifyCustomer",
+    { externalUserId: name, name, email: `${name}@example.com` },
+    app.secretKey,
+  );
+}
+
+/** Follows a link without following its redirect. */
+function follow(path: string, init: { userAgent?: string; method?: string } = {}) {
+  return fetch(`${server.baseUrl}${path}`, {
+    method: init.method ?? "GET",
+    redirect: "manual",
+    headers: init.userAgent === undefined ? {} : { "user-agent": init.userAgent },
+  });
+}
+
+function clicksOf(app: App): Promise<ClickDoc[]> {
+  return server.app.store.system.clicks
+    .find({ applicationId: app.applicationId }, { sort: { createdAt: 1 } })
+    .toArray();
+}
+
+test.serial(
+  "a person's click redirects to the landing page with ref and rclk, once an hour",
+  async (t) => {
+    const app = await newApplication();
+    const ada = await referrerOf(app, "ada");
+    const response = await follow(`/r/${ada.referralCode}?c=${app.campaignId}&ch=whatsapp`, {
+      userAgent: phone,
+    });
+    t.is(response.status, 302);
+    t.is(response.headers.get("cache-control"), "no-store");
+    t.is(response.headers.get("set-cookie"), null, "no cookie of ours");
+    const location = new URL(response.headers.get("location") ?? "");
+    t.is(`${location.origin}${location.pathname}`, "https://shop.example.com/join");
+    t.is(location.searchParams.get("utm_source"), "referral", "the page's own parameters stay");
+    t.is(location.searchParams.get("ref"), ada.referralCode);
+    const clickId = location.searchParams.get("rclk") ?? "";
+    t.regex(clickId, /^clk_/);
+    const [click] = await clicksOf(app);
+    t.like(click, {
+      _id: clickId,
+      campaignId: app.campaignId,
+      referrerId: ada.id,
+      code: ada.referralCode,
+      channel: "whatsapp",
+      bot: null,
+      firstOfVisitor: true,
+      userAgentFamily: "Safari on iOS",
+    });
+    t.regex(click?.visitorHash ?? "", /^[0-9a-f]{32}$/, "the visitor as a keyed hash");
+    t.false(JSON.stringify(click).includes("127.0.0.1"), "no address is kept");
+
+    // The same visitor again within the hour: the same click, nothing counted.
+    const again = await follow(`/r/${ada.referralCode}?c=${app.campaignId}`, { userAgent: phone });
+    t.is(new URL(again.headers.get("location") ?? "").searchParams.get("rclk"), clickId);
+    // HEAD is answered and counted not at all.
+    const head = await follow(`/r/${ada.referralCode}`, { userAgent: phone, method: "HEAD" });
+    t.is(head.status, 302);
+    t.is(new URL(head.headers.get("location") ?? "").searchParams.get("rclk"), null);
+    t.is((await clicksOf(app)).length, 1);
+
+    // Another customer's link is a new click, though not a new visitor.
+    const grace = await referrerOf(app, "grace");
+    await follow(`/r/${grace.referralCode}`, { userAgent: phone });
+    // An hour later, Ada's link again is a click again.
+    elapsedMs += 61 * 60 * 1000;
+    await follow(`/r/${ada.referralCode}`, { userAgent: phone });
+    const clicks = await clicksOf(app);
+    t.deepEqual(
+      clicks.map((c) => [c.code, c.firstOfVisitor, c.channel]),
+      [
+        [ada.referralCode, true, "whatsapp"],
+        [grace.referralCode, false, null],
+        [ada.referralCode, false, null],
+      ],
+    );
+    // The clicks go with the customer they belong to.
+    await rest(server, "DELETE", `/customers/${ada.id}`, { key: app.secretKey });
+    t.deepEqual(
+      (await clicksOf(app)).map((c) => c.code),
+      [grace.referralCode],
+    );
+  },
+);
+
+test.serial(
+  "link previews and crawlers get a page of Open Graph tags, counted apart by reason",
+  async (t) => {
+    const app = await newApplication();
+    const ada = await referrerOf(app, "ada");
+    for (const [userAgent, reason] of [
+      ["Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)", "slack"],
+      ["WhatsApp/2.23.20.0", "whatsapp"],
+      [
+        "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_11_1) AppleWebKit/601.2.4 (KHTML, like Gecko) Version/9.0.1 Safari/601.2.4 facebookexternalhit/1.1 Facebot Twitterbot/1.0",
+        "apple",
+      ],
+      [
+        "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/120.0.0.0 Safari/537.36",
+        "headless",
+      ],
+    ] as const) {
+      const response = await follow(`/r/${ada.referralCode}`, { userAgent });
+      t.is(response.status, 200, reason);
+      t.regex(response.headers.get("content-type") ?? "", /^text\/html/);
+      const html = await response.text();
+      t.true(html.includes('<meta property="og:title" content="Give $10, get $10">'), reason);
+      t.true(
+        html.includes("Ada sent you $10 &lt;off&gt; your first order"),
+        "the invite message, escaped",
+      );
+      t.false(html.includes("<script"), "no script");
+    }
+    const clicks = await clicksOf(app);
+    t.deepEqual(
+      clicks.map((c) => c.bot),
+      ["slack", "whatsapp", "apple", "headless"],
+    );
+    t.true(
+      clicks.every((c) => c.visitorHash === null && !c.firstOfVisitor),
+      "a bot is no visitor",
+    );
+  },
+);
+
+test.serial(
+  "an unknown code still lands: the landing page without ref and rclk, or a page of its own",
+  async (t) => {
+    const app = await newApplication();
+    const named = await follow(`/r/NOSUCH23?c=${app.campaignId}`, { userAgent: phone });
+    t.is(named.status, 302);
+    t.is(named.headers.get("location"), landing);
+    const unnamed = await follow("/r/NOSUCH23", { userAgent: phone });
+    t.is(unnamed.status, 200);
+    t.regex(await unnamed.text(), /This invitation has no page/);
+    const odd = await follow(`/r/${encodeURIComponent("<script>")}?c=cmp_nope&ch=%3Cx%3E`, {
+      userAgent: phone,
+    });
+    t.is(odd.status, 200, "never an error page a friend sees");
+    t.deepEqual(await clicksOf(app), []);
+  },
+);
+
+test("a click flood from one address is refused past RATE_LIMIT_LINKS", async (t) => {
+  const limited = await startServer({ env: { RATE_LIMIT_LINKS: "3/1m" } });
+  try {
+    const statuses: number[] = [];
+    for (let i = 0; i < 4; i++) {
+      const response = await fetch(`${limited.baseUrl}/r/NOSUCH23`, { redirect: "manual" });
+      statuses.push(response.status);
+      if (i === 3) {
+        t.truthy(response.headers.get("retry-after"));
+        t.regex(response.headers.get("ratelimit") ?? "", /"links";r=0/);
+      }
+    }
+    t.deepEqual(statuses, [200, 200, 200, 429]);
+    t.like((await (await fetch(`${limited.baseUrl}/r/NOSUCH23`)).json()) as Json, {
+      code: "resource_exhausted",
+    });
+  } finally {
+    await limited.stop();
+  }
+});
+
+test("RATE_LIMIT_LINKS is checked at start", async (t) => {
+  await t.throwsAsync(startServer({ env: { RATE_LIMIT_LINKS: "many" } }), {
+    message: /RATE_LIMIT_LINKS/,
+  });
+});
