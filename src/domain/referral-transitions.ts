@@ -64,6 +64,8 @@ export interface ReferralRecord {
    * finds it by this (a sparse index) and accepts it if it still waits.
    */
   reviewDueAt?: Date;
+  /** How the current referrer was found; absent on referrals made before it was recorded. */
+  attribution?: AttributionRecord;
   /** When the current referrer was attributed (creation or re-attribution); the velocity rule counts by it. */
   attributedAt: Date;
   createdAt: Date;
@@ -90,6 +92,15 @@ export interface RuledStatus {
   readonly rewardsHeld?: true;
   /** When its review lapses into an acceptance (a review deadline that accepts). */
   readonly reviewDueAt?: Date;
+  /** How the referrer was found: its code, or a click on its link. */
+  readonly attribution?: AttributionRecord;
+}
+
+/** How a referral's current referrer was found (the plain form of `referral.v1.ReferralAttribution`). */
+export interface AttributionRecord {
+  readonly method: "code" | "click";
+  readonly clickId: string | null;
+  readonly clickedAt: Date | null;
 }
 
 /** How risky the fraud rules found an attribution (see `riskOf`). */

@@ -2,6 +2,7 @@ import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { PlacementCheckpoint } from "../../gen/referral/v1/admin_pb.js";
 import {
+  AttributionModel,
   type Campaign,
   CampaignAttributionSchema,
   type CampaignCheckpoint,
@@ -292,6 +293,9 @@ function checkCampaign(campaign: Campaign, environment: EnvironmentName): void {
     );
   }
   attribution.windowDays = windowDays;
+  if (attribution.model === AttributionModel.UNSPECIFIED) {
+    attribution.model = AttributionModel.FIRST_CLICK;
+  }
   campaign.attribution = attribution;
 }
 

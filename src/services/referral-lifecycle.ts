@@ -13,6 +13,7 @@ import { type CompiledPolicy, judgeWithPolicy } from "../domain/fraud-policy.js"
 import { riskOf, type SuspectedFraud } from "../domain/fraud-rules.js";
 import { canTransition, type ReferralStatusName } from "../domain/referral-status.js";
 import {
+  type AttributionRecord,
   newReferral,
   type RuledStatus,
   reattributed,
@@ -75,6 +76,8 @@ export async function attributeReferral(
   mayReattribute: boolean,
   /** The referee's network as this call saw it (see `networkOfCall`); null without one. */
   refereeNetwork: NetworkEvidence | null,
+  /** How the referrer was found: its code, unless a click on its link. */
+  attribution: AttributionRecord = byCode,
 ): Promise<ReferralOutcome> {
   const { store, tenant } = caller;
   const parties = {
@@ -98,7 +101,7 @@ export async function attributeReferral(
     if (decision.kind === "create") {
       const status = statusFromRules(frauds);
       const change = statusChange(null, status, "created", caller.keyId, now, rulesReason(frauds));
-      const ruled = ruledBy(status, frauds, evidence, policy, now);
+      const ruled = { ...ruledBy(status, frauds, evidence, policy, now), attribution };
       const fresh = newReferral(tenant, parties, ruled, change);
       const view = referralView(fresh);
       const { doc, created } = await store.referrals.insert(fresh, referralCreated(fresh, view));
@@ -119,7 +122,7 @@ export async function attributeReferral(
       now,
       rulesReason(frauds),
     );
-    const ruled = ruledBy(status, frauds, evidence, policy, now);
+    const ruled = { ...ruledBy(status, frauds, evidence, policy, now), attribution };
     const after = reattributed(current, referrer._id, ruled, change);
     const view = referralView(after);
     const moved = await store.referrals.reattribute(
@@ -134,6 +137,8 @@ export async function attributeReferral(
   }
   throw new Error(`referral of ${referee._id} kept changing during ${writeAttempts} attempts`);
 }
+
+const byCode: AttributionRecord = { method: "code", clickId: null, clickedAt: null };
 
 /** Gathers the evidence of a proposed attribution, and runs the campaign's policy on it. */
 async function judge(

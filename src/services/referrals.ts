@@ -14,6 +14,7 @@ import { toPlain } from "../contract/plain-codec.js";
 import { messageFromDoc } from "../contract/records.js";
 import { compilePolicy, type FraudPolicyDoc } from "../domain/fraud-policy.js";
 import { limits } from "../domain/limits.js";
+import { defaultWindowDays } from "../domain/links.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import { fraudReviewResolved } from "../events/events.js";
@@ -53,7 +54,14 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
     async createReferral(request, context) {
       const caller = callerOf(context);
       const { store } = caller;
-      const referralCode = requiredText(request.referralCode, "referralCode");
+      const clickId = optionalText(request.clickId, "clickId");
+      // With a click the code may be left out (proto3 sends it empty then).
+      const referralCode =
+        clickId === undefined
+          ? requiredText(request.referralCode, "referralCode")
+          : request.referralCode === ""
+            ? undefined
+            : optionalText(request.referralCode, "referralCode");
       const campaignId = optionalText(request.campaignId, "campaignId");
       const refereeId = optionalText(request.refereeId, "refereeId");
       const refereeExternalUserId = optionalText(
@@ -65,20 +73,44 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       }
       const userHash = optionalUserHash(request.userHash);
       const sentContext = checkedContext(caller, request.context);
-      const campaign = campaignId
-        ? await store.campaigns.find(campaignId)
-        : await store.campaigns.findDefault(environmentOrProduction(request.environment));
-      if (!campaign) {
-        throw notFound(campaignId ? `campaign ${campaignId}` : "default campaign");
-      }
-      const environment = campaign.environment;
-      // Wrong codes are limited per key and address, so codes cannot be searched (docs/trust.md).
+      // Wrong codes (and clicks) are limited per key and address, so they cannot be searched (docs/trust.md).
       const lookups = context.values.get(codeLookupsKey);
       await lookups.beforeLookup();
-      const referrer = await store.customers.findByReferralCode(environment, referralCode);
+      const click = clickId === undefined ? null : await store.clicks.find(clickId);
+      if (clickId !== undefined && (!click || click.bot !== null)) {
+        await lookups.lookupFailed();
+        throw notFound(
+          `click ${clickId}`,
+          "it is unknown, or its campaign's attribution window ended and it was removed",
+        );
+      }
+      if (click && campaignId !== undefined && campaignId !== click.campaignId) {
+        throw invalidArgument("campaignId", "names another campaign than the click's");
+      }
+      if (click && referralCode !== undefined && referralCode !== click.code) {
+        throw invalidArgument("referralCode", "is not the code of the click's link");
+      }
+      const namedCampaign = click?.campaignId ?? campaignId;
+      const campaign = namedCampaign
+        ? await store.campaigns.find(namedCampaign)
+        : await store.campaigns.findDefault(environmentOrProduction(request.environment));
+      if (!campaign) {
+        throw notFound(namedCampaign ? `campaign ${namedCampaign}` : "default campaign");
+      }
+      const environment = campaign.environment;
+      if (click) {
+        const windowDays = campaign.attribution?.windowDays || defaultWindowDays;
+        if (deps.clock().getTime() - click.createdAt.getTime() > windowDays * 86_400_000) {
+          throw failedPrecondition(
+            `click ${click._id} was made more than the campaign's ${windowDays}-day attribution window ago`,
+          );
+        }
+      }
+      const code = click?.code ?? (referralCode as string);
+      const referrer = await store.customers.findByReferralCode(environment, code);
       if (!referrer) {
         await lookups.lookupFailed();
-        throw await referralCodeNotFound(store, environment, referralCode);
+        throw await referralCodeNotFound(store, environment, code);
       }
       const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
       // The referee is the customer the call acts for (docs/trust.md).
@@ -89,15 +121,21 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
         deps,
         endUserOf(caller, context, sentContext),
       );
-      // Only a secret key or the referee's own verified call moves a referral (docs/trust.md).
+      // Only a secret key or the referee's own verified call moves a referral
+      // (docs/trust.md); a click moves one only when the last click wins.
+      const model = campaign.attribution?.model ?? "first_click";
+      const mayMove = verification !== "unverified" && (!click || model === "last_click");
       const { view } = await attributeReferral(
         deps,
         caller,
         campaign,
         referrer,
         referee,
-        verification !== "unverified",
+        mayMove,
         refereeNetwork,
+        click
+          ? { method: "click", clickId: click._id, clickedAt: click.createdAt }
+          : { method: "code", clickId: null, clickedAt: null },
       );
       deps.notifyWebhooks();
       // The specification's create response has no environment field; the

@@ -183,7 +183,7 @@ export interface CampaignDoc {
   /** What an unverified public-key trigger checkpoint does; absent on campaigns stored before it (`hold`). */
   publicCheckpoints?: PublicCheckpointsName;
   /** How its share links attribute (docs/links.md); absent on campaigns stored before links. */
-  attribution?: { windowDays: number } | null;
+  attribution?: { windowDays: number; model: "first_click" | "last_click" } | null;
   /** Its fraud policy (completed with the defaults when saved); absent or null for the environment's. */
   fraudPolicy?: FraudPolicyDoc | null;
   /**

@@ -10,6 +10,7 @@ import {
   updateCampaignPing,
 } from "./campaigns.js";
 import { findCheckpointsOfCustomer, insertCheckpoint } from "./checkpoints.js";
+import { findClick } from "./clicks.js";
 import type { Collections } from "./collection.js";
 import { customerMessages, customerPage, customerView } from "./customer-records.js";
 import type { CustomerViews } from "./customer-views.js";
@@ -232,6 +233,10 @@ export function createTenantStore(
       clearReversalPending: bind(clearReversalPending),
       snapshots: bind(findRewardSnapshots),
       storeSnapshot: bind(storeRewardSnapshot),
+    },
+    clicks: {
+      /** A click by id (`rclk`), in the tenant. */
+      find: bind(findClick),
     },
     checkpoints: {
       insert: (doc: CheckpointDoc, outbox: readonly OutboxEntryDoc[]) =>

@@ -1,6 +1,7 @@
 import test from "ava";
 import type { ClickDoc } from "../../src/store/documents.js";
-import { type Json, rest, startServer, useServer } from "../helpers/server.js";
+import { protocols } from "../helpers/callers.js";
+import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 import { tenantCalls } from "../helpers/tenant-calls.js";
 
 /**
@@ -13,7 +14,7 @@ import { tenantCalls } from "../helpers/tenant-calls.js";
 
 let elapsedMs = 0;
 const server = useServer({ clock: () => new Date(Date.now() + elapsedMs) });
-const { admin, okBody } = tenantCalls(server);
+const { admin, okBody, send } = tenantCalls(server);
 
 const phone =
   "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1";
@@ -212,3 +213,72 @@ test("RATE_LIMIT_LINKS is checked at start", async (t) => {
     message: /RATE_LIMIT_LINKS/,
   });
 });
+
+for (const protocol of protocols) {
+  test.serial(
+    `${protocol}: a click attributes a referral in its window; the first click wins, or the last`,
+    async (t) => {
+      const app = await newApplication();
+      const ada = await referrerOf(app, `ada-${protocol}`);
+      const bob = await referrerOf(app, `bob-${protocol}`);
+      const grace = `grace-${protocol}`;
+      await referrerOf(app, grace);
+      const clickOn = async (code: string) => {
+        const response = await follow(`/r/${code}`, { userAgent: `${phone} ${protocol}` });
+        return new URL(response.headers.get("location") ?? "").searchParams.get("rclk") as string;
+      };
+      const refer = (fields: Json, key = app.secretKey) =>
+        send(protocol, "CreateReferral", { refereeExternalUserId: grace, ...fields }, key);
+      const adaClick = await clickOn(ada.referralCode);
+      const byClick = await refer({ clickId: adaClick });
+      t.true(byClick.ok, JSON.stringify(byClick));
+      const referral = byClick.ok ? byClick.body : {};
+      t.is(referral.referrerId, ada.id, "the click names the code");
+      t.like(referral.attribution, { method: "click", clickId: adaClick });
+      t.truthy(referral.attribution.clickedAt);
+
+      // First click (the default): Bob's later click moves nothing.
+      const bobClick = await clickOn(bob.referralCode);
+      const kept = await refer({ clickId: bobClick });
+      t.like(kept, { ok: true, body: { id: referral.id, referrerId: ada.id } });
+      // Last click: it moves the undecided referral to Bob.
+      await send(
+        protocol,
+        "UpdateCampaign",
+        {
+          id: app.campaignId,
+          campaign: { attribution: { windowDays: 30, model: "last_click" } },
+          updateMask: ["attribution"],
+        },
+        keys.admin,
+      );
+      const moved = await refer({ clickId: bobClick });
+      t.like(moved, {
+        ok: true,
+        body: {
+          id: referral.id,
+          referrerId: bob.id,
+          attribution: { method: "click", clickId: bobClick },
+        },
+      });
+      // A code attributes as before, and says so.
+      const carol = `carol-${protocol}`;
+      await referrerOf(app, carol);
+      const byCode = await refer({ referralCode: ada.referralCode, refereeExternalUserId: carol });
+      t.like(byCode, { ok: true, body: { attribution: { method: "code" } } });
+
+      // Clear answers: an unknown click, a click and a code that disagree, an old click.
+      t.like(await refer({ clickId: "clk_missing" }), { ok: false, code: "not_found" });
+      t.like(await refer({ clickId: bobClick, referralCode: ada.referralCode }), {
+        ok: false,
+        code: "invalid_argument",
+      });
+      t.like(await refer({}), { ok: false, code: "invalid_argument" }, "a code or a click");
+      const late = await clickOn(ada.referralCode);
+      elapsedMs += 31 * 24 * 60 * 60 * 1000;
+      const tooLate = await refer({ clickId: late });
+      t.like(tooLate, { ok: false, code: "failed_precondition" });
+      if (!tooLate.ok) t.regex(tooLate.message, /30-day attribution window/);
+    },
+  );
+}
