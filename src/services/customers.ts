@@ -24,10 +24,12 @@ import { newCustomerMessage } from "../store/customer-records.js";
 import type { ReferralDoc } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { TenantStore } from "../store/tenant-store.js";
-import { callerOf } from "./context.js";
+import { clickAttribution } from "./click-attribution.js";
+import { callerOf, codeLookupsKey } from "./context.js";
 import { invalidArgument, notFound } from "./errors.js";
 import { checkedContext, type EvidenceDeps, endUserOf, networkOfCall } from "./evidence.js";
 import { optionalUserHash, userHashNeeded, verificationOf } from "./identity.js";
+import { attributeReferral } from "./referral-lifecycle.js";
 import { grantMessages } from "./rewards.js";
 import {
   environmentName,
@@ -128,15 +130,44 @@ export function createCustomersService(
           );
         }
       }
+      // A click to attach a new customer to is checked before anything is written.
+      const clickId = optionalText(request.clickId, "clickId");
+      const byClick =
+        clickId === undefined
+          ? null
+          : await clickAttribution(store, context.values.get(codeLookupsKey), clickId, clock);
+      if (byClick && byClick.campaign.environment !== input.environment) {
+        throw invalidArgument(
+          "clickId",
+          `is a click on a ${byClick.campaign.environment} campaign`,
+        );
+      }
       const at = clock();
       const id = newId("cus", at);
+      const network = await networkOfCall(store, deps, endUserOf(caller, context, sentContext));
       const doc = await store.customers.identify(input, {
         newId: id,
         at,
         outbox: [customerIdentified(id, at)],
         profileOnCreateOnly: verification === "unverified",
-        network: await networkOfCall(store, deps, endUserOf(caller, context, sentContext)),
+        network,
       });
+      if (byClick && doc._id === id && byClick.campaign.isLive) {
+        // The new customer is the click's referee (docs/links.md).
+        await attributeReferral(
+          deps,
+          caller,
+          byClick.campaign,
+          byClick.referrer,
+          doc,
+          false,
+          network,
+          byClick.record,
+        );
+        deps.notifyWebhooks();
+        const [customer] = await store.customers.messages([doc]);
+        return { customer };
+      }
       deps.notifyWebhooks();
       if (doc._id === id) return { customer: newCustomerMessage(doc) };
       const [customer] = await store.customers.messages([doc]);

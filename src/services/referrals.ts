@@ -14,13 +14,13 @@ import { toPlain } from "../contract/plain-codec.js";
 import { messageFromDoc } from "../contract/records.js";
 import { compilePolicy, type FraudPolicyDoc } from "../domain/fraud-policy.js";
 import { limits } from "../domain/limits.js";
-import { defaultWindowDays } from "../domain/links.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import { fraudReviewResolved } from "../events/events.js";
 import type { CustomerDoc, ReferralDoc } from "../store/documents.js";
 import type { TenantStore } from "../store/tenant-store.js";
 import { checkedFraudPolicy } from "./campaign-records.js";
+import { clickAttribution } from "./click-attribution.js";
 import { callerOf, codeLookupsKey } from "./context.js";
 import { failedPrecondition, invalidArgument, notFound } from "./errors.js";
 import {
@@ -75,42 +75,32 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       const sentContext = checkedContext(caller, request.context);
       // Wrong codes (and clicks) are limited per key and address, so they cannot be searched (docs/trust.md).
       const lookups = context.values.get(codeLookupsKey);
-      await lookups.beforeLookup();
-      const click = clickId === undefined ? null : await store.clicks.find(clickId);
-      if (clickId !== undefined && (!click || click.bot !== null)) {
-        await lookups.lookupFailed();
-        throw notFound(
-          `click ${clickId}`,
-          "it is unknown, or its campaign's attribution window ended and it was removed",
-        );
-      }
-      if (click && campaignId !== undefined && campaignId !== click.campaignId) {
+      const byClick =
+        clickId === undefined ? null : await clickAttribution(store, lookups, clickId, deps.clock);
+      if (byClick && campaignId !== undefined && campaignId !== byClick.campaign._id) {
         throw invalidArgument("campaignId", "names another campaign than the click's");
       }
-      if (click && referralCode !== undefined && referralCode !== click.code) {
+      if (byClick && referralCode !== undefined && referralCode !== byClick.click.code) {
         throw invalidArgument("referralCode", "is not the code of the click's link");
       }
-      const namedCampaign = click?.campaignId ?? campaignId;
-      const campaign = namedCampaign
-        ? await store.campaigns.find(namedCampaign)
-        : await store.campaigns.findDefault(environmentOrProduction(request.environment));
+      const campaign =
+        byClick?.campaign ??
+        (campaignId
+          ? await store.campaigns.find(campaignId)
+          : await store.campaigns.findDefault(environmentOrProduction(request.environment)));
       if (!campaign) {
-        throw notFound(namedCampaign ? `campaign ${namedCampaign}` : "default campaign");
+        throw notFound(campaignId ? `campaign ${campaignId}` : "default campaign");
       }
       const environment = campaign.environment;
-      if (click) {
-        const windowDays = campaign.attribution?.windowDays || defaultWindowDays;
-        if (deps.clock().getTime() - click.createdAt.getTime() > windowDays * 86_400_000) {
-          throw failedPrecondition(
-            `click ${click._id} was made more than the campaign's ${windowDays}-day attribution window ago`,
-          );
-        }
-      }
-      const code = click?.code ?? (referralCode as string);
-      const referrer = await store.customers.findByReferralCode(environment, code);
+      let referrer = byClick?.referrer;
       if (!referrer) {
-        await lookups.lookupFailed();
-        throw await referralCodeNotFound(store, environment, code);
+        await lookups.beforeLookup();
+        const code = referralCode as string;
+        referrer = (await store.customers.findByReferralCode(environment, code)) ?? undefined;
+        if (!referrer) {
+          await lookups.lookupFailed();
+          throw await referralCodeNotFound(store, environment, code);
+        }
       }
       const referee = await findReferee(store, environment, refereeId, refereeExternalUserId);
       // The referee is the customer the call acts for (docs/trust.md).
@@ -124,7 +114,7 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
       // Only a secret key or the referee's own verified call moves a referral
       // (docs/trust.md); a click moves one only when the last click wins.
       const model = campaign.attribution?.model ?? "first_click";
-      const mayMove = verification !== "unverified" && (!click || model === "last_click");
+      const mayMove = verification !== "unverified" && (!byClick || model === "last_click");
       const { view } = await attributeReferral(
         deps,
         caller,
@@ -133,9 +123,7 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
         referee,
         mayMove,
         refereeNetwork,
-        click
-          ? { method: "click", clickId: click._id, clickedAt: click.createdAt }
-          : { method: "code", clickId: null, clickedAt: null },
+        byClick?.record,
       );
       deps.notifyWebhooks();
       // The specification's create response has no environment field; the

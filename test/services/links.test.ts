@@ -282,3 +282,38 @@ for (const protocol of protocols) {
     },
   );
 }
+
+for (const protocol of protocols) {
+  test.serial(`${protocol}: identify with a click attaches a new customer to it`, async (t) => {
+    const app = await newApplication();
+    const ada = await referrerOf(app, `ada-identify-${protocol}`);
+    const response = await follow(`/r/${ada.referralCode}`, {
+      userAgent: `${phone} id-${protocol}`,
+    });
+    const rclk = new URL(response.headers.get("location") ?? "").searchParams.get("rclk");
+    const identify = (externalUserId: string, clickId: string) =>
+      send(
+        protocol,
+        "IdentifyCustomer",
+        { externalUserId, name: "Friend", clickId },
+        app.secretKey,
+      );
+    const created = await identify(`friend-${protocol}`, rclk as string);
+    t.like(created, { ok: true, body: { referredBy: { id: ada.id } } });
+    const listed = await okBody(protocol, "ListReferrals", { referrerId: ada.id }, app.secretKey);
+    t.like(listed.data, [{ status: "pending", attribution: { method: "click", clickId: rclk } }]);
+    // An existing customer is not attached; an unknown click changes nothing.
+    const again = await identify(`friend-${protocol}`, rclk as string);
+    t.true(again.ok);
+    t.is((await okBody(protocol, "ListReferrals", { referrerId: ada.id }, app.secretKey)).total, 1);
+    const unknown = await identify(`stranger-${protocol}`, "clk_missing");
+    t.like(unknown, { ok: false, code: "not_found" });
+    const customers = await okBody(
+      protocol,
+      "ListCustomers",
+      { externalUserId: `stranger-${protocol}` },
+      app.secretKey,
+    );
+    t.is(customers.total, 0, "nothing was written");
+  });
+}
