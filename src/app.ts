@@ -196,6 +196,7 @@ export async function buildApp(
             ),
             secretBox,
             allowPrivateWebhooks: config.webhooks.allowPrivate,
+            publicUrl: config.publicUrl,
             notifyWebhooks: link ? () => link.notifyWebhooks() : () => jobs?.notifyWebhooks(),
             streamTicks,
             onKeyRevoked: (hash) => {
@@ -497,6 +498,7 @@ async function buildTransports(
       store,
       clock: deps.clock,
       secretBox: deps.secretBox,
+      publicUrl: deps.publicUrl,
       limit: rateLimits.followLink,
     },
   });

@@ -14,6 +14,11 @@ import type { StoreConfig } from "./store/store.js";
 export interface Config {
   readonly port: number;
   readonly host: string;
+  /**
+   * The service's address as friends reach it (PUBLIC_URL): the base of the
+   * share links it returns; `http://localhost:{PORT}` when unset.
+   */
+  readonly publicUrl: string;
   readonly store: StoreConfig;
   readonly adminToken: string | undefined;
   readonly bootstrapSecretKey: string | undefined;
@@ -157,6 +162,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   return {
     port: integer(env, "PORT", 8080, 0, 65535),
     host: nonEmpty(env.HOST) ?? "0.0.0.0",
+    publicUrl: publicUrlOf(env),
     store: mongodbUri
       ? { mongodbUri, mongodbDb: nonEmpty(env.MONGODB_DB) ?? "referrals" }
       : {
@@ -527,4 +533,22 @@ function boolean(env: NodeJS.ProcessEnv, name: string, fallback: boolean): boole
   if (raw === undefined) return fallback;
   if (raw === "true" || raw === "false") return raw === "true";
   throw new Error(`${name} must be true or false, got "${raw}"`);
+}
+
+/** PUBLIC_URL: an http(s) URL without query or fragment, its trailing slash dropped. */
+function publicUrlOf(env: Record<string, string | undefined>): string {
+  const raw = nonEmpty(env.PUBLIC_URL);
+  if (raw === undefined) return `http://localhost:${env.PORT?.trim() || "8080"}`;
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(`PUBLIC_URL must be an http or https URL, got ${JSON.stringify(raw)}`);
+  }
+  if ((url.protocol !== "http:" && url.protocol !== "https:") || url.search || url.hash) {
+    throw new Error(
+      `PUBLIC_URL must be an http or https URL without query or fragment, got ${JSON.stringify(raw)}`,
+    );
+  }
+  return url.toString().replace(/\/+$/, "");
 }

@@ -136,3 +136,39 @@ export function previewPage(preview: {
 export function nowherePage(): string {
   return previewPage({ title: "This invitation has no page", description: null, url: null });
 }
+
+/** A customer's link on one channel. */
+export interface ShareLinkOf {
+  readonly channel: string;
+  readonly url: string;
+}
+
+/** The link of a code in a campaign on a channel, under the service's public address. */
+export function shareUrl(
+  publicUrl: string,
+  code: string,
+  campaignId: string,
+  channel: string,
+): string {
+  const url = new URL(`${publicUrl}/r/${encodeURIComponent(code)}`);
+  url.searchParams.set("c", campaignId);
+  url.searchParams.set("ch", channel);
+  return url.toString();
+}
+
+/** A code's links in a campaign, one per known channel, and its QR code's address. */
+export function shareLinksOf(
+  publicUrl: string,
+  code: string,
+  campaignId: string,
+): { links: ShareLinkOf[]; qrCodeUrl: string } {
+  const qr = new URL(`${publicUrl}/r/${encodeURIComponent(code)}/qr.svg`);
+  qr.searchParams.set("c", campaignId);
+  return {
+    links: knownChannels.map((channel) => ({
+      channel,
+      url: shareUrl(publicUrl, code, campaignId, channel),
+    })),
+    qrCodeUrl: qr.toString(),
+  };
+}

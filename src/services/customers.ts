@@ -17,6 +17,7 @@ import { isShared, sharedFrom } from "../contract/shared-messages.js";
 import { changedCustomerFields, redactedCustomer } from "../domain/identity.js";
 import { newId } from "../domain/ids.js";
 import { limits } from "../domain/limits.js";
+import { shareLinksOf } from "../domain/links.js";
 import type { Clock } from "../domain/tenancy.js";
 import { cleanText } from "../domain/text.js";
 import { customerErased, customerIdentified } from "../events/events.js";
@@ -94,6 +95,8 @@ async function forgetOutcomesAbout(
 export function createCustomersService(
   deps: EvidenceDeps & {
     notifyWebhooks: () => void;
+    /** The base of the share links (PUBLIC_URL). */
+    publicUrl: string;
   },
 ): ServiceImpl<typeof CustomersService> {
   const { clock } = deps;
@@ -178,6 +181,37 @@ export function createCustomersService(
           create(CustomerSummarySchema, { id: referrerId }),
         ),
       };
+    },
+
+    async listShareLinks(request, context) {
+      const caller = callerOf(context);
+      const { store } = caller;
+      const id = requiredText(request.id, "id");
+      const campaignId = optionalText(request.campaignId, "campaignId");
+      const userHash = optionalUserHash(request.userHash);
+      const customer = await store.customers.find(id);
+      if (!customer || customer.deletedAt !== null) throw notFound(`customer ${id}`);
+      // A customer's links are its own: an app shows them with its backend's proof (docs/trust.md).
+      const verification = await verificationOf(caller, deps, customer.externalUserId, userHash);
+      if (verification === "unverified") {
+        throw userHashNeeded("is required to read a customer's share links with a public key");
+      }
+      const campaign = campaignId
+        ? await store.campaigns.find(campaignId)
+        : await store.campaigns.findDefault(customer.environment);
+      if (!campaign) throw notFound(campaignId ? `campaign ${campaignId}` : "default campaign");
+      if (campaign.environment !== customer.environment) {
+        throw invalidArgument(
+          "campaignId",
+          `is a ${campaign.environment} campaign, and the customer is a ${customer.environment} one`,
+        );
+      }
+      const { links, qrCodeUrl } = shareLinksOf(
+        deps.publicUrl,
+        customer.referralCode,
+        campaign._id,
+      );
+      return { campaignId: campaign._id, referralCode: customer.referralCode, links, qrCodeUrl };
     },
 
     async getCustomer(request, context) {

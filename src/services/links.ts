@@ -1,3 +1,4 @@
+import QRCode from "qrcode";
 import { networkHashes, userAgentFamily, visitorHash } from "../domain/fraud-evidence.js";
 import { newId } from "../domain/ids.js";
 import {
@@ -9,6 +10,7 @@ import {
   nowherePage,
   previewPage,
   repeatWindowMs,
+  shareUrl,
 } from "../domain/links.js";
 import type { Clock } from "../domain/tenancy.js";
 import { findLatestVisit, insertClick } from "../store/clicks.js";
@@ -49,6 +51,8 @@ export interface LinkDeps {
   readonly store: Store;
   readonly clock: Clock;
   readonly secretBox: SecretBox;
+  /** The base of the links a QR code shows (PUBLIC_URL). */
+  readonly publicUrl: string;
 }
 
 const codeShape = /^[A-Za-z0-9_-]{1,64}$/;
@@ -79,6 +83,27 @@ export async function followLink(deps: LinkDeps, request: LinkRequest): Promise<
     location: landingUrl(page, request.code, clickId),
     clickId,
   };
+}
+
+/**
+ * The QR code of a customer's link for a campaign (its `qr` channel), as
+ * SVG; null when the link leads nowhere (an unknown code, no campaign), so
+ * the route makes codes of nobody's links.
+ */
+export async function linkQrCode(
+  deps: LinkDeps,
+  request: Pick<LinkRequest, "code" | "campaignId">,
+): Promise<string | null> {
+  const { campaign, referrer } = await linkTarget(deps.store, {
+    ...request,
+    channel: undefined,
+    address: "",
+    userAgent: undefined,
+    head: true,
+  });
+  if (!campaign || !referrer) return null;
+  const url = shareUrl(deps.publicUrl, referrer.referralCode, campaign._id, "qr");
+  return QRCode.toString(url, { type: "svg", errorCorrectionLevel: "M", margin: 2 });
 }
 
 /** The campaign and the customer a link leads to; either may be missing. */

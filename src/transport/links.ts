@@ -1,5 +1,5 @@
 import type { FastifyInstance } from "fastify";
-import { followLink, type LinkDeps } from "../services/links.js";
+import { followLink, type LinkDeps, linkQrCode } from "../services/links.js";
 import type { RateLimits } from "./rate-limit.js";
 
 /** The share links' route (docs/links.md). */
@@ -43,4 +43,26 @@ export function registerLinks(
       return reply.type("text/html; charset=utf-8").send(answer.html);
     },
   });
+  // The QR code of a customer's link (its `qr` channel): an image, cacheable.
+  app.get<{ Params: { code: string }; Querystring: Record<string, string | undefined> }>(
+    "/r/:code/qr.svg",
+    async (request, reply) => {
+      const limits = { responseHeaders: new Map<string, string>() };
+      try {
+        await deps.limit(limits, request.clientAddress);
+      } finally {
+        for (const [name, value] of limits.responseHeaders) reply.header(name, value);
+      }
+      const campaignId = request.query.c;
+      const svg = await linkQrCode(deps, {
+        code: request.params.code,
+        campaignId: typeof campaignId === "string" ? campaignId : undefined,
+      });
+      if (svg === null) {
+        return reply.code(404).type("text/plain; charset=utf-8").send("no such link\n");
+      }
+      reply.header("cache-control", "public, max-age=86400");
+      return reply.type("image/svg+xml").send(svg);
+    },
+  );
 }

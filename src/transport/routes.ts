@@ -33,6 +33,8 @@ export interface ServiceDeps {
   readonly disposableDomains: DisposableDomains;
   readonly secretBox: SecretBox;
   readonly allowPrivateWebhooks: boolean;
+  /** The base of the share links (PUBLIC_URL). */
+  readonly publicUrl: string;
   /** Says events were written or a delivery is due: the webhook runtime acts now. */
   readonly notifyWebhooks: () => void;
   readonly onKeyRevoked?: KeyRevokedListener;

@@ -29,6 +29,7 @@ function restRoutes() {
     disposableDomains: disposableDomains(),
     secretBox: createSecretBox(Buffer.alloc(32)),
     allowPrivateWebhooks: false,
+    publicUrl: "http://localhost:8080",
     notifyWebhooks: () => {},
   });
   return rpcsOf(registrations).flatMap((rpc) => {

@@ -22,6 +22,7 @@ const landing = "https://shop.example.com/join?utm_source=referral";
 
 interface App {
   secretKey: string;
+  publicKey: string;
   campaignId: string;
   applicationId: string;
 }
@@ -38,7 +39,12 @@ async function newApplication(): Promise<App> {
     refereeLandingPageUrl: landing,
     inviteMessage: "Ada sent you $10 <off> your first order",
   });
-  return { secretKey: created.secretKey, campaignId: campaign.id, applicationId };
+  return {
+    secretKey: created.secretKey,
+    publicKey: created.publicKey,
+    campaignId: campaign.id,
+    applicationId,
+  };
 }
 
 async function referrerOf(app: App, name: string): Promise<Json> {
@@ -316,4 +322,39 @@ for (const protocol of protocols) {
     );
     t.is(customers.total, 0, "nothing was written");
   });
+}
+
+for (const protocol of protocols) {
+  test.serial(
+    `${protocol}: a customer's share links per channel, and a QR code of its link`,
+    async (t) => {
+      const app = await newApplication();
+      const ada = await referrerOf(app, `ada-links-${protocol}`);
+      const listed = await okBody(protocol, "ListShareLinks", { id: ada.id }, app.secretKey);
+      t.is(listed.campaignId, app.campaignId);
+      t.is(listed.referralCode, ada.referralCode);
+      t.deepEqual(
+        listed.links.map((link: Json) => link.channel),
+        ["email", "sms", "whatsapp", "x", "facebook", "copy", "qr"],
+      );
+      const whatsapp = new URL(listed.links[2].url);
+      t.is(whatsapp.pathname, `/r/${ada.referralCode}`);
+      t.is(whatsapp.searchParams.get("c"), app.campaignId);
+      t.is(whatsapp.searchParams.get("ch"), "whatsapp");
+      // Followed on this service, the link lands with its channel.
+      const followed = await follow(`${whatsapp.pathname}${whatsapp.search}`, { userAgent: phone });
+      t.is(followed.status, 302);
+      const qr = new URL(listed.qrCodeUrl);
+      const image = await fetch(`${server.baseUrl}${qr.pathname}${qr.search}`);
+      t.is(image.status, 200);
+      t.is(image.headers.get("content-type"), "image/svg+xml");
+      t.regex(await image.text(), /^<svg xmlns="http:\/\/www\.w3\.org\/2000\/svg"/);
+      t.is((await fetch(`${server.baseUrl}/r/NOSUCH23/qr.svg`)).status, 404);
+      // A public key needs the customer's userHash.
+      const created = await admin("GET", "/admin/applications");
+      t.truthy(created);
+      const byPublic = await send(protocol, "ListShareLinks", { id: ada.id }, keys.public);
+      t.false(byPublic.ok);
+    },
+  );
 }

@@ -76,6 +76,7 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
     deletableCampaignIds: {} as Record<WireProtocol, string>,
     liveCampaignId: "",
     adaUserHash: "",
+    referrerUserHash: "",
     identityApplicationId: "",
   };
 
@@ -102,6 +103,14 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
       errors: { invalid_argument: { id: " " }, not_found: { id: "cus_missing" } },
     },
     ListCustomers: { ok: { limit: 50 }, errors: { invalid_argument: { limit: 0 } } },
+    ListShareLinks: {
+      // A public key reads a customer's links with the backend's proof (docs/trust.md).
+      ok: () => ({ id: fixture.referrerId, userHash: fixture.referrerUserHash }),
+      errors: {
+        invalid_argument: () => ({ id: "", userHash: fixture.referrerUserHash }),
+        not_found: () => ({ id: "cus_missing", userHash: fixture.referrerUserHash }),
+      },
+    },
     ExportCustomer: {
       ok: () => ({ id: fixture.referrerId, limit: 5 }),
       volatile: ["exportedAt"],
@@ -487,6 +496,7 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
       keys.admin,
     );
     fixture.adaUserHash = userHashOf(identitySecret, "parity-ada");
+    fixture.referrerUserHash = userHashOf(identitySecret, "parity-referrer");
     fixture.identityApplicationId = (
       await ok("CreateApplication", { name: "Parity identity" }, keys.admin)
     ).application.id;

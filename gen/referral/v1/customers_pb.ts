@@ -16,7 +16,113 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/customers.proto.
  */
 export const file_referral_v1_customers: GenFile = /*@__PURE__*/
-  fileDesc("ChtyZWZlcnJhbC92MS9jdXN0b21lcnMucHJvdG8SC3JlZmVycmFsLnYxImEKFUV4cG9ydEN1c3RvbWVyUmVxdWVzdBIKCgJpZBgBIAEoCRISCgVsaW1pdBgCIAEoBUgAiAEBEhMKBm9mZnNldBgDIAEoBUgBiAEBQggKBl9saW1pdEIJCgdfb2Zmc2V0IoMBCg1FeHBvcnRlZEV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoHcGF5bG9hZBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QimQMKFkV4cG9ydEN1c3RvbWVyUmVzcG9uc2USLwoLZXhwb3J0ZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKCGN1c3RvbWVyGAIgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXISNAoVcmVmZXJyYWxzX2FzX3JlZmVycmVyGAMgAygLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwSMwoUcmVmZXJyYWxzX2FzX3JlZmVyZWUYBCADKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbBIsCgtjaGVja3BvaW50cxgFIAMoCzIXLnJlZmVycmFsLnYxLkNoZWNrcG9pbnQSLwoNcmV3YXJkX2dyYW50cxgGIAMoCzIYLnJlZmVycmFsLnYxLlJld2FyZEdyYW50EioKBmV2ZW50cxgHIAMoCzIaLnJlZmVycmFsLnYxLkV4cG9ydGVkRXZlbnQSDQoFbGltaXQYCCABKAUSDgoGb2Zmc2V0GAkgASgFEhAKCGhhc19tb3JlGAogASgIIiIKFEVyYXNlQ3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIkAKFUVyYXNlQ3VzdG9tZXJSZXNwb25zZRInCghjdXN0b21lchgBIAEoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyIroCChdJZGVudGlmeUN1c3RvbWVyUmVxdWVzdBIYChBleHRlcm5hbF91c2VyX2lkGAEgASgJEhIKBWVtYWlsGAIgASgJSACIAQESDAoEbmFtZRgDIAEoCRItCgtlbnZpcm9ubWVudBgEIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EjIKEWN1c3RvbV9wcm9wZXJ0aWVzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIWCgl1c2VyX2hhc2gYBiABKAlIAYgBARIsCgdjb250ZXh0GAcgASgLMhsucmVmZXJyYWwudjEuRW5kVXNlckNvbnRleHQSFQoIY2xpY2tfaWQYCCABKAlIAogBAUIICgZfZW1haWxCDAoKX3VzZXJfaGFzaEILCglfY2xpY2tfaWQiQwoYSWRlbnRpZnlDdXN0b21lclJlc3BvbnNlEicKCGN1c3RvbWVyGAEgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXIiIAoSR2V0Q3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj4KE0dldEN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciKlAgoUTGlzdEN1c3RvbWVyc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBARItCgtlbnZpcm9ubWVudBgDIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Eh0KEGV4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARISCgVlbWFpbBgFIAEoCUgDiAEBEhoKDXJlZmVycmFsX2NvZGUYBiABKAlIBIgBARIUCgdkZWxldGVkGAcgASgISAWIAQFCCAoGX2xpbWl0QgkKB19vZmZzZXRCEwoRX2V4dGVybmFsX3VzZXJfaWRCCAoGX2VtYWlsQhAKDl9yZWZlcnJhbF9jb2RlQgoKCF9kZWxldGVkImoKFUxpc3RDdXN0b21lcnNSZXNwb25zZRINCgV0b3RhbBgBIAEoBRINCgVsaW1pdBgCIAEoBRIOCgZvZmZzZXQYAyABKAUSIwoEZGF0YRgEIAMoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyMo4FChBDdXN0b21lcnNTZXJ2aWNlEpIBChBJZGVudGlmeUN1c3RvbWVyEiQucmVmZXJyYWwudjEuSWRlbnRpZnlDdXN0b21lclJlcXVlc3QaJS5yZWZlcnJhbC52MS5JZGVudGlmeUN1c3RvbWVyUmVzcG9uc2UiMcDzGAHI8xjJAYLT5JMCIjoBKmIIY3VzdG9tZXIiEy9jdXN0b21lcnMvaWRlbnRpZnkSdwoLR2V0Q3VzdG9tZXISHy5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlcXVlc3QaIC5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlc3BvbnNlIiXA8xgCgtPkkwIbYghjdXN0b21lchIPL2N1c3RvbWVycy97aWR9Em4KDUxpc3RDdXN0b21lcnMSIS5yZWZlcnJhbC52MS5MaXN0Q3VzdG9tZXJzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RDdXN0b21lcnNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL2N1c3RvbWVycxJ9Cg1FcmFzZUN1c3RvbWVyEiEucmVmZXJyYWwudjEuRXJhc2VDdXN0b21lclJlcXVlc3QaIi5yZWZlcnJhbC52MS5FcmFzZUN1c3RvbWVyUmVzcG9uc2UiJcDzGAKC0+STAhtiCGN1c3RvbWVyKg8vY3VzdG9tZXJzL3tpZH0SfQoORXhwb3J0Q3VzdG9tZXISIi5yZWZlcnJhbC52MS5FeHBvcnRDdXN0b21lclJlcXVlc3QaIy5yZWZlcnJhbC52MS5FeHBvcnRDdXN0b21lclJlc3BvbnNlIiLA8xgCgtPkkwIYEhYvY3VzdG9tZXJzL3tpZH0vZXhwb3J0YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChtyZWZlcnJhbC92MS9jdXN0b21lcnMucHJvdG8SC3JlZmVycmFsLnYxInMKFUxpc3RTaGFyZUxpbmtzUmVxdWVzdBIKCgJpZBgBIAEoCRIYCgtjYW1wYWlnbl9pZBgCIAEoCUgAiAEBEhYKCXVzZXJfaGFzaBgDIAEoCUgBiAEBQg4KDF9jYW1wYWlnbl9pZEIMCgpfdXNlcl9oYXNoIoABChZMaXN0U2hhcmVMaW5rc1Jlc3BvbnNlEhMKC2NhbXBhaWduX2lkGAEgASgJEhUKDXJlZmVycmFsX2NvZGUYAiABKAkSJQoFbGlua3MYAyADKAsyFi5yZWZlcnJhbC52MS5TaGFyZUxpbmsSEwoLcXJfY29kZV91cmwYBCABKAkiKQoJU2hhcmVMaW5rEg8KB2NoYW5uZWwYASABKAkSCwoDdXJsGAIgASgJImEKFUV4cG9ydEN1c3RvbWVyUmVxdWVzdBIKCgJpZBgBIAEoCRISCgVsaW1pdBgCIAEoBUgAiAEBEhMKBm9mZnNldBgDIAEoBUgBiAEBQggKBl9saW1pdEIJCgdfb2Zmc2V0IoMBCg1FeHBvcnRlZEV2ZW50EgoKAmlkGAEgASgJEgwKBHR5cGUYAiABKAkSLgoKY3JlYXRlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKAoHcGF5bG9hZBgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QimQMKFkV4cG9ydEN1c3RvbWVyUmVzcG9uc2USLwoLZXhwb3J0ZWRfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKCGN1c3RvbWVyGAIgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXISNAoVcmVmZXJyYWxzX2FzX3JlZmVycmVyGAMgAygLMhUucmVmZXJyYWwudjEuUmVmZXJyYWwSMwoUcmVmZXJyYWxzX2FzX3JlZmVyZWUYBCADKAsyFS5yZWZlcnJhbC52MS5SZWZlcnJhbBIsCgtjaGVja3BvaW50cxgFIAMoCzIXLnJlZmVycmFsLnYxLkNoZWNrcG9pbnQSLwoNcmV3YXJkX2dyYW50cxgGIAMoCzIYLnJlZmVycmFsLnYxLlJld2FyZEdyYW50EioKBmV2ZW50cxgHIAMoCzIaLnJlZmVycmFsLnYxLkV4cG9ydGVkRXZlbnQSDQoFbGltaXQYCCABKAUSDgoGb2Zmc2V0GAkgASgFEhAKCGhhc19tb3JlGAogASgIIiIKFEVyYXNlQ3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIkAKFUVyYXNlQ3VzdG9tZXJSZXNwb25zZRInCghjdXN0b21lchgBIAEoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyIroCChdJZGVudGlmeUN1c3RvbWVyUmVxdWVzdBIYChBleHRlcm5hbF91c2VyX2lkGAEgASgJEhIKBWVtYWlsGAIgASgJSACIAQESDAoEbmFtZRgDIAEoCRItCgtlbnZpcm9ubWVudBgEIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EjIKEWN1c3RvbV9wcm9wZXJ0aWVzGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdBIWCgl1c2VyX2hhc2gYBiABKAlIAYgBARIsCgdjb250ZXh0GAcgASgLMhsucmVmZXJyYWwudjEuRW5kVXNlckNvbnRleHQSFQoIY2xpY2tfaWQYCCABKAlIAogBAUIICgZfZW1haWxCDAoKX3VzZXJfaGFzaEILCglfY2xpY2tfaWQiQwoYSWRlbnRpZnlDdXN0b21lclJlc3BvbnNlEicKCGN1c3RvbWVyGAEgASgLMhUucmVmZXJyYWwudjEuQ3VzdG9tZXIiIAoSR2V0Q3VzdG9tZXJSZXF1ZXN0EgoKAmlkGAEgASgJIj4KE0dldEN1c3RvbWVyUmVzcG9uc2USJwoIY3VzdG9tZXIYASABKAsyFS5yZWZlcnJhbC52MS5DdXN0b21lciKlAgoUTGlzdEN1c3RvbWVyc1JlcXVlc3QSEgoFbGltaXQYASABKAVIAIgBARITCgZvZmZzZXQYAiABKAVIAYgBARItCgtlbnZpcm9ubWVudBgDIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Eh0KEGV4dGVybmFsX3VzZXJfaWQYBCABKAlIAogBARISCgVlbWFpbBgFIAEoCUgDiAEBEhoKDXJlZmVycmFsX2NvZGUYBiABKAlIBIgBARIUCgdkZWxldGVkGAcgASgISAWIAQFCCAoGX2xpbWl0QgkKB19vZmZzZXRCEwoRX2V4dGVybmFsX3VzZXJfaWRCCAoGX2VtYWlsQhAKDl9yZWZlcnJhbF9jb2RlQgoKCF9kZWxldGVkImoKFUxpc3RDdXN0b21lcnNSZXNwb25zZRINCgV0b3RhbBgBIAEoBRINCgVsaW1pdBgCIAEoBRIOCgZvZmZzZXQYAyABKAUSIwoEZGF0YRgEIAMoCzIVLnJlZmVycmFsLnYxLkN1c3RvbWVyMpMGChBDdXN0b21lcnNTZXJ2aWNlEpIBChBJZGVudGlmeUN1c3RvbWVyEiQucmVmZXJyYWwudjEuSWRlbnRpZnlDdXN0b21lclJlcXVlc3QaJS5yZWZlcnJhbC52MS5JZGVudGlmeUN1c3RvbWVyUmVzcG9uc2UiMcDzGAHI8xjJAYLT5JMCIjoBKmIIY3VzdG9tZXIiEy9jdXN0b21lcnMvaWRlbnRpZnkSdwoLR2V0Q3VzdG9tZXISHy5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlcXVlc3QaIC5yZWZlcnJhbC52MS5HZXRDdXN0b21lclJlc3BvbnNlIiXA8xgCgtPkkwIbYghjdXN0b21lchIPL2N1c3RvbWVycy97aWR9Em4KDUxpc3RDdXN0b21lcnMSIS5yZWZlcnJhbC52MS5MaXN0Q3VzdG9tZXJzUmVxdWVzdBoiLnJlZmVycmFsLnYxLkxpc3RDdXN0b21lcnNSZXNwb25zZSIWwPMYAoLT5JMCDBIKL2N1c3RvbWVycxJ9Cg1FcmFzZUN1c3RvbWVyEiEucmVmZXJyYWwudjEuRXJhc2VDdXN0b21lclJlcXVlc3QaIi5yZWZlcnJhbC52MS5FcmFzZUN1c3RvbWVyUmVzcG9uc2UiJcDzGAKC0+STAhtiCGN1c3RvbWVyKg8vY3VzdG9tZXJzL3tpZH0SfQoORXhwb3J0Q3VzdG9tZXISIi5yZWZlcnJhbC52MS5FeHBvcnRDdXN0b21lclJlcXVlc3QaIy5yZWZlcnJhbC52MS5FeHBvcnRDdXN0b21lclJlc3BvbnNlIiLA8xgCgtPkkwIYEhYvY3VzdG9tZXJzL3tpZH0vZXhwb3J0EoIBCg5MaXN0U2hhcmVMaW5rcxIiLnJlZmVycmFsLnYxLkxpc3RTaGFyZUxpbmtzUmVxdWVzdBojLnJlZmVycmFsLnYxLkxpc3RTaGFyZUxpbmtzUmVzcG9uc2UiJ8DzGAGC0+STAh0SGy9jdXN0b21lcnMve2lkfS9zaGFyZS1saW5rc2IGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_struct, file_google_protobuf_timestamp, file_referral_v1_options, file_referral_v1_resources]);
+
+/**
+ * ListShareLinksRequest names the customer and the campaign.
+ *
+ * @generated from message referral.v1.ListShareLinksRequest
+ */
+export type ListShareLinksRequest = Message<"referral.v1.ListShareLinksRequest"> & {
+  /**
+   * Required. The customer's id.
+   *
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * The campaign; the customer's environment's default campaign when unset.
+   *
+   * @generated from field: optional string campaign_id = 2;
+   */
+  campaignId?: string | undefined;
+
+  /**
+   * Proof from the app's backend that the caller is the customer: required
+   * with a public key (docs/trust.md).
+   *
+   * @generated from field: optional string user_hash = 3;
+   */
+  userHash?: string | undefined;
+};
+
+/**
+ * Describes the message referral.v1.ListShareLinksRequest.
+ * Use `create(ListShareLinksRequestSchema)` to create a new message.
+ */
+export const ListShareLinksRequestSchema: GenMessage<ListShareLinksRequest> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 0);
+
+/**
+ * ListShareLinksResponse is a customer's links for one campaign.
+ *
+ * @generated from message referral.v1.ListShareLinksResponse
+ */
+export type ListShareLinksResponse = Message<"referral.v1.ListShareLinksResponse"> & {
+  /**
+   * The campaign the links are for.
+   *
+   * @generated from field: string campaign_id = 1;
+   */
+  campaignId: string;
+
+  /**
+   * The customer's referral code.
+   *
+   * @generated from field: string referral_code = 2;
+   */
+  referralCode: string;
+
+  /**
+   * One link per channel.
+   *
+   * @generated from field: repeated referral.v1.ShareLink links = 3;
+   */
+  links: ShareLink[];
+
+  /**
+   * An SVG image of the QR code of the `qr` link.
+   *
+   * @generated from field: string qr_code_url = 4;
+   */
+  qrCodeUrl: string;
+};
+
+/**
+ * Describes the message referral.v1.ListShareLinksResponse.
+ * Use `create(ListShareLinksResponseSchema)` to create a new message.
+ */
+export const ListShareLinksResponseSchema: GenMessage<ListShareLinksResponse> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 1);
+
+/**
+ * ShareLink is a customer's link for one channel.
+ *
+ * @generated from message referral.v1.ShareLink
+ */
+export type ShareLink = Message<"referral.v1.ShareLink"> & {
+  /**
+   * The channel: email, sms, whatsapp, x, facebook, copy or qr.
+   *
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * The link.
+   *
+   * @generated from field: string url = 2;
+   */
+  url: string;
+};
+
+/**
+ * Describes the message referral.v1.ShareLink.
+ * Use `create(ShareLinkSchema)` to create a new message.
+ */
+export const ShareLinkSchema: GenMessage<ShareLink> = /*@__PURE__*/
+  messageDesc(file_referral_v1_customers, 2);
 
 /**
  * ExportCustomerRequest names the customer and the page of its lists.
@@ -51,7 +157,7 @@ export type ExportCustomerRequest = Message<"referral.v1.ExportCustomerRequest">
  * Use `create(ExportCustomerRequestSchema)` to create a new message.
  */
 export const ExportCustomerRequestSchema: GenMessage<ExportCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 0);
+  messageDesc(file_referral_v1_customers, 3);
 
 /**
  * ExportedEvent is a stored webhook event about the customer.
@@ -93,7 +199,7 @@ export type ExportedEvent = Message<"referral.v1.ExportedEvent"> & {
  * Use `create(ExportedEventSchema)` to create a new message.
  */
 export const ExportedEventSchema: GenMessage<ExportedEvent> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 1);
+  messageDesc(file_referral_v1_customers, 4);
 
 /**
  * ExportCustomerResponse is one page of a customer's data.
@@ -177,7 +283,7 @@ export type ExportCustomerResponse = Message<"referral.v1.ExportCustomerResponse
  * Use `create(ExportCustomerResponseSchema)` to create a new message.
  */
 export const ExportCustomerResponseSchema: GenMessage<ExportCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 2);
+  messageDesc(file_referral_v1_customers, 5);
 
 /**
  * EraseCustomerRequest names the customer to erase.
@@ -198,7 +304,7 @@ export type EraseCustomerRequest = Message<"referral.v1.EraseCustomerRequest"> &
  * Use `create(EraseCustomerRequestSchema)` to create a new message.
  */
 export const EraseCustomerRequestSchema: GenMessage<EraseCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 3);
+  messageDesc(file_referral_v1_customers, 6);
 
 /**
  * EraseCustomerResponse carries the tombstone of the erased customer.
@@ -220,7 +326,7 @@ export type EraseCustomerResponse = Message<"referral.v1.EraseCustomerResponse">
  * Use `create(EraseCustomerResponseSchema)` to create a new message.
  */
 export const EraseCustomerResponseSchema: GenMessage<EraseCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 4);
+  messageDesc(file_referral_v1_customers, 7);
 
 /**
  * IdentifyCustomerRequest describes the end user to create or update.
@@ -298,7 +404,7 @@ export type IdentifyCustomerRequest = Message<"referral.v1.IdentifyCustomerReque
  * Use `create(IdentifyCustomerRequestSchema)` to create a new message.
  */
 export const IdentifyCustomerRequestSchema: GenMessage<IdentifyCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 5);
+  messageDesc(file_referral_v1_customers, 8);
 
 /**
  * IdentifyCustomerResponse carries the identified customer.
@@ -319,7 +425,7 @@ export type IdentifyCustomerResponse = Message<"referral.v1.IdentifyCustomerResp
  * Use `create(IdentifyCustomerResponseSchema)` to create a new message.
  */
 export const IdentifyCustomerResponseSchema: GenMessage<IdentifyCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 6);
+  messageDesc(file_referral_v1_customers, 9);
 
 /**
  * GetCustomerRequest names a customer.
@@ -340,7 +446,7 @@ export type GetCustomerRequest = Message<"referral.v1.GetCustomerRequest"> & {
  * Use `create(GetCustomerRequestSchema)` to create a new message.
  */
 export const GetCustomerRequestSchema: GenMessage<GetCustomerRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 7);
+  messageDesc(file_referral_v1_customers, 10);
 
 /**
  * GetCustomerResponse carries the requested customer.
@@ -361,7 +467,7 @@ export type GetCustomerResponse = Message<"referral.v1.GetCustomerResponse"> & {
  * Use `create(GetCustomerResponseSchema)` to create a new message.
  */
 export const GetCustomerResponseSchema: GenMessage<GetCustomerResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 8);
+  messageDesc(file_referral_v1_customers, 11);
 
 /**
  * ListCustomersRequest filters and pages the application's customers.
@@ -425,7 +531,7 @@ export type ListCustomersRequest = Message<"referral.v1.ListCustomersRequest"> &
  * Use `create(ListCustomersRequestSchema)` to create a new message.
  */
 export const ListCustomersRequestSchema: GenMessage<ListCustomersRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 9);
+  messageDesc(file_referral_v1_customers, 12);
 
 /**
  * ListCustomersResponse is one page of customers.
@@ -467,7 +573,7 @@ export type ListCustomersResponse = Message<"referral.v1.ListCustomersResponse">
  * Use `create(ListCustomersResponseSchema)` to create a new message.
  */
 export const ListCustomersResponseSchema: GenMessage<ListCustomersResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_customers, 10);
+  messageDesc(file_referral_v1_customers, 13);
 
 /**
  * CustomersService identifies the calling application's end users and reads
@@ -541,6 +647,19 @@ export const CustomersService: GenService<{
     methodKind: "unary";
     input: typeof ExportCustomerRequestSchema;
     output: typeof ExportCustomerResponseSchema;
+  },
+  /**
+   * The customer's share links for a campaign (docs/links.md): one per
+   * channel, each `{PUBLIC_URL}/r/{code}?c={campaign}&ch={channel}`, and its
+   * QR code's address. Secret keys, and public keys with the customer's
+   * user_hash.
+   *
+   * @generated from rpc referral.v1.CustomersService.ListShareLinks
+   */
+  listShareLinks: {
+    methodKind: "unary";
+    input: typeof ListShareLinksRequestSchema;
+    output: typeof ListShareLinksResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_referral_v1_customers, 0);
