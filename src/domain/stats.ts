@@ -39,7 +39,29 @@ export const metric = {
   committedMinor: (currency: string) => `committedMinor:${currency}`,
   /** Referrals created whose current verdicts have the rule acting so (or in shadow). */
   fraud: (rule: string, outcome: FraudOutcomeName) => `fraud:${outcome}:${rule}`,
+  /** People's clicks on share links (a visitor's repeat within the hour excluded). */
+  clicks: "clicks",
+  /** Visitors: clicks that were their visitor's first on the campaign's links. */
+  visitors: "visitors",
+  /** Link previews' and crawlers' fetches, by reason. */
+  bots: (reason: string) => `bots:${reason}`,
+  /** People's clicks, by the channel their link named. */
+  channel: (name: string) => `channel:${name}`,
 } as const;
+
+/**
+ * Whether a metric counts clicks: kept as the clicks were made, while the
+ * clicks themselves are removed when their window ends, so a recount from
+ * the records cannot find them again.
+ */
+export function isClickMetric(name: string): boolean {
+  return (
+    name === metric.clicks ||
+    name === metric.visitors ||
+    name.startsWith("bots:") ||
+    name.startsWith("channel:")
+  );
+}
 
 /** What a fraud verdict counts as: its action, or `shadow` when it took none. */
 export type FraudOutcomeName = "note" | "flag" | "hold_reward" | "reject" | "shadow";
@@ -62,7 +84,11 @@ export type Metric =
       readonly currency: string | null;
     }
   | { readonly kind: "committedMinor"; readonly currency: string }
-  | { readonly kind: "fraud"; readonly rule: string; readonly outcome: FraudOutcomeName };
+  | { readonly kind: "fraud"; readonly rule: string; readonly outcome: FraudOutcomeName }
+  | { readonly kind: "clicks" }
+  | { readonly kind: "visitors" }
+  | { readonly kind: "bots"; readonly reason: string }
+  | { readonly kind: "channel"; readonly channel: string };
 
 // Counters are summed by name, so the same names are read again and again.
 const metricsRead = new Map<string, Metric | null>();
@@ -82,6 +108,8 @@ function readMetric(name: string): Metric | null {
   if (name === metric.identified) return { kind: "identified" };
   if (name === metric.created) return { kind: "created" };
   if (name === metric.cohortAccepted) return { kind: "cohortAccepted" };
+  if (name === metric.clicks) return { kind: "clicks" };
+  if (name === metric.visitors) return { kind: "visitors" };
   const colon = name.indexOf(":");
   if (colon < 0) return null;
   const rest = name.slice(colon + 1);
@@ -104,6 +132,10 @@ function readMetric(name: string): Metric | null {
     }
     case "committedMinor":
       return { kind: "committedMinor", currency: rest };
+    case "bots":
+      return { kind: "bots", reason: rest };
+    case "channel":
+      return { kind: "channel", channel: rest };
     case "fraud": {
       const split = rest.indexOf(":");
       return {
@@ -386,5 +418,42 @@ export function moveGrantStats(
     if (amount !== 0) moves.count(scope, at, metric.grantsMinor(after.status, currency), amount);
     if (committed && currency && amount !== 0)
       moves.count(scope, at, metric.committedMinor(currency), amount);
+  }
+}
+
+/** The fields of a click the numbers read. */
+export interface ClickFacts {
+  applicationId: string;
+  environment: string;
+  campaignId: string;
+  channel: string | null;
+  bot: string | null;
+  firstOfVisitor: boolean;
+  createdAt: Date | string;
+}
+
+/**
+ * A click recorded (clicks are never changed): a person's counts as a
+ * click, as a visitor when it was the visitor's first, and on its channel;
+ * a bot's fetch by its reason. In its campaign and its environment.
+ */
+export function moveClickStats(
+  before: ClickFacts | null,
+  after: ClickFacts,
+  moves: StatsMoves,
+): void {
+  if (before || !countable(after)) return;
+  const at = ms(after.createdAt);
+  for (const scope of [
+    statsScope(after.applicationId, after.environment, after.campaignId),
+    statsScope(after.applicationId, after.environment, null),
+  ]) {
+    if (after.bot) {
+      moves.count(scope, at, metric.bots(after.bot), 1);
+      continue;
+    }
+    moves.count(scope, at, metric.clicks, 1);
+    if (after.firstOfVisitor) moves.count(scope, at, metric.visitors, 1);
+    if (after.channel) moves.count(scope, at, metric.channel(after.channel), 1);
   }
 }

@@ -31,7 +31,7 @@ import type {
   NetworkFactsName,
 } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
-import { differencesOf, recountStats } from "../store/stats-recount.js";
+import { differencesOf, recountStats, withKeptClickCounts } from "../store/stats-recount.js";
 import type { Store } from "../store/store.js";
 import {
   findApiKeys,
@@ -249,8 +249,11 @@ export function createAdminService(deps: {
 
     async verifyApplicationStats(request) {
       const application = await applicationOrNotFound(request.applicationId);
-      const { scopes, wanted, recordsRead } = await recountStats(db, application._id);
-      const differences = differencesOf(await deps.store.stats.snapshot(scopes), wanted);
+      const { scopes, wanted: recounted, recordsRead } = await recountStats(db, application._id);
+      const kept = await deps.store.stats.snapshot(scopes);
+      // Clicks leave when their window ends: their counters stay as kept.
+      const wanted = withKeptClickCounts(kept, recounted);
+      const differences = differencesOf(kept, wanted);
       if (request.repair && differences.length > 0) await deps.store.stats.replace(scopes, wanted);
       return {
         recordsRead: BigInt(recordsRead),

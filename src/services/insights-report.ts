@@ -58,6 +58,13 @@ const grantStatuses: readonly RewardGrantStatusName[] = [
   "capped",
 ];
 
+/** Counts by name, the most first (then by name), zeros left out. */
+function sortedCounts(counts: ReadonlyMap<string, number>): [string, number][] {
+  return [...counts.entries()]
+    .filter(([, n]) => n !== 0)
+    .sort(([a, x], [b, y]) => y - x || a.localeCompare(b));
+}
+
 /** A quotient with both terms. */
 function ratio(numerator: number, denominator: number) {
   return {
@@ -82,9 +89,15 @@ export function programStatsOf(
   const grants = new Map<string, Map<RewardGrantStatusName, { count: number; minor: number }>>();
   const committed = new Map<string, number>();
   const fraud = new Map<string, Record<FraudOutcomeName, number>>();
+  const bots = new Map<string, number>();
+  const channels = new Map<string, number>();
   for (const [name, n] of sums) {
     const read = metricOf(name);
-    if (read?.kind === "fraud") {
+    if (read?.kind === "bots") {
+      bots.set(read.reason, (bots.get(read.reason) ?? 0) + n);
+    } else if (read?.kind === "channel") {
+      channels.set(read.channel, (channels.get(read.channel) ?? 0) + n);
+    } else if (read?.kind === "fraud") {
       let counts = fraud.get(read.rule);
       if (!counts) {
         counts = { note: 0, flag: 0, hold_reward: 0, reject: 0, shadow: 0 };
@@ -133,6 +146,14 @@ export function programStatsOf(
         rejected: BigInt(counts.reject),
         shadow: BigInt(counts.shadow),
       })),
+    clicks: BigInt(get(metric.clicks)),
+    visitors: BigInt(get(metric.visitors)),
+    botFetches: sortedCounts(bots).map(([reason, count]) => ({ reason, count: BigInt(count) })),
+    channels: sortedCounts(channels).map(([channel, clicks]) => ({
+      channel,
+      clicks: BigInt(clicks),
+    })),
+    clickToReferral: ratio(created, get(metric.clicks)),
     conversionRate: ratio(accepted, created),
     cohortConversionRate: ratio(get(metric.cohortAccepted), created),
     kFactor: ratio(accepted, identified),

@@ -1,6 +1,6 @@
 import type { Document, Filter } from "mongodb";
 import { timeZoneOfCampaign } from "../domain/campaign-time.js";
-import { campaignOfScope, type StatsMoves, statsScope } from "../domain/stats.js";
+import { campaignOfScope, isClickMetric, type StatsMoves, statsScope } from "../domain/stats.js";
 import { bucketsOf, zoneDay, zoneDayOf } from "../domain/stats-time.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
@@ -220,6 +220,19 @@ export interface StatsDifference {
 }
 
 /** Every difference between two snapshots. */
+/**
+ * A recount with the click counters of `kept` (see `isClickMetric`): the
+ * clicks themselves are removed when their window ends, so they are kept
+ * as counted, never recounted or repaired.
+ */
+export function withKeptClickCounts(kept: StatsSnapshot, wanted: StatsSnapshot): StatsSnapshot {
+  const counts = new Map(wanted.counts);
+  for (const [key, n] of kept.counts) {
+    if (isClickMetric(key.slice(key.lastIndexOf("|") + 1))) counts.set(key, n);
+  }
+  return { ...wanted, counts };
+}
+
 export function differencesOf(kept: StatsSnapshot, wanted: StatsSnapshot): StatsDifference[] {
   const differences: StatsDifference[] = [];
   const compare = (

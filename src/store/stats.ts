@@ -3,10 +3,12 @@ import type { Document } from "mongodb";
 import {
   type CampaignFacts,
   type CheckpointFacts,
+  type ClickFacts,
   type CustomerFacts,
   type GrantFacts,
   moveCampaignStats,
   moveCheckpointStats,
+  moveClickStats,
   moveCustomerStats,
   moveGrantStats,
   moveReferralStats,
@@ -138,7 +140,7 @@ export type StatsWatchers = Partial<typeof statsWatchers>;
  * `MongoStats.watched`).
  */
 export const statsWatchers: Record<
-  "customers" | "referrals" | "checkpoints" | "rewardGrants" | "campaigns",
+  "customers" | "referrals" | "checkpoints" | "rewardGrants" | "campaigns" | "clicks",
   (before: Document | null, after: Document, moves: StatsMoves) => void
 > = {
   customers: (before, after, moves) =>
@@ -151,6 +153,8 @@ export const statsWatchers: Record<
     moveGrantStats(before as GrantFacts | null, after as GrantFacts, moves),
   campaigns: (before, after, moves) =>
     moveCampaignStats(before as CampaignFacts | null, after as CampaignFacts, moves),
+  clicks: (before, after, moves) =>
+    moveClickStats(before as ClickFacts | null, after as ClickFacts, moves),
 };
 
 /** The scope a campaign's zone-day counters are kept under (see `zoneDay`). */

@@ -358,3 +358,65 @@ for (const protocol of protocols) {
     },
   );
 }
+
+for (const protocol of protocols) {
+  test.serial(
+    `${protocol}: the funnel from the click: clicks, visitors, bots by reason, channels`,
+    async (t) => {
+      const app = await newApplication();
+      const ada = await referrerOf(app, `ada-funnel-${protocol}`);
+      const grace = await referrerOf(app, `grace-funnel-${protocol}`);
+      const visitor = (n: number) => `${phone} funnel-${protocol}-${n}`;
+      const open = (code: string, userAgent: string, channel?: string) =>
+        follow(`/r/${code}${channel ? `?ch=${channel}` : ""}`, { userAgent });
+      const first = await open(ada.referralCode, visitor(1), "whatsapp");
+      await open(ada.referralCode, visitor(1), "whatsapp"); // a repeat: nothing
+      await open(grace.referralCode, visitor(1), "email"); // a click, not a visitor
+      await open(ada.referralCode, visitor(2), "whatsapp");
+      await open(ada.referralCode, visitor(3));
+      await open(ada.referralCode, "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)");
+      await open(ada.referralCode, "WhatsApp/2.23.20.0");
+      await open(ada.referralCode, "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)");
+      // One of the clicks signs up.
+      const rclk = new URL(first.headers.get("location") ?? "").searchParams.get("rclk");
+      await okBody(
+        protocol,
+        "IdentifyCustomer",
+        { externalUserId: `friend-funnel-${protocol}`, name: "Friend", clickId: rclk },
+        app.secretKey,
+      );
+      const stats = await okBody(
+        protocol,
+        "GetCampaignStats",
+        { id: app.campaignId },
+        app.secretKey,
+      );
+      const totals = stats.report.totals;
+      const n = (value: unknown) => Number(value);
+      t.is(n(totals.clicks), 4);
+      t.is(n(totals.visitors), 3);
+      t.deepEqual(
+        totals.botFetches.map((bot: Json) => [bot.reason, n(bot.count)]),
+        [
+          ["slack", 2],
+          ["whatsapp", 1],
+        ],
+      );
+      t.deepEqual(
+        totals.channels.map((channel: Json) => [channel.channel, n(channel.clicks)]),
+        [
+          ["whatsapp", 2],
+          ["email", 1],
+        ],
+      );
+      t.like(
+        {
+          numerator: n(totals.clickToReferral.numerator),
+          denominator: n(totals.clickToReferral.denominator),
+        },
+        { numerator: 1, denominator: 4 },
+      );
+      t.is(totals.clickToReferral.value, 0.25);
+    },
+  );
+}

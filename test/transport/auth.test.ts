@@ -69,6 +69,8 @@ const publicMethods = new Set([
   "GetLiveCampaign",
   "PingCampaign",
   "ListCampaignCheckpoints",
+  // An app shows a user their own share links, with its backend's userHash (docs/links.md).
+  "ListShareLinks",
 ]);
 
 test("the contract marks exactly the spec's and the SDKs' public RPCs as public", (t) => {

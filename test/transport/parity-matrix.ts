@@ -107,7 +107,7 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
       // A public key reads a customer's links with the backend's proof (docs/trust.md).
       ok: () => ({ id: fixture.referrerId, userHash: fixture.referrerUserHash }),
       errors: {
-        invalid_argument: () => ({ id: "", userHash: fixture.referrerUserHash }),
+        invalid_argument: () => ({ id: fixture.referrerId, userHash: "not-a-hash" }),
         not_found: () => ({ id: "cus_missing", userHash: fixture.referrerUserHash }),
       },
     },

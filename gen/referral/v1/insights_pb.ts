@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file referral/v1/insights.proto.
  */
 export const file_referral_v1_insights: GenFile = /*@__PURE__*/
-  fileDesc("ChpyZWZlcnJhbC92MS9pbnNpZ2h0cy5wcm90bxILcmVmZXJyYWwudjEiiwIKF0dldENhbXBhaWduU3RhdHNSZXF1ZXN0EgoKAmlkGAEgASgJEi0KC2Vudmlyb25tZW50GAIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSEQoEZnJvbRgDIAEoCUgAiAEBEg8KAnRvGAQgASgJSAGIAQESLAoIaW50ZXJ2YWwYBSABKA4yGi5yZWZlcnJhbC52MS5TdGF0c0ludGVydmFsEhYKCXRpbWVfem9uZRgGIAEoCUgCiAEBEi0KB2NvbXBhcmUYByABKA4yHC5yZWZlcnJhbC52MS5TdGF0c0NvbXBhcmlzb25CBwoFX2Zyb21CBQoDX3RvQgwKCl90aW1lX3pvbmUiSwoYR2V0Q2FtcGFpZ25TdGF0c1Jlc3BvbnNlEi8KBnJlcG9ydBgBIAEoCzIfLnJlZmVycmFsLnYxLlByb2dyYW1TdGF0c1JlcG9ydCKCAgoaR2V0QXBwbGljYXRpb25TdGF0c1JlcXVlc3QSLQoLZW52aXJvbm1lbnQYASABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudBIRCgRmcm9tGAIgASgJSACIAQESDwoCdG8YAyABKAlIAYgBARIsCghpbnRlcnZhbBgEIAEoDjIaLnJlZmVycmFsLnYxLlN0YXRzSW50ZXJ2YWwSFgoJdGltZV96b25lGAUgASgJSAKIAQESLQoHY29tcGFyZRgGIAEoDjIcLnJlZmVycmFsLnYxLlN0YXRzQ29tcGFyaXNvbkIHCgVfZnJvbUIFCgNfdG9CDAoKX3RpbWVfem9uZSJOChtHZXRBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2USLwoGcmVwb3J0GAEgASgLMh8ucmVmZXJyYWwudjEuUHJvZ3JhbVN0YXRzUmVwb3J0ItoCChJQcm9ncmFtU3RhdHNSZXBvcnQSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARItCgtlbnZpcm9ubWVudBgCIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhEKCXRpbWVfem9uZRgDIAEoCRIsCghpbnRlcnZhbBgEIAEoDjIaLnJlZmVycmFsLnYxLlN0YXRzSW50ZXJ2YWwSDAoEZnJvbRgFIAEoCRIKCgJ0bxgGIAEoCRIpCgZ0b3RhbHMYByABKAsyGS5yZWZlcnJhbC52MS5Qcm9ncmFtU3RhdHMSJwoGc2VyaWVzGAggAygLMhcucmVmZXJyYWwudjEuU3RhdHNQb2ludBIvCghwcmV2aW91cxgJIAEoCzIYLnJlZmVycmFsLnYxLlN0YXRzUGVyaW9kSAGIAQFCDgoMX2NhbXBhaWduX2lkQgsKCV9wcmV2aW91cyJRCgtTdGF0c1BlcmlvZBIMCgRmcm9tGAEgASgJEgoKAnRvGAIgASgJEigKBXN0YXRzGAMgASgLMhkucmVmZXJyYWwudjEuUHJvZ3JhbVN0YXRzIlAKClN0YXRzUG9pbnQSDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRIoCgVzdGF0cxgDIAEoCzIZLnJlZmVycmFsLnYxLlByb2dyYW1TdGF0cyKkBAoMUHJvZ3JhbVN0YXRzEhwKFGN1c3RvbWVyc19pZGVudGlmaWVkGAEgASgDEhgKEHJlZmVycmVyc19hY3RpdmUYAiABKAMSGQoRcmVmZXJyYWxzX2NyZWF0ZWQYAyABKAMSPAoRcmVmZXJyYWxzX3JlYWNoZWQYBCABKAsyIS5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0NvdW50cxIxCgtjaGVja3BvaW50cxgFIAMoCzIcLnJlZmVycmFsLnYxLkNoZWNrcG9pbnRDb3VudBIrCg9jb252ZXJzaW9uX3JhdGUYBiABKAsyEi5yZWZlcnJhbC52MS5SYXRpbxIyChZjb2hvcnRfY29udmVyc2lvbl9yYXRlGAcgASgLMhIucmVmZXJyYWwudjEuUmF0aW8SJAoIa19mYWN0b3IYCCABKAsyEi5yZWZlcnJhbC52MS5SYXRpbxIzCg90aW1lX3RvX2NvbnZlcnQYCSABKAsyGi5yZWZlcnJhbC52MS5UaW1lVG9Db252ZXJ0EikKB3Jld2FyZHMYCiADKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRTdGF0cxI9ChRjb3N0X3Blcl9hY3F1aXNpdGlvbhgLIAMoCzIfLnJlZmVycmFsLnYxLkNvc3RQZXJBY3F1aXNpdGlvbhIqCgVmcmF1ZBgMIAMoCzIbLnJlZmVycmFsLnYxLkZyYXVkUnVsZUNvdW50Im4KDkZyYXVkUnVsZUNvdW50EgwKBHJ1bGUYASABKAkSDQoFbm90ZWQYAiABKAMSDwoHZmxhZ2dlZBgDIAEoAxIMCgRoZWxkGAQgASgDEhAKCHJlamVjdGVkGAUgASgDEg4KBnNoYWRvdxgGIAEoAyJuChRSZWZlcnJhbFN0YXR1c0NvdW50cxIPCgdwZW5kaW5nGAEgASgDEg8KB2ZsYWdnZWQYAiABKAMSEAoIYWNjZXB0ZWQYAyABKAMSEAoIcmVqZWN0ZWQYBCABKAMSEAoIcmV2ZXJzZWQYBSABKAMiLgoPQ2hlY2twb2ludENvdW50EgwKBG5hbWUYASABKAkSDQoFY291bnQYAiABKAMiTQoFUmF0aW8SEQoJbnVtZXJhdG9yGAEgASgDEhMKC2Rlbm9taW5hdG9yGAIgASgDEhIKBXZhbHVlGAMgASgBSACIAQFCCAoGX3ZhbHVlIp8BCg1UaW1lVG9Db252ZXJ0Eg0KBWNvdW50GAEgASgDEhgKC3A1MF9zZWNvbmRzGAIgASgDSACIAQESGAoLcDkwX3NlY29uZHMYAyABKANIAYgBARIrCgloaXN0b2dyYW0YBCADKAsyGC5yZWZlcnJhbC52MS5EdXJhdGlvbkJpbkIOCgxfcDUwX3NlY29uZHNCDgoMX3A5MF9zZWNvbmRzIloKC0R1cmF0aW9uQmluEhQKDGZyb21fc2Vjb25kcxgBIAEoAxIXCgp0b19zZWNvbmRzGAIgASgDSACIAQESDQoFY291bnQYAyABKANCDQoLX3RvX3NlY29uZHMi9wIKC1Jld2FyZFN0YXRzEiwKCGN1cnJlbmN5GAEgASgOMhUucmVmZXJyYWwudjEuQ3VycmVuY3lIAIgBARIpCgdwZW5kaW5nGAIgASgLMhgucmVmZXJyYWwudjEuUmV3YXJkVG90YWwSKgoIYXBwcm92ZWQYAyABKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRUb3RhbBIrCglmdWxmaWxsZWQYBCABKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRUb3RhbBIqCghyZWplY3RlZBgFIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEigKBnZvaWRlZBgGIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEikKB2V4cGlyZWQYByABKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRUb3RhbBIoCgZjYXBwZWQYCCABKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRUb3RhbEILCglfY3VycmVuY3kikwEKEkNvc3RQZXJBY3F1aXNpdGlvbhInCghjdXJyZW5jeRgBIAEoDjIVLnJlZmVycmFsLnYxLkN1cnJlbmN5EhgKEGNvbW1pdHRlZF9hbW91bnQYAiABKAESGgoScmVmZXJyYWxzX2FjY2VwdGVkGAMgASgDEhMKBmFtb3VudBgEIAEoAUgAiAEBQgkKB19hbW91bnQi1gEKF0xpc3RUb3BSZWZlcnJlcnNSZXF1ZXN0EgoKAmlkGAEgASgJEi0KC2Vudmlyb25tZW50GAIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSLgoGd2luZG93GAMgASgOMh4ucmVmZXJyYWwudjEuTGVhZGVyYm9hcmRXaW5kb3cSEQoEZnJvbRgEIAEoCUgAiAEBEg8KAnRvGAUgASgJSAGIAQESEgoFbGltaXQYBiABKAVIAogBAUIHCgVfZnJvbUIFCgNfdG9CCAoGX2xpbWl0InYKGExpc3RUb3BSZWZlcnJlcnNSZXNwb25zZRIRCgRmcm9tGAEgASgJSACIAQESDwoCdG8YAiABKAlIAYgBARImCgRkYXRhGAMgAygLMhgucmVmZXJyYWwudjEuVG9wUmVmZXJyZXJCBwoFX2Zyb21CBQoDX3RvIrkBCgtUb3BSZWZlcnJlchIMCgRyYW5rGAEgASgFEhMKC2N1c3RvbWVyX2lkGAIgASgJEhgKEGV4dGVybmFsX3VzZXJfaWQYAyABKAkSDAoEbmFtZRgEIAEoCRIaChJyZWZlcnJhbHNfYWNjZXB0ZWQYBSABKAMSFgoOcmVmZXJyYWxzX21hZGUYBiABKAMSKwoHcmV3YXJkcxgHIAMoCzIaLnJlZmVycmFsLnYxLlJld2FyZEJhbGFuY2UipgEKG0dldFB1YmxpY0xlYWRlcmJvYXJkUmVxdWVzdBIKCgJpZBgBIAEoCRItCgtlbnZpcm9ubWVudBgCIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50Ei4KBndpbmRvdxgDIAEoDjIeLnJlZmVycmFsLnYxLkxlYWRlcmJvYXJkV2luZG93EhIKBWxpbWl0GAQgASgFSACIAQFCCAoGX2xpbWl0IkcKHEdldFB1YmxpY0xlYWRlcmJvYXJkUmVzcG9uc2USJwoEZGF0YRgBIAMoCzIZLnJlZmVycmFsLnYxLlB1YmxpY0xlYWRlciJOCgxQdWJsaWNMZWFkZXISDAoEcmFuaxgBIAEoBRIUCgxkaXNwbGF5X25hbWUYAiABKAkSGgoScmVmZXJyYWxzX2FjY2VwdGVkGAMgASgDIrABChlXYXRjaENhbXBhaWduU3RhdHNSZXF1ZXN0EgoKAmlkGAEgASgJEi0KC2Vudmlyb25tZW50GAIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSEQoEZnJvbRgDIAEoCUgAiAEBEg8KAnRvGAQgASgJSAGIAQESFgoJdGltZV96b25lGAUgASgJSAKIAQFCBwoFX2Zyb21CBQoDX3RvQgwKCl90aW1lX3pvbmUiYQoaV2F0Y2hDYW1wYWlnblN0YXRzUmVzcG9uc2USDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRIpCgZ0b3RhbHMYAyABKAsyGS5yZWZlcnJhbC52MS5Qcm9ncmFtU3RhdHMi0gEKFkV4cG9ydFJlZmVycmFsc1JlcXVlc3QSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARItCgtlbnZpcm9ubWVudBgCIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhEKBGZyb20YAyABKAlIAYgBARIPCgJ0bxgEIAEoCUgCiAEBEisKBnN0YXR1cxgFIAEoDjIbLnJlZmVycmFsLnYxLlJlZmVycmFsU3RhdHVzQg4KDF9jYW1wYWlnbl9pZEIHCgVfZnJvbUIFCgNfdG8qkwEKDVN0YXRzSW50ZXJ2YWwSHgoaU1RBVFNfSU5URVJWQUxfVU5TUEVDSUZJRUQQABIXChNTVEFUU19JTlRFUlZBTF9IT1VSEAESFgoSU1RBVFNfSU5URVJWQUxfREFZEAISFwoTU1RBVFNfSU5URVJWQUxfV0VFSxADEhgKFFNUQVRTX0lOVEVSVkFMX01PTlRIEAQqWQoPU3RhdHNDb21wYXJpc29uEiAKHFNUQVRTX0NPTVBBUklTT05fVU5TUEVDSUZJRUQQABIkCiBTVEFUU19DT01QQVJJU09OX1BSRVZJT1VTX1BFUklPRBABKpgBChFMZWFkZXJib2FyZFdpbmRvdxIiCh5MRUFERVJCT0FSRF9XSU5ET1dfVU5TUEVDSUZJRUQQABIaChZMRUFERVJCT0FSRF9XSU5ET1dfQUxMEAESHAoYTEVBREVSQk9BUkRfV0lORE9XX01PTlRIEAISJQohTEVBREVSQk9BUkRfV0lORE9XX1BSRVZJT1VTX01PTlRIEAMyzAYKD0luc2lnaHRzU2VydmljZRKCAQoQR2V0Q2FtcGFpZ25TdGF0cxIkLnJlZmVycmFsLnYxLkdldENhbXBhaWduU3RhdHNSZXF1ZXN0GiUucmVmZXJyYWwudjEuR2V0Q2FtcGFpZ25TdGF0c1Jlc3BvbnNlIiHA8xgCgtPkkwIXEhUvY2FtcGFpZ25zL3tpZH0vc3RhdHMSfAoTR2V0QXBwbGljYXRpb25TdGF0cxInLnJlZmVycmFsLnYxLkdldEFwcGxpY2F0aW9uU3RhdHNSZXF1ZXN0GigucmVmZXJyYWwudjEuR2V0QXBwbGljYXRpb25TdGF0c1Jlc3BvbnNlIhLA8xgCgtPkkwIIEgYvc3RhdHMSiAEKEExpc3RUb3BSZWZlcnJlcnMSJC5yZWZlcnJhbC52MS5MaXN0VG9wUmVmZXJyZXJzUmVxdWVzdBolLnJlZmVycmFsLnYxLkxpc3RUb3BSZWZlcnJlcnNSZXNwb25zZSInwPMYAoLT5JMCHRIbL2NhbXBhaWducy97aWR9L2xlYWRlcmJvYXJkEpsBChRHZXRQdWJsaWNMZWFkZXJib2FyZBIoLnJlZmVycmFsLnYxLkdldFB1YmxpY0xlYWRlcmJvYXJkUmVxdWVzdBopLnJlZmVycmFsLnYxLkdldFB1YmxpY0xlYWRlcmJvYXJkUmVzcG9uc2UiLsDzGAGC0+STAiQSIi9jYW1wYWlnbnMve2lkfS9sZWFkZXJib2FyZC9wdWJsaWMSkQEKEldhdGNoQ2FtcGFpZ25TdGF0cxImLnJlZmVycmFsLnYxLldhdGNoQ2FtcGFpZ25TdGF0c1JlcXVlc3QaJy5yZWZlcnJhbC52MS5XYXRjaENhbXBhaWduU3RhdHNSZXNwb25zZSIowPMYAoLT5JMCHhIcL2NhbXBhaWducy97aWR9L3N0YXRzL3N0cmVhbTABEnkKD0V4cG9ydFJlZmVycmFscxIjLnJlZmVycmFsLnYxLkV4cG9ydFJlZmVycmFsc1JlcXVlc3QaFC5nb29nbGUuYXBpLkh0dHBCb2R5IinA8xgC0vMYCHRleHQvY3N2gtPkkwITEhEvcmVmZXJyYWxzL2V4cG9ydDABYgZwcm90bzM", [file_google_api_annotations, file_google_api_httpbody, file_referral_v1_options, file_referral_v1_resources]);
+  fileDesc("ChpyZWZlcnJhbC92MS9pbnNpZ2h0cy5wcm90bxILcmVmZXJyYWwudjEiiwIKF0dldENhbXBhaWduU3RhdHNSZXF1ZXN0EgoKAmlkGAEgASgJEi0KC2Vudmlyb25tZW50GAIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSEQoEZnJvbRgDIAEoCUgAiAEBEg8KAnRvGAQgASgJSAGIAQESLAoIaW50ZXJ2YWwYBSABKA4yGi5yZWZlcnJhbC52MS5TdGF0c0ludGVydmFsEhYKCXRpbWVfem9uZRgGIAEoCUgCiAEBEi0KB2NvbXBhcmUYByABKA4yHC5yZWZlcnJhbC52MS5TdGF0c0NvbXBhcmlzb25CBwoFX2Zyb21CBQoDX3RvQgwKCl90aW1lX3pvbmUiSwoYR2V0Q2FtcGFpZ25TdGF0c1Jlc3BvbnNlEi8KBnJlcG9ydBgBIAEoCzIfLnJlZmVycmFsLnYxLlByb2dyYW1TdGF0c1JlcG9ydCKCAgoaR2V0QXBwbGljYXRpb25TdGF0c1JlcXVlc3QSLQoLZW52aXJvbm1lbnQYASABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudBIRCgRmcm9tGAIgASgJSACIAQESDwoCdG8YAyABKAlIAYgBARIsCghpbnRlcnZhbBgEIAEoDjIaLnJlZmVycmFsLnYxLlN0YXRzSW50ZXJ2YWwSFgoJdGltZV96b25lGAUgASgJSAKIAQESLQoHY29tcGFyZRgGIAEoDjIcLnJlZmVycmFsLnYxLlN0YXRzQ29tcGFyaXNvbkIHCgVfZnJvbUIFCgNfdG9CDAoKX3RpbWVfem9uZSJOChtHZXRBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2USLwoGcmVwb3J0GAEgASgLMh8ucmVmZXJyYWwudjEuUHJvZ3JhbVN0YXRzUmVwb3J0ItoCChJQcm9ncmFtU3RhdHNSZXBvcnQSGAoLY2FtcGFpZ25faWQYASABKAlIAIgBARItCgtlbnZpcm9ubWVudBgCIAEoDjIYLnJlZmVycmFsLnYxLkVudmlyb25tZW50EhEKCXRpbWVfem9uZRgDIAEoCRIsCghpbnRlcnZhbBgEIAEoDjIaLnJlZmVycmFsLnYxLlN0YXRzSW50ZXJ2YWwSDAoEZnJvbRgFIAEoCRIKCgJ0bxgGIAEoCRIpCgZ0b3RhbHMYByABKAsyGS5yZWZlcnJhbC52MS5Qcm9ncmFtU3RhdHMSJwoGc2VyaWVzGAggAygLMhcucmVmZXJyYWwudjEuU3RhdHNQb2ludBIvCghwcmV2aW91cxgJIAEoCzIYLnJlZmVycmFsLnYxLlN0YXRzUGVyaW9kSAGIAQFCDgoMX2NhbXBhaWduX2lkQgsKCV9wcmV2aW91cyJRCgtTdGF0c1BlcmlvZBIMCgRmcm9tGAEgASgJEgoKAnRvGAIgASgJEigKBXN0YXRzGAMgASgLMhkucmVmZXJyYWwudjEuUHJvZ3JhbVN0YXRzIlAKClN0YXRzUG9pbnQSDAoEZnJvbRgBIAEoCRIKCgJ0bxgCIAEoCRIoCgVzdGF0cxgDIAEoCzIZLnJlZmVycmFsLnYxLlByb2dyYW1TdGF0cyLTBQoMUHJvZ3JhbVN0YXRzEhwKFGN1c3RvbWVyc19pZGVudGlmaWVkGAEgASgDEhgKEHJlZmVycmVyc19hY3RpdmUYAiABKAMSGQoRcmVmZXJyYWxzX2NyZWF0ZWQYAyABKAMSPAoRcmVmZXJyYWxzX3JlYWNoZWQYBCABKAsyIS5yZWZlcnJhbC52MS5SZWZlcnJhbFN0YXR1c0NvdW50cxIxCgtjaGVja3BvaW50cxgFIAMoCzIcLnJlZmVycmFsLnYxLkNoZWNrcG9pbnRDb3VudBIrCg9jb252ZXJzaW9uX3JhdGUYBiABKAsyEi5yZWZlcnJhbC52MS5SYXRpbxIyChZjb2hvcnRfY29udmVyc2lvbl9yYXRlGAcgASgLMhIucmVmZXJyYWwudjEuUmF0aW8SJAoIa19mYWN0b3IYCCABKAsyEi5yZWZlcnJhbC52MS5SYXRpbxIzCg90aW1lX3RvX2NvbnZlcnQYCSABKAsyGi5yZWZlcnJhbC52MS5UaW1lVG9Db252ZXJ0EikKB3Jld2FyZHMYCiADKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRTdGF0cxI9ChRjb3N0X3Blcl9hY3F1aXNpdGlvbhgLIAMoCzIfLnJlZmVycmFsLnYxLkNvc3RQZXJBY3F1aXNpdGlvbhIqCgVmcmF1ZBgMIAMoCzIbLnJlZmVycmFsLnYxLkZyYXVkUnVsZUNvdW50Eg4KBmNsaWNrcxgNIAEoAxIQCgh2aXNpdG9ycxgOIAEoAxIvCgtib3RfZmV0Y2hlcxgPIAMoCzIaLnJlZmVycmFsLnYxLkJvdEZldGNoQ291bnQSKwoIY2hhbm5lbHMYECADKAsyGS5yZWZlcnJhbC52MS5DaGFubmVsQ291bnQSLQoRY2xpY2tfdG9fcmVmZXJyYWwYESABKAsyEi5yZWZlcnJhbC52MS5SYXRpbyIuCg1Cb3RGZXRjaENvdW50Eg4KBnJlYXNvbhgBIAEoCRINCgVjb3VudBgCIAEoAyIvCgxDaGFubmVsQ291bnQSDwoHY2hhbm5lbBgBIAEoCRIOCgZjbGlja3MYAiABKAMibgoORnJhdWRSdWxlQ291bnQSDAoEcnVsZRgBIAEoCRINCgVub3RlZBgCIAEoAxIPCgdmbGFnZ2VkGAMgASgDEgwKBGhlbGQYBCABKAMSEAoIcmVqZWN0ZWQYBSABKAMSDgoGc2hhZG93GAYgASgDIm4KFFJlZmVycmFsU3RhdHVzQ291bnRzEg8KB3BlbmRpbmcYASABKAMSDwoHZmxhZ2dlZBgCIAEoAxIQCghhY2NlcHRlZBgDIAEoAxIQCghyZWplY3RlZBgEIAEoAxIQCghyZXZlcnNlZBgFIAEoAyIuCg9DaGVja3BvaW50Q291bnQSDAoEbmFtZRgBIAEoCRINCgVjb3VudBgCIAEoAyJNCgVSYXRpbxIRCgludW1lcmF0b3IYASABKAMSEwoLZGVub21pbmF0b3IYAiABKAMSEgoFdmFsdWUYAyABKAFIAIgBAUIICgZfdmFsdWUinwEKDVRpbWVUb0NvbnZlcnQSDQoFY291bnQYASABKAMSGAoLcDUwX3NlY29uZHMYAiABKANIAIgBARIYCgtwOTBfc2Vjb25kcxgDIAEoA0gBiAEBEisKCWhpc3RvZ3JhbRgEIAMoCzIYLnJlZmVycmFsLnYxLkR1cmF0aW9uQmluQg4KDF9wNTBfc2Vjb25kc0IOCgxfcDkwX3NlY29uZHMiWgoLRHVyYXRpb25CaW4SFAoMZnJvbV9zZWNvbmRzGAEgASgDEhcKCnRvX3NlY29uZHMYAiABKANIAIgBARINCgVjb3VudBgDIAEoA0INCgtfdG9fc2Vjb25kcyL3AgoLUmV3YXJkU3RhdHMSLAoIY3VycmVuY3kYASABKA4yFS5yZWZlcnJhbC52MS5DdXJyZW5jeUgAiAEBEikKB3BlbmRpbmcYAiABKAsyGC5yZWZlcnJhbC52MS5SZXdhcmRUb3RhbBIqCghhcHByb3ZlZBgDIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEisKCWZ1bGZpbGxlZBgEIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEioKCHJlamVjdGVkGAUgASgLMhgucmVmZXJyYWwudjEuUmV3YXJkVG90YWwSKAoGdm9pZGVkGAYgASgLMhgucmVmZXJyYWwudjEuUmV3YXJkVG90YWwSKQoHZXhwaXJlZBgHIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsEigKBmNhcHBlZBgIIAEoCzIYLnJlZmVycmFsLnYxLlJld2FyZFRvdGFsQgsKCV9jdXJyZW5jeSKTAQoSQ29zdFBlckFjcXVpc2l0aW9uEicKCGN1cnJlbmN5GAEgASgOMhUucmVmZXJyYWwudjEuQ3VycmVuY3kSGAoQY29tbWl0dGVkX2Ftb3VudBgCIAEoARIaChJyZWZlcnJhbHNfYWNjZXB0ZWQYAyABKAMSEwoGYW1vdW50GAQgASgBSACIAQFCCQoHX2Ftb3VudCLWAQoXTGlzdFRvcFJlZmVycmVyc1JlcXVlc3QSCgoCaWQYASABKAkSLQoLZW52aXJvbm1lbnQYAiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudBIuCgZ3aW5kb3cYAyABKA4yHi5yZWZlcnJhbC52MS5MZWFkZXJib2FyZFdpbmRvdxIRCgRmcm9tGAQgASgJSACIAQESDwoCdG8YBSABKAlIAYgBARISCgVsaW1pdBgGIAEoBUgCiAEBQgcKBV9mcm9tQgUKA190b0IICgZfbGltaXQidgoYTGlzdFRvcFJlZmVycmVyc1Jlc3BvbnNlEhEKBGZyb20YASABKAlIAIgBARIPCgJ0bxgCIAEoCUgBiAEBEiYKBGRhdGEYAyADKAsyGC5yZWZlcnJhbC52MS5Ub3BSZWZlcnJlckIHCgVfZnJvbUIFCgNfdG8iuQEKC1RvcFJlZmVycmVyEgwKBHJhbmsYASABKAUSEwoLY3VzdG9tZXJfaWQYAiABKAkSGAoQZXh0ZXJuYWxfdXNlcl9pZBgDIAEoCRIMCgRuYW1lGAQgASgJEhoKEnJlZmVycmFsc19hY2NlcHRlZBgFIAEoAxIWCg5yZWZlcnJhbHNfbWFkZRgGIAEoAxIrCgdyZXdhcmRzGAcgAygLMhoucmVmZXJyYWwudjEuUmV3YXJkQmFsYW5jZSKmAQobR2V0UHVibGljTGVhZGVyYm9hcmRSZXF1ZXN0EgoKAmlkGAEgASgJEi0KC2Vudmlyb25tZW50GAIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSLgoGd2luZG93GAMgASgOMh4ucmVmZXJyYWwudjEuTGVhZGVyYm9hcmRXaW5kb3cSEgoFbGltaXQYBCABKAVIAIgBAUIICgZfbGltaXQiRwocR2V0UHVibGljTGVhZGVyYm9hcmRSZXNwb25zZRInCgRkYXRhGAEgAygLMhkucmVmZXJyYWwudjEuUHVibGljTGVhZGVyIk4KDFB1YmxpY0xlYWRlchIMCgRyYW5rGAEgASgFEhQKDGRpc3BsYXlfbmFtZRgCIAEoCRIaChJyZWZlcnJhbHNfYWNjZXB0ZWQYAyABKAMisAEKGVdhdGNoQ2FtcGFpZ25TdGF0c1JlcXVlc3QSCgoCaWQYASABKAkSLQoLZW52aXJvbm1lbnQYAiABKA4yGC5yZWZlcnJhbC52MS5FbnZpcm9ubWVudBIRCgRmcm9tGAMgASgJSACIAQESDwoCdG8YBCABKAlIAYgBARIWCgl0aW1lX3pvbmUYBSABKAlIAogBAUIHCgVfZnJvbUIFCgNfdG9CDAoKX3RpbWVfem9uZSJhChpXYXRjaENhbXBhaWduU3RhdHNSZXNwb25zZRIMCgRmcm9tGAEgASgJEgoKAnRvGAIgASgJEikKBnRvdGFscxgDIAEoCzIZLnJlZmVycmFsLnYxLlByb2dyYW1TdGF0cyLSAQoWRXhwb3J0UmVmZXJyYWxzUmVxdWVzdBIYCgtjYW1wYWlnbl9pZBgBIAEoCUgAiAEBEi0KC2Vudmlyb25tZW50GAIgASgOMhgucmVmZXJyYWwudjEuRW52aXJvbm1lbnQSEQoEZnJvbRgDIAEoCUgBiAEBEg8KAnRvGAQgASgJSAKIAQESKwoGc3RhdHVzGAUgASgOMhsucmVmZXJyYWwudjEuUmVmZXJyYWxTdGF0dXNCDgoMX2NhbXBhaWduX2lkQgcKBV9mcm9tQgUKA190byqTAQoNU3RhdHNJbnRlcnZhbBIeChpTVEFUU19JTlRFUlZBTF9VTlNQRUNJRklFRBAAEhcKE1NUQVRTX0lOVEVSVkFMX0hPVVIQARIWChJTVEFUU19JTlRFUlZBTF9EQVkQAhIXChNTVEFUU19JTlRFUlZBTF9XRUVLEAMSGAoUU1RBVFNfSU5URVJWQUxfTU9OVEgQBCpZCg9TdGF0c0NvbXBhcmlzb24SIAocU1RBVFNfQ09NUEFSSVNPTl9VTlNQRUNJRklFRBAAEiQKIFNUQVRTX0NPTVBBUklTT05fUFJFVklPVVNfUEVSSU9EEAEqmAEKEUxlYWRlcmJvYXJkV2luZG93EiIKHkxFQURFUkJPQVJEX1dJTkRPV19VTlNQRUNJRklFRBAAEhoKFkxFQURFUkJPQVJEX1dJTkRPV19BTEwQARIcChhMRUFERVJCT0FSRF9XSU5ET1dfTU9OVEgQAhIlCiFMRUFERVJCT0FSRF9XSU5ET1dfUFJFVklPVVNfTU9OVEgQAzLMBgoPSW5zaWdodHNTZXJ2aWNlEoIBChBHZXRDYW1wYWlnblN0YXRzEiQucmVmZXJyYWwudjEuR2V0Q2FtcGFpZ25TdGF0c1JlcXVlc3QaJS5yZWZlcnJhbC52MS5HZXRDYW1wYWlnblN0YXRzUmVzcG9uc2UiIcDzGAKC0+STAhcSFS9jYW1wYWlnbnMve2lkfS9zdGF0cxJ8ChNHZXRBcHBsaWNhdGlvblN0YXRzEicucmVmZXJyYWwudjEuR2V0QXBwbGljYXRpb25TdGF0c1JlcXVlc3QaKC5yZWZlcnJhbC52MS5HZXRBcHBsaWNhdGlvblN0YXRzUmVzcG9uc2UiEsDzGAKC0+STAggSBi9zdGF0cxKIAQoQTGlzdFRvcFJlZmVycmVycxIkLnJlZmVycmFsLnYxLkxpc3RUb3BSZWZlcnJlcnNSZXF1ZXN0GiUucmVmZXJyYWwudjEuTGlzdFRvcFJlZmVycmVyc1Jlc3BvbnNlIifA8xgCgtPkkwIdEhsvY2FtcGFpZ25zL3tpZH0vbGVhZGVyYm9hcmQSmwEKFEdldFB1YmxpY0xlYWRlcmJvYXJkEigucmVmZXJyYWwudjEuR2V0UHVibGljTGVhZGVyYm9hcmRSZXF1ZXN0GikucmVmZXJyYWwudjEuR2V0UHVibGljTGVhZGVyYm9hcmRSZXNwb25zZSIuwPMYAYLT5JMCJBIiL2NhbXBhaWducy97aWR9L2xlYWRlcmJvYXJkL3B1YmxpYxKRAQoSV2F0Y2hDYW1wYWlnblN0YXRzEiYucmVmZXJyYWwudjEuV2F0Y2hDYW1wYWlnblN0YXRzUmVxdWVzdBonLnJlZmVycmFsLnYxLldhdGNoQ2FtcGFpZ25TdGF0c1Jlc3BvbnNlIijA8xgCgtPkkwIeEhwvY2FtcGFpZ25zL3tpZH0vc3RhdHMvc3RyZWFtMAESeQoPRXhwb3J0UmVmZXJyYWxzEiMucmVmZXJyYWwudjEuRXhwb3J0UmVmZXJyYWxzUmVxdWVzdBoULmdvb2dsZS5hcGkuSHR0cEJvZHkiKcDzGALS8xgIdGV4dC9jc3aC0+STAhMSES9yZWZlcnJhbHMvZXhwb3J0MAFiBnByb3RvMw", [file_google_api_annotations, file_google_api_httpbody, file_referral_v1_options, file_referral_v1_resources]);
 
 /**
  * GetCampaignStatsRequest names the campaign and the period.
@@ -429,6 +429,42 @@ export type ProgramStats = Message<"referral.v1.ProgramStats"> & {
    * @generated from field: repeated referral.v1.FraudRuleCount fraud = 12;
    */
   fraud: FraudRuleCount[];
+
+  /**
+   * People's clicks on share links (docs/links.md); a visitor's repeat of
+   * the same link within the hour is not counted.
+   *
+   * @generated from field: int64 clicks = 13;
+   */
+  clicks: bigint;
+
+  /**
+   * Visitors: clicks that were their visitor's first on the campaign's links.
+   *
+   * @generated from field: int64 visitors = 14;
+   */
+  visitors: bigint;
+
+  /**
+   * Link previews' and crawlers' fetches, by reason; never clicks.
+   *
+   * @generated from field: repeated referral.v1.BotFetchCount bot_fetches = 15;
+   */
+  botFetches: BotFetchCount[];
+
+  /**
+   * Clicks by the channel their link named (clicks naming none left out).
+   *
+   * @generated from field: repeated referral.v1.ChannelCount channels = 16;
+   */
+  channels: ChannelCount[];
+
+  /**
+   * Referrals created ÷ clicks, in the period.
+   *
+   * @generated from field: referral.v1.Ratio click_to_referral = 17;
+   */
+  clickToReferral?: Ratio | undefined;
 };
 
 /**
@@ -437,6 +473,64 @@ export type ProgramStats = Message<"referral.v1.ProgramStats"> & {
  */
 export const ProgramStatsSchema: GenMessage<ProgramStats> = /*@__PURE__*/
   messageDesc(file_referral_v1_insights, 7);
+
+/**
+ * BotFetchCount is the fetches of one kind of bot.
+ *
+ * @generated from message referral.v1.BotFetchCount
+ */
+export type BotFetchCount = Message<"referral.v1.BotFetchCount"> & {
+  /**
+   * The bot's family: slack, apple (iMessage), whatsapp, telegram, discord,
+   * x, facebook, linkedin, skype, google, bing, headless or other.
+   *
+   * @generated from field: string reason = 1;
+   */
+  reason: string;
+
+  /**
+   * How many fetches.
+   *
+   * @generated from field: int64 count = 2;
+   */
+  count: bigint;
+};
+
+/**
+ * Describes the message referral.v1.BotFetchCount.
+ * Use `create(BotFetchCountSchema)` to create a new message.
+ */
+export const BotFetchCountSchema: GenMessage<BotFetchCount> = /*@__PURE__*/
+  messageDesc(file_referral_v1_insights, 8);
+
+/**
+ * ChannelCount is the clicks of one channel.
+ *
+ * @generated from message referral.v1.ChannelCount
+ */
+export type ChannelCount = Message<"referral.v1.ChannelCount"> & {
+  /**
+   * The channel: email, sms, whatsapp, x, facebook, copy, qr or a word of
+   * the app's own.
+   *
+   * @generated from field: string channel = 1;
+   */
+  channel: string;
+
+  /**
+   * How many clicks.
+   *
+   * @generated from field: int64 clicks = 2;
+   */
+  clicks: bigint;
+};
+
+/**
+ * Describes the message referral.v1.ChannelCount.
+ * Use `create(ChannelCountSchema)` to create a new message.
+ */
+export const ChannelCountSchema: GenMessage<ChannelCount> = /*@__PURE__*/
+  messageDesc(file_referral_v1_insights, 9);
 
 /**
  * FraudRuleCount is one rule's verdicts on the referrals of a period.
@@ -492,7 +586,7 @@ export type FraudRuleCount = Message<"referral.v1.FraudRuleCount"> & {
  * Use `create(FraudRuleCountSchema)` to create a new message.
  */
 export const FraudRuleCountSchema: GenMessage<FraudRuleCount> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 8);
+  messageDesc(file_referral_v1_insights, 10);
 
 /**
  * ReferralStatusCounts counts referrals per status.
@@ -541,7 +635,7 @@ export type ReferralStatusCounts = Message<"referral.v1.ReferralStatusCounts"> &
  * Use `create(ReferralStatusCountsSchema)` to create a new message.
  */
 export const ReferralStatusCountsSchema: GenMessage<ReferralStatusCounts> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 9);
+  messageDesc(file_referral_v1_insights, 11);
 
 /**
  * CheckpointCount is the checkpoints of one name.
@@ -569,7 +663,7 @@ export type CheckpointCount = Message<"referral.v1.CheckpointCount"> & {
  * Use `create(CheckpointCountSchema)` to create a new message.
  */
 export const CheckpointCountSchema: GenMessage<CheckpointCount> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 10);
+  messageDesc(file_referral_v1_insights, 12);
 
 /**
  * Ratio is a quotient with its terms, so its base is never in doubt.
@@ -604,7 +698,7 @@ export type Ratio = Message<"referral.v1.Ratio"> & {
  * Use `create(RatioSchema)` to create a new message.
  */
 export const RatioSchema: GenMessage<Ratio> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 11);
+  messageDesc(file_referral_v1_insights, 13);
 
 /**
  * TimeToConvert is how long accepted referrals took from creation.
@@ -648,7 +742,7 @@ export type TimeToConvert = Message<"referral.v1.TimeToConvert"> & {
  * Use `create(TimeToConvertSchema)` to create a new message.
  */
 export const TimeToConvertSchema: GenMessage<TimeToConvert> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 12);
+  messageDesc(file_referral_v1_insights, 14);
 
 /**
  * DurationBin counts the durations in [from_seconds, to_seconds).
@@ -683,7 +777,7 @@ export type DurationBin = Message<"referral.v1.DurationBin"> & {
  * Use `create(DurationBinSchema)` to create a new message.
  */
 export const DurationBinSchema: GenMessage<DurationBin> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 13);
+  messageDesc(file_referral_v1_insights, 15);
 
 /**
  * RewardStats is the grants of one currency reaching each status.
@@ -753,7 +847,7 @@ export type RewardStats = Message<"referral.v1.RewardStats"> & {
  * Use `create(RewardStatsSchema)` to create a new message.
  */
 export const RewardStatsSchema: GenMessage<RewardStats> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 14);
+  messageDesc(file_referral_v1_insights, 16);
 
 /**
  * CostPerAcquisition is the reward value committed per accepted referral.
@@ -796,7 +890,7 @@ export type CostPerAcquisition = Message<"referral.v1.CostPerAcquisition"> & {
  * Use `create(CostPerAcquisitionSchema)` to create a new message.
  */
 export const CostPerAcquisitionSchema: GenMessage<CostPerAcquisition> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 15);
+  messageDesc(file_referral_v1_insights, 17);
 
 /**
  * ListTopReferrersRequest names the campaign and the window.
@@ -852,7 +946,7 @@ export type ListTopReferrersRequest = Message<"referral.v1.ListTopReferrersReque
  * Use `create(ListTopReferrersRequestSchema)` to create a new message.
  */
 export const ListTopReferrersRequestSchema: GenMessage<ListTopReferrersRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 16);
+  messageDesc(file_referral_v1_insights, 18);
 
 /**
  * ListTopReferrersResponse is the ranking.
@@ -887,7 +981,7 @@ export type ListTopReferrersResponse = Message<"referral.v1.ListTopReferrersResp
  * Use `create(ListTopReferrersResponseSchema)` to create a new message.
  */
 export const ListTopReferrersResponseSchema: GenMessage<ListTopReferrersResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 17);
+  messageDesc(file_referral_v1_insights, 19);
 
 /**
  * TopReferrer is one row of the leaderboard.
@@ -950,7 +1044,7 @@ export type TopReferrer = Message<"referral.v1.TopReferrer"> & {
  * Use `create(TopReferrerSchema)` to create a new message.
  */
 export const TopReferrerSchema: GenMessage<TopReferrer> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 18);
+  messageDesc(file_referral_v1_insights, 20);
 
 /**
  * GetPublicLeaderboardRequest names the campaign.
@@ -992,7 +1086,7 @@ export type GetPublicLeaderboardRequest = Message<"referral.v1.GetPublicLeaderbo
  * Use `create(GetPublicLeaderboardRequestSchema)` to create a new message.
  */
 export const GetPublicLeaderboardRequestSchema: GenMessage<GetPublicLeaderboardRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 19);
+  messageDesc(file_referral_v1_insights, 21);
 
 /**
  * GetPublicLeaderboardResponse is the masked ranking.
@@ -1013,7 +1107,7 @@ export type GetPublicLeaderboardResponse = Message<"referral.v1.GetPublicLeaderb
  * Use `create(GetPublicLeaderboardResponseSchema)` to create a new message.
  */
 export const GetPublicLeaderboardResponseSchema: GenMessage<GetPublicLeaderboardResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 20);
+  messageDesc(file_referral_v1_insights, 22);
 
 /**
  * PublicLeader is a masked row: no id, no email.
@@ -1049,7 +1143,7 @@ export type PublicLeader = Message<"referral.v1.PublicLeader"> & {
  * Use `create(PublicLeaderSchema)` to create a new message.
  */
 export const PublicLeaderSchema: GenMessage<PublicLeader> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 21);
+  messageDesc(file_referral_v1_insights, 23);
 
 /**
  * WatchCampaignStatsRequest names the campaign and the period.
@@ -1098,7 +1192,7 @@ export type WatchCampaignStatsRequest = Message<"referral.v1.WatchCampaignStatsR
  * Use `create(WatchCampaignStatsRequestSchema)` to create a new message.
  */
 export const WatchCampaignStatsRequestSchema: GenMessage<WatchCampaignStatsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 22);
+  messageDesc(file_referral_v1_insights, 24);
 
 /**
  * WatchCampaignStatsResponse is the totals as they stand.
@@ -1133,7 +1227,7 @@ export type WatchCampaignStatsResponse = Message<"referral.v1.WatchCampaignStats
  * Use `create(WatchCampaignStatsResponseSchema)` to create a new message.
  */
 export const WatchCampaignStatsResponseSchema: GenMessage<WatchCampaignStatsResponse> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 23);
+  messageDesc(file_referral_v1_insights, 25);
 
 /**
  * ExportReferralsRequest chooses the referrals exported.
@@ -1182,7 +1276,7 @@ export type ExportReferralsRequest = Message<"referral.v1.ExportReferralsRequest
  * Use `create(ExportReferralsRequestSchema)` to create a new message.
  */
 export const ExportReferralsRequestSchema: GenMessage<ExportReferralsRequest> = /*@__PURE__*/
-  messageDesc(file_referral_v1_insights, 24);
+  messageDesc(file_referral_v1_insights, 26);
 
 /**
  * StatsInterval is the length of one point of a series, on the calendar of
