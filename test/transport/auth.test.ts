@@ -62,6 +62,8 @@ function restPathOf(method: DescMethod): { verb: string; path: string } {
 
 const publicMethods = new Set([
   "IdentifyCustomer",
+  // An app shows a user their own share links, with its backend's userHash (docs/links.md).
+  "ListShareLinks",
   "CreateReferral",
   "IngestCheckpoint",
   "ListCampaigns",
@@ -69,8 +71,6 @@ const publicMethods = new Set([
   "GetLiveCampaign",
   "PingCampaign",
   "ListCampaignCheckpoints",
-  // An app shows a user their own share links, with its backend's userHash (docs/links.md).
-  "ListShareLinks",
 ]);
 
 test("the contract marks exactly the spec's and the SDKs' public RPCs as public", (t) => {
