@@ -3,18 +3,31 @@ import { createConnectTransport } from "@connectrpc/connect-web";
 import { CampaignsService } from "../../gen/referral/v1/campaigns_pb.js";
 import { CustomersService } from "../../gen/referral/v1/customers_pb.js";
 
-/** What the form asks for. */
+/** What the form asks for, and the click the page was opened with. */
 interface Settings {
   readonly baseUrl: string;
   readonly publicKey: string;
   readonly externalUserId: string;
   readonly name: string;
+  /** `rclk`: the click on a share link that led here (docs/links.md); identify attaches a new customer to it. */
+  readonly clickId: string | undefined;
 }
+
+/**
+ * A share link (`/r/{code}`) lands here with `ref` (the friend's code) and
+ * `rclk` (the click): the page says who invited the visitor, and passes the
+ * click on when it identifies them.
+ */
+const invitation = new URLSearchParams(location.search);
+const clickId = invitation.get("rclk") ?? undefined;
+const invitedBy = invitation.get("ref");
 
 /** What the page shows for one protocol. */
 interface Outcome {
   readonly customerId: string;
   readonly referralCode: string;
+  /** The customer who referred this one: the click's referrer, when the page was opened from a share link. */
+  readonly referredBy: string | null;
   readonly campaigns: readonly string[];
   /** The `X-Request-Id` of the identify call: readable only because the service exposes it. */
   readonly requestId: string | null;
@@ -32,13 +45,14 @@ async function overConnect(settings: Settings): Promise<Outcome> {
   const campaigns = createClient(CampaignsService, transport);
   let requestId: string | null = null;
   const { customer } = await customers.identifyCustomer(
-    { externalUserId: settings.externalUserId, name: settings.name },
+    { externalUserId: settings.externalUserId, name: settings.name, clickId: settings.clickId },
     { onHeader: (headers) => (requestId = headers.get("X-Request-Id")) },
   );
   const listed = await campaigns.listCampaigns({});
   return {
     customerId: customer?.id ?? "",
     referralCode: customer?.referralCode ?? "",
+    referredBy: customer?.referredBy?.id ?? null,
     campaigns: listed.campaigns.map((campaign) => campaign.name),
     requestId,
   };
@@ -49,7 +63,11 @@ async function overRest(settings: Settings): Promise<Outcome> {
   const identified = await fetch(`${settings.baseUrl}/customers/identify`, {
     method: "POST",
     headers: { Authorization: settings.publicKey, "Content-Type": "application/json" },
-    body: JSON.stringify({ externalUserId: settings.externalUserId, name: settings.name }),
+    body: JSON.stringify({
+      externalUserId: settings.externalUserId,
+      name: settings.name,
+      ...(settings.clickId ? { clickId: settings.clickId } : {}),
+    }),
   });
   const customer = await bodyOf(identified);
   const listed = await fetch(`${settings.baseUrl}/campaigns`, {
@@ -59,6 +77,7 @@ async function overRest(settings: Settings): Promise<Outcome> {
   return {
     customerId: customer.id,
     referralCode: customer.referralCode,
+    referredBy: customer.referredBy?.id ?? null,
     campaigns: campaigns.map((campaign) => campaign.name),
     requestId: identified.headers.get("X-Request-Id"),
   };
@@ -97,7 +116,14 @@ document.getElementById("identify")?.addEventListener("submit", (event) => {
     publicKey: field("public-key"),
     externalUserId: field("external-user-id"),
     name: field("name"),
+    clickId,
   };
   void show(document.getElementById("connect-result") as HTMLElement, overConnect(settings));
   void show(document.getElementById("rest-result") as HTMLElement, overRest(settings));
 });
+
+if (invitedBy) {
+  const note = document.getElementById("invitation") as HTMLElement;
+  note.textContent = `You were invited with the code ${invitedBy}: identifying you attaches you to your friend.`;
+  note.hidden = false;
+}

@@ -9,6 +9,7 @@ import {
   CheckpointSchema,
   type Customer,
   CustomerSummarySchema,
+  Environment,
   type Referral,
   ReferralSchema,
 } from "../../gen/referral/v1/resources_pb.js";
@@ -104,11 +105,30 @@ export function createCustomersService(
     async identifyCustomer(request, context) {
       const caller = callerOf(context);
       const { store } = caller;
+      const externalUserId = requiredText(request.externalUserId, "externalUserId");
+      const name = requiredText(request.name, "name");
+      // A click to attach a new customer to is checked before anything is
+      // written; it names its campaign's environment when the call names none.
+      const clickId = optionalText(request.clickId, "clickId");
+      const byClick =
+        clickId === undefined
+          ? null
+          : await clickAttribution(store, context.values.get(codeLookupsKey), clickId, clock);
+      const environment =
+        byClick && request.environment === Environment.UNSPECIFIED
+          ? byClick.campaign.environment
+          : environmentOrProduction(request.environment);
+      if (byClick && byClick.campaign.environment !== environment) {
+        throw invalidArgument(
+          "clickId",
+          `is a click on a ${byClick.campaign.environment} campaign`,
+        );
+      }
       const input = {
-        externalUserId: requiredText(request.externalUserId, "externalUserId"),
-        name: requiredText(request.name, "name"),
+        externalUserId,
+        name,
         email: optionalEmail(request.email, "email"),
-        environment: environmentOrProduction(request.environment),
+        environment,
         customProperties: request.customProperties
           ? checkedCustomProperties(request.customProperties)
           : undefined,
@@ -132,18 +152,6 @@ export function createCustomersService(
             `is required to change an existing customer's ${changed.join(", ")} with a public key`,
           );
         }
-      }
-      // A click to attach a new customer to is checked before anything is written.
-      const clickId = optionalText(request.clickId, "clickId");
-      const byClick =
-        clickId === undefined
-          ? null
-          : await clickAttribution(store, context.values.get(codeLookupsKey), clickId, clock);
-      if (byClick && byClick.campaign.environment !== input.environment) {
-        throw invalidArgument(
-          "clickId",
-          `is a click on a ${byClick.campaign.environment} campaign`,
-        );
       }
       const at = clock();
       const id = newId("cus", at);

@@ -265,3 +265,61 @@ test("with CORS_ORIGINS set, only the listed origins' pages can call", async (t)
     await Promise.all([refusing.stop(), listing.stop()]);
   }
 });
+
+test.serial(
+  "a phone follows a share link to a landing page that identifies the friend with its click",
+  async (t) => {
+    const phone =
+      "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Mobile Safari/537.36";
+    const referrer = (
+      await rest(server, "POST", "/customers/identify", {
+        key: keys.secret,
+        body: { externalUserId: "browser-referrer", name: "Ada", environment: "test" },
+      })
+    ).body;
+    // The test campaign lands on the example page (http is allowed in test campaigns).
+    const campaigns = (
+      await rest(server, "GET", "/campaigns?environment=test", { key: keys.secret })
+    ).body;
+    const campaign = campaigns.find((each: { isDefault: boolean }) => each.isDefault);
+    const updated = await rest(
+      server,
+      "PATCH",
+      `/admin/campaigns/${campaign.id}?updateMask=refereeLandingPageUrl`,
+      { key: keys.admin, body: { refereeLandingPageUrl: example.url } },
+    );
+    t.is(updated.status, 200, JSON.stringify(updated.body));
+    await withPage(t, browser, async (page) => {
+      await page.setExtraHTTPHeaders({ "user-agent": phone });
+      await page.goto(`${server.baseUrl}/r/${referrer.referralCode}?ch=sms`);
+      const landed = new URL(page.url());
+      t.is(landed.origin, new URL(example.url).origin, "landed on the campaign's page");
+      t.is(landed.searchParams.get("ref"), referrer.referralCode);
+      const rclk = landed.searchParams.get("rclk") ?? "";
+      t.regex(rclk, /^clk_/);
+      await page.locator("#invitation:not([hidden])").waitFor();
+      t.regex(await page.locator("#invitation").innerText(), new RegExp(referrer.referralCode));
+      await page.fill("#base-url", server.baseUrl);
+      await page.fill("#public-key", keys.public);
+      await page.fill("#external-user-id", "browser-friend");
+      await page.fill("#name", "Grace");
+      await page.click("button[type=submit]");
+      // Both protocols identify the friend at once: one creates it, attached to the click.
+      for (const id of ["connect-result", "rest-result"]) {
+        const box = page.locator(`#${id}:is([data-state=done], [data-state=failed])`);
+        await box.waitFor();
+        t.is(await box.getAttribute("data-state"), "done", await box.innerText());
+      }
+    });
+    const friend = (
+      await rest(server, "GET", "/customers?externalUserId=browser-friend", { key: keys.secret })
+    ).body.data[0];
+    t.is(friend.environment, "test", "the click names its campaign's environment");
+    t.is(friend.referredBy?.id, referrer.id);
+    const referrals = await rest(server, "GET", `/referrals?referrerId=${referrer.id}`, {
+      key: keys.secret,
+    });
+    t.is(referrals.body.data.length, 1);
+    t.like(referrals.body.data[0], { status: "pending", attribution: { method: "click" } });
+  },
+);

@@ -308,3 +308,114 @@ test.serial(
     });
   },
 );
+
+/** Phones' browsers: each user agent on the same address is another visitor. */
+const phones = [
+  "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) Version/17.0 Mobile/15E148 Safari/604.1",
+  "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/124.0.0.0 Mobile Safari/537.36",
+  "Mozilla/5.0 (Linux; Android 13; SM-S911B) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/123.0.0.0 Mobile Safari/537.36",
+];
+const slackPreview = "Slackbot-LinkExpanding 1.0 (+https://api.slack.com/robots)";
+
+/** Follows a share link as a browser or a link preview would, without following its redirect. */
+async function followLink(referralCode: string, userAgent: string): Promise<number> {
+  const response = await fetch(`${server.baseUrl}/r/${referralCode}?ch=whatsapp`, {
+    redirect: "manual",
+    headers: { "user-agent": userAgent },
+  });
+  await response.arrayBuffer();
+  return response.status;
+}
+
+test.serial(
+  "the funnel starts at the click, with the clicks per channel and the bots' fetches apart",
+  async (t) => {
+    const campaign = await productionCampaign();
+    const statsPath = `/campaigns/${campaign.id}/stats?environment=production&interval=day`;
+    const totalsNow = async (): Promise<Json> =>
+      (await rest(server, "GET", statsPath, { key: keys.secret })).body.report.totals;
+    const channelClicks = (totals: Json, channel: string) =>
+      Number(totals.channels.find((c: Json) => c.channel === channel)?.clicks ?? 0);
+    const botCount = (totals: Json, reason: string) =>
+      Number(totals.botFetches.find((b: Json) => b.reason === reason)?.count ?? 0);
+    const before = await totalsNow();
+
+    // Without `?c=` the link goes to the default live campaign of the code's environment.
+    customers += 1;
+    const { status, body: referrer } = await rest(server, "POST", "/customers/identify", {
+      key: keys.secret,
+      body: { externalUserId: `sharer-${customers}`, name: `Sharer ${customers}` },
+    });
+    t.true(status < 300, JSON.stringify(referrer));
+    t.is(await followLink(referrer.referralCode, phones[0] as string), 302);
+    t.is(await followLink(referrer.referralCode, phones[1] as string), 302);
+    t.is(await followLink(referrer.referralCode, slackPreview), 200);
+
+    // What the API says, which the page must show.
+    const totals = await totalsNow();
+    t.is(Number(totals.clicks), Number(before.clicks) + 2);
+    t.is(Number(totals.visitors), Number(before.visitors) + 2);
+    t.is(channelClicks(totals, "whatsapp"), channelClicks(before, "whatsapp") + 2);
+    t.is(botCount(totals, "slack"), botCount(before, "slack") + 1);
+    t.like(totals.clickToReferral, { denominator: totals.clicks });
+
+    await withPage(t, browser, async (page) => {
+      const problems: string[] = [];
+      page.on("console", (message) => {
+        if (message.type() === "error") problems.push(message.text());
+      });
+      page.on("pageerror", (error) => problems.push(error.message));
+      await openWithKey(page, keys.secret);
+      await page.locator(`#campaign option[value="${campaign.id}"]`).waitFor({ state: "attached" });
+      await page.selectOption("#campaign", campaign.id);
+
+      await waitForText(page, "#funnel-clicks", String(totals.clicks));
+      await waitForText(page, "#funnel-visitors", `${totals.visitors} visitors`);
+      // The first step is the click, the former steps follow with their own ids.
+      t.is(
+        await page.locator("#funnel > li").first().locator(".step-value").getAttribute("id"),
+        "funnel-clicks",
+      );
+      await waitForText(page, "#funnel-identified", String(totals.customersIdentified));
+      const { numerator, denominator } = totals.clickToReferral;
+      t.regex(
+        (await page.locator("#funnel-clicks-ratio").textContent()) ?? "",
+        new RegExp(`\\(${numerator} / ${denominator}\\) referred / clicked$`),
+      );
+
+      const clicks = Number(totals.clicks);
+      const whatsapp = channelClicks(totals, "whatsapp");
+      const share = new Intl.NumberFormat("en-US", {
+        style: "percent",
+        maximumFractionDigits: 1,
+      }).format(whatsapp / clicks);
+      await waitForCells(page, '#channels tr:has-text("whatsapp")', [
+        "whatsapp",
+        String(whatsapp),
+        share,
+      ]);
+      t.is(await page.locator("#channels tr").count(), totals.channels.length);
+      t.true(await page.locator("#channels-empty").isHidden());
+      await waitForCells(page, '#bot-fetches tr:has-text("slack")', [
+        "slack",
+        String(botCount(totals, "slack")),
+      ]);
+      t.is(await page.locator("#bot-fetches tr").count(), totals.botFetches.length);
+      t.true(await page.locator("#bot-fetches-empty").isHidden());
+      t.is(await page.locator("section[aria-labelledby=funnel-heading] caption").count(), 2);
+
+      // Live: another phone's click reaches the funnel and the channels without a reload.
+      await page.locator("#live[data-mode=on]").waitFor({ timeout: liveTimeoutMs });
+      t.is(await followLink(referrer.referralCode, phones[2] as string), 302);
+      await waitForText(page, "#funnel-clicks", String(clicks + 1));
+      await waitForCells(page, '#channels tr:has-text("whatsapp")', [
+        "whatsapp",
+        String(whatsapp + 1),
+        new Intl.NumberFormat("en-US", { style: "percent", maximumFractionDigits: 1 }).format(
+          (whatsapp + 1) / (clicks + 1),
+        ),
+      ]);
+      t.deepEqual(problems, []);
+    });
+  },
+);

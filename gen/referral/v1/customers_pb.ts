@@ -392,7 +392,8 @@ export type IdentifyCustomerRequest = Message<"referral.v1.IdentifyCustomerReque
    * docs/links.md): a customer this call creates is referred by the click's
    * referrer, in its campaign. Checked before anything is written: NOT_FOUND
    * when unknown, FAILED_PRECONDITION when older than the campaign's window.
-   * Ignored for an existing customer.
+   * Ignored for an existing customer. Without environment, the click's
+   * campaign's environment.
    *
    * @generated from field: optional string click_id = 8;
    */

@@ -308,11 +308,21 @@ function rewardedCount(totals) {
 }
 
 function renderFunnel(totals) {
+  const clicks = totals.clicks ?? 0;
   const identified = totals.customersIdentified;
   const referred = totals.referralsCreated;
   const converted = totals.referralsReached.accepted;
   const rewarded = rewardedCount(totals);
   const steps = [
+    {
+      id: "clicks",
+      name: "Clicked",
+      what: "clicks on share links (bots apart)",
+      value: clicks,
+      secondary: { id: "funnel-visitors", text: `${count(totals.visitors ?? 0)} visitors` },
+      ratio: totals.clickToReferral ?? ratioOf(Number(referred), Number(clicks)),
+      per: "referred / clicked",
+    },
     { id: "identified", name: "Identified", what: "customers identified", value: identified },
     {
       id: "referred",
@@ -339,7 +349,7 @@ function renderFunnel(totals) {
       per: "of converted",
     },
   ];
-  const widest = Math.max(1, ...steps.map((step) => step.value));
+  const widest = Math.max(1, ...steps.map((step) => Number(step.value)));
   byId("funnel").replaceChildren(
     ...steps.map((step) => {
       const item = element("li", undefined, "step");
@@ -353,7 +363,13 @@ function renderFunnel(totals) {
         "step-ratio",
       );
       ratio.id = `funnel-${step.id}-ratio`;
-      item.append(heading, bar(step.value / widest), element("small", step.what), ratio);
+      item.append(heading, bar(Number(step.value) / widest));
+      if (step.secondary) {
+        const secondary = element("span", step.secondary.text, "step-secondary");
+        secondary.id = step.secondary.id;
+        item.append(secondary);
+      }
+      item.append(element("small", step.what), ratio);
       return item;
     }),
   );
@@ -377,6 +393,37 @@ function renderFunnel(totals) {
         : totals.checkpoints.map((c) => `${c.name}: ${count(c.count)}`).join(", "),
     ],
   ]);
+}
+
+/** Where the clicks on share links came from, and the bots' fetches, which are not clicks. */
+function renderLinks(totals) {
+  const channels = totals.channels ?? [];
+  const clicks = Number(totals.clicks ?? 0);
+  byId("channels").replaceChildren(
+    ...channels.map((channel) => {
+      const share = ratioOf(Number(channel.clicks), clicks);
+      return row([
+        { text: channel.channel, header: true },
+        { text: count(channel.clicks), number: true },
+        {
+          text: share.value === null ? "n/a" : percent.format(share.value),
+          number: true,
+          title: `${count(channel.clicks)} of ${count(clicks)} clicks`,
+        },
+      ]);
+    }),
+  );
+  byId("channels-empty").hidden = channels.length > 0;
+  const bots = totals.botFetches ?? [];
+  byId("bot-fetches").replaceChildren(
+    ...bots.map((bot) =>
+      row([
+        { text: bot.reason, header: true },
+        { text: count(bot.count), number: true },
+      ]),
+    ),
+  );
+  byId("bot-fetches-empty").hidden = bots.length > 0;
 }
 
 function renderTimeToConvert(totals) {
@@ -457,6 +504,7 @@ function renderFraudCounts(totals) {
 
 function renderTotals(totals) {
   renderFunnel(totals);
+  renderLinks(totals);
   renderTimeToConvert(totals);
   renderRewards(totals);
   renderFraudCounts(totals);
