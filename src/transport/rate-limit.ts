@@ -192,13 +192,21 @@ function withCodeLookups(
       }
     },
     async lookupFailed() {
+      // One after the other, the key's count first: a failure the key's
+      // limit refuses takes nothing of the address's. Counted together,
+      // concurrent failures interleaved their two counts, and a call
+      // allowed by one was refused by the other's count of a call the
+      // first refused: fewer than the limit were answered.
       const keys = keysOf(call, keyId);
-      const verdicts = await Promise.all(keys.map((key) => counter.consume(key)));
+      const verdicts: Verdict[] = [];
+      for (const key of keys) {
+        const verdict = await counter.consume(key);
+        verdicts.push(verdict);
+        if (verdict.remaining === 0) blocked.add(key, verdict.resetMs);
+        if (!verdict.allowed) break;
+      }
       const tightest = verdicts.reduce((a, b) => (b.remaining < a.remaining ? b : a));
       announce(call, counter, tightest);
-      verdicts.forEach((verdict, index) => {
-        if (verdict.remaining === 0) blocked.add(keys[index] as string, verdict.resetMs);
-      });
       const refused = verdicts.find((verdict) => !verdict.allowed);
       if (refused) refuse(call, counter, refused);
     },
