@@ -33,6 +33,8 @@ export const exportColumns = [
   "refereeExternalUserId",
   ...statuses.map((status) => `${status}At`),
   "suspectedFrauds",
+  "attribution",
+  "clickedAt",
 ] as const;
 
 const contentType = "text/csv; charset=utf-8";
@@ -78,6 +80,9 @@ export async function* referralsCsv(
         spreadsheetSafe(referee.externalUserId),
         ...statuses.map((status) => iso(reachedAt(referral, status))),
         referral.suspectedFrauds.map((fraud) => fraud.type).join(";"),
+        // How the referrer was found (docs/links.md); empty before it was recorded.
+        referral.attribution?.method ?? "",
+        iso(referral.attribution?.clickedAt ?? null),
       ])}\r\n`;
     }
     const done = page.length < pageSize;

@@ -632,7 +632,7 @@ test.serial(
     t.is(lines.at(-1), "", "every record ends with CRLF");
     t.is(
       lines[0],
-      "id,campaignId,environment,status,createdAt,updatedAt,referrerId,referrerExternalUserId,refereeId,refereeExternalUserId,pendingAt,flaggedAt,acceptedAt,rejectedAt,reversedAt,suspectedFrauds",
+      "id,campaignId,environment,status,createdAt,updatedAt,referrerId,referrerExternalUserId,refereeId,refereeExternalUserId,pendingAt,flaggedAt,acceptedAt,rejectedAt,reversedAt,suspectedFrauds,attribution,clickedAt",
     );
     t.is(lines.length, 4, "the header and two referrals: the erased referee's is left out");
     // Read as a spreadsheet of any locale would, splitting on its delimiter
@@ -657,7 +657,8 @@ test.serial(
     t.is(fields[4], "2026-09-10T10:00:00.000Z");
     // The formula-like external id: an apostrophe first, quoted, quotes doubled.
     t.true(first.includes(`"'=cmd|""quoted, with a comma"""`));
-    t.true(first.endsWith(",2026-09-10T10:00:00.000Z,,2026-09-10T11:00:00.000Z,,,"));
+    // Made with the referrer's code: no click.
+    t.true(first.endsWith(",2026-09-10T10:00:00.000Z,,2026-09-10T11:00:00.000Z,,,,code,"));
 
     const accepted = await fetch(
       `${server.baseUrl}/referrals/export?campaignId=${exported.id}&status=pending`,
