@@ -70,6 +70,13 @@ export interface CompiledPolicy {
   readonly own: boolean;
   /** The counts of the evidence its rules read: what gathering queries. */
   readonly reads: ReadonlySet<GatheredCount>;
+  /** Where the evidence's counts stop: 100, or the velocity limit if higher. */
+  readonly countCap: number;
+}
+
+/** Counts beyond 100 (or a higher velocity limit) say nothing more. */
+function countCapOf(settings: readonly RuleSetting[]): number {
+  return Math.max(100, ...settings.map((setting) => setting.params.perHour ?? 0));
 }
 
 /** The most entries one list may hold. */
@@ -244,6 +251,7 @@ export function compilePolicy(
       review: { deadlineDays: 0, onLapse: "keep_flagged" },
       own: false,
       reads: factsRead(settings),
+      countCap: countCapOf(settings),
     };
   }
   const settings = (policy.rules ?? []).map((rule) => {
@@ -268,6 +276,7 @@ export function compilePolicy(
     },
     own: true,
     reads: factsRead(settings),
+    countCap: countCapOf(settings),
   };
 }
 
@@ -350,32 +359,22 @@ export function judgeWithPolicy(facts: RuleFacts, policy: CompiledPolicy): Suspe
 
 function listVerdicts(facts: RuleFacts, policy: CompiledPolicy): SuspectedFraud[] | null {
   const allowed = listHit(policy.allow, facts);
-  if (allowed) {
-    return [
-      {
-        type: "allow_list",
-        message: `the ${allowed.party} is on the campaign's allow list`,
-        action: "note",
-        severity: "low",
-        ruleVersion: 1,
-        evidence: allowed,
-      },
-    ];
-  }
+  if (allowed) return [listVerdict("allow", allowed)];
   const denied = listHit(policy.deny, facts);
-  if (denied) {
-    return [
-      {
-        type: "deny_list",
-        message: `the ${denied.party} is on the campaign's deny list`,
-        action: "reject",
-        severity: "high",
-        ruleVersion: 1,
-        evidence: denied,
-      },
-    ];
-  }
-  return null;
+  return denied ? [listVerdict("deny", denied)] : null;
+}
+
+/** A list's verdict: an allow-list hit notes, a deny-list hit rejects. */
+function listVerdict(side: "allow" | "deny", hit: Record<string, string>): SuspectedFraud {
+  const allow = side === "allow";
+  return {
+    type: allow ? "allow_list" : "deny_list",
+    message: `the ${hit.party} is on the campaign's ${side} list`,
+    action: allow ? "note" : "reject",
+    severity: allow ? "low" : "high",
+    ruleVersion: 1,
+    evidence: hit,
+  };
 }
 
 const actionStrength: Readonly<Record<FraudActionName, number>> = {

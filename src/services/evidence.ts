@@ -228,9 +228,8 @@ export async function policyOfCampaign(
   return policy;
 }
 
-// Counts beyond these say nothing more, and a busy referrer's next referral
-// must not cost more than its last (the velocity rule needs its limit).
-const countCap = 100;
+// A busy referrer's next referral costs no more than its last: the counts
+// stop at the policy's `countCap`.
 const hourMs = 60 * 60 * 1000;
 const dayMs = 24 * hourMs;
 
@@ -250,7 +249,6 @@ export async function gatherEvidence(
   refereeNetwork: NetworkEvidence | null,
   at: Date,
 ): Promise<ReferralEvidence> {
-  const cap = Math.max(countCap, ...policy.settings.map((setting) => setting.params.perHour ?? 0));
   const network = refereeNetwork ?? referee.network ?? null;
   const since = (ms: number) => new Date(at.getTime() - ms);
   const reads = policy.reads;
@@ -267,7 +265,7 @@ export async function gatherEvidence(
             ? { hash: network.networkHash, since: since(dayMs) }
             : null,
       },
-      cap,
+      policy.countCap,
     ),
     !reads.has("mailbox")
       ? null

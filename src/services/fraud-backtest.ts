@@ -23,8 +23,6 @@ import type { ReferralDoc } from "../store/documents.js";
 
 const hourMs = 3_600_000;
 const dayMs = 24 * hourMs;
-// As the evidence's counts: beyond these they say nothing more.
-const countCap = 100;
 
 /**
  * Sorted attribution times by referrer and by network, and the times of
@@ -190,10 +188,7 @@ export class BacktestTally {
       this.withoutEvidence += 1;
       return;
     }
-    const perHour = Math.max(
-      countCap,
-      ...this.policy.settings.map((setting) => setting.params.perHour ?? 0),
-    );
+    const perHour = this.policy.countCap;
     // Counts the policy of the time did not gather are replayed from the history.
     const history =
       stored.referrerFlagged === null || stored.referrerRejected === null
