@@ -70,6 +70,12 @@ export interface ReferralEvidence {
   readonly referrerReferralsLastDay: number | null;
   /** Referrals from the referee's network in the day before; null without network facts. */
   readonly networkReferralsLastDay: number | null;
+  /**
+   * People's clicks on the referrer's share links from the referee's network
+   * in the day before (a visitor's repeat within the hour counted once, bots
+   * never); null without network facts, or on evidence gathered before clicks.
+   */
+  readonly networkClicksLastDay?: number | null;
   /** Another customer whose email reaches the referee's mailbox was already referred. */
   readonly refereeMailboxReferred: boolean | null;
   readonly refereeNetwork: NetworkEvidence | null;

@@ -20,6 +20,7 @@ export type FraudRuleName =
   | "masked_email"
   | "same_network_as_referrer"
   | "network_velocity"
+  | "click_flood"
   | "shared_device"
   | "referrer_history"
   | "deny_list"
@@ -235,6 +236,20 @@ export const ruleCatalogue = {
       };
     },
   },
+  click_flood: {
+    version: 1,
+    action: "flag",
+    severity: "medium",
+    params: { perDay: 20 },
+    check({ evidence }, { perDay }): Hit | null {
+      const count = evidence.networkClicksLastDay ?? null;
+      if (count === null || count < perDay) return null;
+      return {
+        message: `the referrer's links were clicked at least ${perDay} times from the referee's network in the last day`,
+        evidence: { networkClicksLastDay: count },
+      };
+    },
+  },
   shared_device: {
     version: 1,
     action: "flag",
@@ -268,12 +283,13 @@ export const ruleCatalogue = {
 export type CatalogueRuleName = keyof typeof ruleCatalogue;
 
 /** The counts of the evidence a query gathers, each read by one rule. */
-export type GatheredCount = "velocity" | "history" | "networkVelocity" | "mailbox";
+export type GatheredCount = "velocity" | "history" | "networkVelocity" | "clickFlood" | "mailbox";
 
 const countsRead: Partial<Record<CatalogueRuleName, GatheredCount>> = {
   velocity: "velocity",
   referrer_history: "history",
   network_velocity: "networkVelocity",
+  click_flood: "clickFlood",
   duplicate_referee_email: "mailbox",
 };
 

@@ -254,7 +254,7 @@ export async function gatherEvidence(
   const reads = policy.reads;
   // Only the counts a rule of the policy reads are queried (see `factsRead`),
   // in one read of the store.
-  const [counts, refereeMailboxReferred] = await Promise.all([
+  const [counts, networkClicks, refereeMailboxReferred] = await Promise.all([
     store.referrals.countEvidence(
       {
         referrerId: referrer._id,
@@ -267,6 +267,15 @@ export async function gatherEvidence(
       },
       policy.countCap,
     ),
+    reads.has("clickFlood") && network
+      ? store.clicks.countFromNetwork(
+          referrer._id,
+          network.networkHash,
+          since(dayMs),
+          at,
+          policy.countCap,
+        )
+      : null,
     !reads.has("mailbox")
       ? null
       : referee.emailCanonical
@@ -298,6 +307,7 @@ export async function gatherEvidence(
     referrerReferralsLastHour: counts.lastHour,
     referrerReferralsLastDay: counts.lastDay,
     networkReferralsLastDay: counts.fromNetwork,
+    networkClicksLastDay: networkClicks,
     refereeMailboxReferred,
     refereeNetwork: network,
     referrerNetwork: referrer.network ?? null,

@@ -17,8 +17,9 @@ import type { ReferralDoc } from "../store/documents.js";
  * the history, in pages: the first keeps each referrer's and network's
  * attribution times (a few numbers a referral), the second judges. A
  * referrer's history the policy of the time did not gather is replayed
- * from the statuses its earlier referrals have now; a mailbox check it did
- * not make stays unknown (the rule does not fire).
+ * from the statuses its earlier referrals have now, a network's clicks
+ * from the clicks still kept (a click leaves when its window ends); a
+ * mailbox check it did not make stays unknown (the rule does not fire).
  */
 
 const hourMs = 3_600_000;
@@ -180,8 +181,12 @@ export class BacktestTally {
     }
   }
 
-  /** Judges one stored referral again, as enforcing the candidate would have. */
-  add(referral: ReferralDoc): void {
+  /**
+   * Judges one stored referral again, as enforcing the candidate would have;
+   * `networkClicks` is its referee network's clicks recounted from the
+   * clicks still kept, for evidence gathered without them.
+   */
+  add(referral: ReferralDoc, networkClicks: number | null = null): void {
     this.referrals += 1;
     const stored = referral.evidence;
     if (!stored) {
@@ -199,6 +204,7 @@ export class BacktestTally {
       referrerReferralsLastHour: this.times.referrerSince(referral, hourMs, perHour),
       referrerReferralsLastDay: this.times.referrerSince(referral, dayMs, perHour),
       networkReferralsLastDay: this.times.networkSince(referral, dayMs, perHour),
+      networkClicksLastDay: stored.networkClicksLastDay ?? networkClicks,
       referrerFlagged: history.flagged,
       referrerRejected: history.rejected,
     };

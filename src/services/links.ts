@@ -158,7 +158,10 @@ async function recordClick(
   const key = await networkKeyOf(deps.store.forTenant(tenant), deps.secretBox);
   const userAgent = request.userAgent ?? null;
   const visitor = key ? visitorHash(request.address, userAgent, key) : null;
-  const hashes = key ? networkHashes(request.address, key) : null;
+  // A bot's fetch keeps no address: a preview is fetched from the sender's
+  // address (iMessage) or the platform's, never the visitor's, so it must
+  // not count toward a network's clicks.
+  const hashes = key && !bot ? networkHashes(request.address, key) : null;
   const latest =
     visitor && !bot
       ? await findLatestVisit(deps.store.system, tenant, visitor, campaign._id)

@@ -270,7 +270,10 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
         to,
         backtestPage,
       )) {
-        for (const referral of page) tally.add(referral);
+        const clicks = policy.reads.has("clickFlood")
+          ? await networkClicksOf(store, page, policy.countCap)
+          : null;
+        for (const referral of page) tally.add(referral, clicks?.get(referral._id) ?? null);
         yield { scanned: tally.scanned };
         await setImmediate();
       }
@@ -286,6 +289,35 @@ const sharedSignalWindow = 5_000;
 /** How many referrals a backtest reads at a time. */
 const backtestPage = 2_000;
 const noDeadline = { deadlineDays: 0, onLapse: "keep_flagged" } as const;
+
+/**
+ * For a backtest: the clicks from each referee's network on its referrer's
+ * links in the day before it was attributed, recounted for the referrals
+ * whose evidence was gathered without them.
+ */
+async function networkClicksOf(
+  store: TenantStore,
+  referrals: readonly ReferralDoc[],
+  atMost: number,
+): Promise<Map<string, number>> {
+  const counted = await Promise.all(
+    referrals.map(async (referral) => {
+      const network = referral.evidence?.refereeNetwork?.networkHash;
+      if (!network || referral.evidence?.networkClicksLastDay != null) return null;
+      const at = referral.attributedAt;
+      const since = new Date(at.getTime() - 86_400_000);
+      const count = await store.clicks.countFromNetwork(
+        referral.referrerId,
+        network,
+        since,
+        at,
+        atMost,
+      );
+      return [referral._id, count] as const;
+    }),
+  );
+  return new Map(counted.filter((entry) => entry !== null));
+}
 
 /** The review terms of the campaigns, by id, from their policies. */
 async function reviewTermsOf(

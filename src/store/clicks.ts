@@ -39,3 +39,23 @@ export async function insertClick(
 export function findClick(db: Collections, tenant: Tenant, id: string): Promise<ClickDoc | null> {
   return db.clicks.findOne({ _id: id, ...ownedBy(tenant) });
 }
+
+/**
+ * People's clicks on a referrer's links from one network in [since, until),
+ * up to `atMost` (the click_flood rule's evidence): a visitor's repeats
+ * within the hour were never stored, and bots' fetches keep no network.
+ */
+export function countClicksFromNetwork(
+  db: Collections,
+  tenant: Tenant,
+  referrerId: string,
+  networkHash: string,
+  since: Date,
+  until: Date,
+  atMost: number,
+): Promise<number> {
+  return db.clicks.countDocuments(
+    { ...ownedBy(tenant), referrerId, networkHash, createdAt: { $gte: since, $lt: until } },
+    { limit: atMost },
+  );
+}

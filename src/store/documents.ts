@@ -538,7 +538,8 @@ export interface ClickDoc {
   /**
    * The visitor (keyed hash of address and User-Agent), the address and its
    * network (the fraud evidence's hashes); null while the application keeps
-   * no network facts.
+   * no network facts, and for a bot's fetch (its address is the sender's or
+   * the platform's, not a visitor's).
    */
   visitorHash: string | null;
   addressHash: string | null;

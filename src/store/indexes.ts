@@ -260,8 +260,9 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "a visitor's repeat within the hour, and whether a click is the visitor's first",
     },
     {
-      key: { applicationId: 1, referrerId: 1 },
-      serves: "erasing a customer: the clicks on its links",
+      key: { applicationId: 1, referrerId: 1, networkHash: 1, createdAt: 1 },
+      serves:
+        "erasing a customer: the clicks on its links; the click_flood rule: a referrer's clicks from one network in a day",
     },
     {
       key: { expiresAt: 1 },
@@ -441,6 +442,8 @@ export interface ExpiryOptions {
 export const retiredIndexes: { [C in CollectionName]?: readonly string[] } = {
   // Replaced by referrerId_1_attributedAt_-1_applicationId_1, which counts in the index.
   referrals: ["referrerId_1_attributedAt_-1"],
+  // Widened to applicationId_1_referrerId_1_networkHash_1_createdAt_1, which also counts a network's clicks.
+  clicks: ["applicationId_1_referrerId_1"],
 };
 
 /** MongoDB's IndexOptionsConflict: the index exists with other options. */

@@ -10,7 +10,7 @@ import {
   updateCampaignPing,
 } from "./campaigns.js";
 import { findCheckpointsOfCustomer, insertCheckpoint } from "./checkpoints.js";
-import { findClick } from "./clicks.js";
+import { countClicksFromNetwork, findClick } from "./clicks.js";
 import type { Collections } from "./collection.js";
 import { customerMessages, customerPage, customerView } from "./customer-records.js";
 import type { CustomerViews } from "./customer-views.js";
@@ -237,6 +237,7 @@ export function createTenantStore(
     clicks: {
       /** A click by id (`rclk`), in the tenant. */
       find: bind(findClick),
+      countFromNetwork: bind(countClicksFromNetwork),
     },
     checkpoints: {
       insert: (doc: CheckpointDoc, outbox: readonly OutboxEntryDoc[]) =>

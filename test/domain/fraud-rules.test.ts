@@ -155,6 +155,7 @@ test("the new rules read the evidence", (t) => {
       { refereeNetwork: network("a1", "n1"), referrerNetwork: network("a3", "n2") },
     ],
     ["network_velocity", { networkReferralsLastDay: 10 }, { networkReferralsLastDay: 9 }],
+    ["click_flood", { networkClicksLastDay: 20 }, { networkClicksLastDay: 19 }],
     [
       "shared_device",
       { refereeNetwork: network("a1", "n1", "d1"), referrerNetwork: network("a2", "n2", "d1") },

@@ -17,6 +17,7 @@ export function plainEvidence(at: Date = new Date()): ReferralEvidence {
     referrerReferralsLastHour: 0,
     referrerReferralsLastDay: 0,
     networkReferralsLastDay: null,
+    networkClicksLastDay: null,
     refereeMailboxReferred: false,
     refereeNetwork: null,
     referrerNetwork: null,

@@ -357,7 +357,8 @@ test.serial(
       app.secretKey,
     );
     // The default rules read the referrer's hour (velocity) and the mailbox
-    // (duplicate_referee_email); nothing reads its history or the network's day.
+    // (duplicate_referee_email); nothing reads its history, the network's day
+    // or its clicks.
     t.like(await evidenceOf("rest", app, created.id), {
       referrerReferralsLastHour: 0,
       referrerReferralsLastDay: 0,
@@ -365,6 +366,7 @@ test.serial(
       referrerFlagged: null,
       referrerRejected: null,
       networkReferralsLastDay: null,
+      networkClicksLastDay: null,
     });
   },
 );

@@ -2,7 +2,8 @@ import test from "ava";
 import type { ClickDoc } from "../../src/store/documents.js";
 import { protocols } from "../helpers/callers.js";
 import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
-import { tenantCalls } from "../helpers/tenant-calls.js";
+import { callStream } from "../helpers/streams.js";
+import { rpc, tenantCalls } from "../helpers/tenant-calls.js";
 
 /**
  * Share links (issue 43, docs/links.md): `/r/{code}` records a click and
@@ -172,6 +173,10 @@ test.serial(
       clicks.every((c) => c.visitorHash === null && !c.firstOfVisitor),
       "a bot is no visitor",
     );
+    t.true(
+      clicks.every((c) => c.addressHash === null && c.networkHash === null),
+      "a preview's address is the sender's or the platform's: it is not kept",
+    );
   },
 );
 
@@ -190,6 +195,80 @@ test.serial(
     });
     t.is(odd.status, 200, "never an error page a friend sees");
     t.deepEqual(await clicksOf(app), []);
+  },
+);
+
+test.serial(
+  "a click flood from one network counts once per visitor and feeds the fraud evidence",
+  async (t) => {
+    const app = await newApplication();
+    const ada = await referrerOf(app, "ada");
+    const setPolicy = (fraudPolicy: Json) =>
+      admin("PATCH", `/admin/campaigns/${app.campaignId}?updateMask=fraudPolicy`, {
+        fraudPolicy,
+      });
+    // Gathered without the click rule first: its count stays unknown.
+    await setPolicy({ rules: [{ type: "similar_name", action: "note" }] });
+    // Five browsers on one network, each clicking three times; a preview bot's fetches.
+    for (let visitor = 0; visitor < 5; visitor++) {
+      for (let repeat = 0; repeat < 3; repeat++) {
+        await follow(`/r/${ada.referralCode}`, { userAgent: `${phone} flood/${visitor}` });
+      }
+    }
+    await follow(`/r/${ada.referralCode}`, { userAgent: "WhatsApp/2.23.20.0" });
+    const clicks = await clicksOf(app);
+    t.is(clicks.filter((click) => click.bot === null).length, 5, "a visitor's repeats count once");
+    t.is(new Set(clicks.map((click) => click.networkHash).filter(Boolean)).size, 1);
+
+    const refer = async (referee: string, ip: string) => {
+      await okBody(
+        "rest",
+        "IdentifyCustomer",
+        { externalUserId: referee, name: referee },
+        app.secretKey,
+      );
+      return okBody(
+        "rest",
+        "CreateReferral",
+        { referralCode: ada.referralCode, refereeExternalUserId: referee, context: { ip } },
+        app.secretKey,
+      );
+    };
+    // The loopback's network is the clicks' network.
+    const unjudged = await refer("before-rule", "127.0.0.77");
+    t.is(unjudged.status, "pending");
+    t.is(unjudged.evidence.networkClicksLastDay, null, "not gathered: no rule read it");
+
+    const policy = { rules: [{ type: "click_flood", action: "flag", params: { perDay: 5 } }] };
+    // A backtest recounts the clicks a referral's evidence was gathered without.
+    const streamed = await callStream(
+      server,
+      "rest",
+      rpc("TestFraudPolicy"),
+      { campaignId: app.campaignId, policy },
+      app.secretKey,
+    );
+    t.like((streamed.messages.at(-1) as Json).result, {
+      referrals: 1,
+      would: { flag: 1 },
+      rules: [{ type: "click_flood", hits: 1, newHits: 1 }],
+    });
+
+    await setPolicy(policy);
+    const flooded = await refer("same-network", "127.0.0.78");
+    t.is(flooded.status, "flagged");
+    t.like(flooded.suspectedFrauds, [
+      { type: "click_flood", action: "flag", evidence: { networkClicksLastDay: 5 } },
+    ]);
+    const elsewhere = await refer("elsewhere", "198.51.100.7");
+    t.is(elsewhere.status, "pending");
+    t.is(elsewhere.evidence.networkClicksLastDay, 0);
+
+    // A day later the flood is past.
+    elapsedMs += 25 * 60 * 60 * 1000;
+    const later = await refer("next-day", "127.0.0.79");
+    t.is(later.status, "pending");
+    t.is(later.evidence.networkClicksLastDay, 0);
   },
 );
 
