@@ -167,7 +167,8 @@ export async function networkKeyOf(
 const networkKeys = new Map<string, Buffer>();
 const hashesByKey = new WeakMap<Buffer, Map<string, ReturnType<typeof networkHashes>>>();
 const families = new Map<string, string | null>();
-const memo = {
+/** The network hashes and User-Agent families worked out before, within bounds. */
+export const rememberedNetworkFacts = {
   hashes(address: string | null, key: Buffer): ReturnType<typeof networkHashes> {
     if (address === null) return null;
     let known = hashesByKey.get(key);
@@ -201,7 +202,9 @@ export async function networkOfCall(
 ): Promise<NetworkEvidence | null> {
   if (!endUser) return null;
   const key = await networkKeyOf(store, deps.secretBox);
-  return key ? networkEvidence(endUser, key, endUser.source, deps.clock(), memo) : null;
+  return key
+    ? networkEvidence(endUser, key, endUser.source, deps.clock(), rememberedNetworkFacts)
+    : null;
 }
 
 // A campaign's document is replaced when it changes, so a policy compiled

@@ -1,5 +1,6 @@
 import QRCode from "qrcode";
-import { networkHashes, userAgentFamily, visitorHash } from "../domain/fraud-evidence.js";
+import { rememberBounded } from "../domain/bounded-map.js";
+import { visitorHash } from "../domain/fraud-evidence.js";
 import { newId } from "../domain/ids.js";
 import {
   type BotReasonName,
@@ -12,12 +13,13 @@ import {
   repeatWindowMs,
   shareUrl,
 } from "../domain/links.js";
-import type { Clock } from "../domain/tenancy.js";
+import type { Clock, EnvironmentName, Tenant } from "../domain/tenancy.js";
 import { findLatestVisit, insertClick } from "../store/clicks.js";
+import type { Collections } from "../store/collection.js";
 import type { CampaignDoc, ClickDoc, CustomerDoc } from "../store/documents.js";
 import type { SecretBox } from "../store/secret-box.js";
 import type { Store } from "../store/store.js";
-import { networkKeyOf } from "./evidence.js";
+import { networkKeyOf, rememberedNetworkFacts } from "./evidence.js";
 
 /**
  * Following a share link, `/r/{code}` (docs/links.md): the customer of the
@@ -60,7 +62,7 @@ const codeShape = /^[A-Za-z0-9_-]{1,64}$/;
 /** Follows a link: see the module's comment. */
 export async function followLink(deps: LinkDeps, request: LinkRequest): Promise<LinkAnswer> {
   const { campaign, referrer } = await linkTarget(deps.store, request);
-  const bot = botReasonOf(request.userAgent);
+  const bot = rememberedBotReason(request.userAgent);
   if (!campaign) return { kind: "page", html: nowherePage(), bot };
   const page = campaign.refereeLandingPageUrl;
   if (bot) {
@@ -113,15 +115,15 @@ async function linkTarget(
 ): Promise<{ campaign: CampaignDoc | null; referrer: CustomerDoc | null }> {
   const db = store.system;
   const named =
-    request.campaignId && /^cmp_[A-Za-z0-9_-]{1,64}$/.test(request.campaignId)
-      ? await db.campaigns.findOne({ _id: request.campaignId, deletedAt: null })
+    request.campaignId && campaignIdShape.test(request.campaignId)
+      ? await ownerOfCampaign(db, request.campaignId)
       : null;
   const code = codeShape.test(request.code) ? request.code : null;
   const referrer = code
     ? await db.customers.findOne(
         named
           ? {
-              applicationId: named.applicationId,
+              applicationId: named.tenant.applicationId,
               referralCode: code,
               environment: named.environment,
               deletedAt: null,
@@ -129,16 +131,71 @@ async function linkTarget(
           : { referralCode: code, deletedAt: null },
       )
     : null;
-  if (named) return { campaign: named, referrer };
+  // The campaigns come from the application's cached list: a click reads
+  // the store for its customer and its visitor only.
+  const campaign = named
+    ? await store.forTenant(named.tenant).campaigns.find(named.campaignId)
+    : null;
+  // A campaign since deleted leads where the code alone would.
+  if (campaign) return { campaign, referrer };
   if (!referrer) return { campaign: null, referrer: null };
-  const campaign = await db.campaigns.findOne({
-    applicationId: referrer.applicationId,
-    environment: referrer.environment,
-    isDefault: true,
-    isLive: true,
-    deletedAt: null,
-  });
-  return { campaign, referrer };
+  const fallback = await store
+    .forTenant(tenantOf(referrer.organizationId, referrer.applicationId))
+    .campaigns.findDefault(referrer.environment);
+  return { campaign: fallback?.isLive ? fallback : null, referrer };
+}
+
+const campaignIdShape = /^cmp_[A-Za-z0-9_-]{1,64}$/;
+
+/** Who owns a campaign: what never changes of it, so it is remembered. */
+interface CampaignOwner {
+  readonly campaignId: string;
+  readonly tenant: Tenant;
+  readonly environment: EnvironmentName;
+}
+
+const campaignOwners = new Map<string, CampaignOwner>();
+
+/** The application and environment of a campaign by id; null when there is none. */
+async function ownerOfCampaign(db: Collections, campaignId: string): Promise<CampaignOwner | null> {
+  const known = campaignOwners.get(campaignId);
+  if (known) return known;
+  const campaign = await db.campaigns.findOne({ _id: campaignId, deletedAt: null });
+  if (!campaign) return null;
+  const owner = {
+    campaignId,
+    tenant: tenantOf(campaign.organizationId, campaign.applicationId),
+    environment: campaign.environment,
+  };
+  rememberBounded(campaignOwners, campaignId, owner, 10_000);
+  return owner;
+}
+
+// One tenant object per application: the store keeps a tenant's
+// repositories per tenant object, so each click reuses them.
+const tenants = new Map<string, Tenant>();
+
+function tenantOf(organizationId: string, applicationId: string): Tenant {
+  let tenant = tenants.get(applicationId);
+  if (!tenant) {
+    tenant = Object.freeze({ organizationId, applicationId });
+    rememberBounded(tenants, applicationId, tenant, 10_000);
+  }
+  return tenant;
+}
+
+// A visitor's User-Agent is one of a few thousand: what isbot makes of it is
+// worked out once per process, within bounds.
+const botReasons = new Map<string, BotReasonName | null>();
+
+function rememberedBotReason(userAgent: string | undefined): BotReasonName | null {
+  if (userAgent === undefined) return botReasonOf(userAgent);
+  let reason = botReasons.get(userAgent);
+  if (reason === undefined) {
+    reason = botReasonOf(userAgent);
+    rememberBounded(botReasons, userAgent, reason, 1_000);
+  }
+  return reason;
 }
 
 /**
@@ -153,7 +210,7 @@ async function recordClick(
   referrer: CustomerDoc,
   bot: BotReasonName | null,
 ): Promise<string | null> {
-  const tenant = { organizationId: referrer.organizationId, applicationId: referrer.applicationId };
+  const tenant = tenantOf(referrer.organizationId, referrer.applicationId);
   const now = deps.clock();
   const key = await networkKeyOf(deps.store.forTenant(tenant), deps.secretBox);
   const userAgent = request.userAgent ?? null;
@@ -161,7 +218,7 @@ async function recordClick(
   // A bot's fetch keeps no address: a preview is fetched from the sender's
   // address (iMessage) or the platform's, never the visitor's, so it must
   // not count toward a network's clicks.
-  const hashes = key && !bot ? networkHashes(request.address, key) : null;
+  const hashes = key && !bot ? rememberedNetworkFacts.hashes(request.address, key) : null;
   const latest =
     visitor && !bot
       ? await findLatestVisit(deps.store.system, tenant, visitor, campaign._id)
@@ -187,7 +244,7 @@ async function recordClick(
     visitorHash: bot ? null : visitor,
     addressHash: hashes?.addressHash ?? null,
     networkHash: hashes?.networkHash ?? null,
-    userAgentFamily: userAgentFamily(userAgent),
+    userAgentFamily: rememberedNetworkFacts.family(userAgent),
     firstOfVisitor: !bot && visitor !== null && latest === null,
     createdAt: now,
     expiresAt: new Date(now.getTime() + windowDays * 86_400_000),
