@@ -37,6 +37,8 @@ export const metric = {
   grantsMinor: (status: RewardGrantStatusName, currency: string | null) =>
     `grantsMinor:${status}:${currency ?? ""}`,
   committedMinor: (currency: string) => `committedMinor:${currency}`,
+  /** Grants committed, each once: reaching approved, or fulfilled without approval. */
+  committed: (currency: string | null) => `committed:${currency ?? ""}`,
   /** Referrals created whose current verdicts have the rule acting so (or in shadow). */
   fraud: (rule: string, outcome: FraudOutcomeName) => `fraud:${outcome}:${rule}`,
   /** People's clicks on share links (a visitor's repeat within the hour excluded). */
@@ -84,6 +86,7 @@ export type Metric =
       readonly currency: string | null;
     }
   | { readonly kind: "committedMinor"; readonly currency: string }
+  | { readonly kind: "committed"; readonly currency: string | null }
   | { readonly kind: "fraud"; readonly rule: string; readonly outcome: FraudOutcomeName }
   | { readonly kind: "clicks" }
   | { readonly kind: "visitors" }
@@ -132,6 +135,8 @@ function readMetric(name: string): Metric | null {
     }
     case "committedMinor":
       return { kind: "committedMinor", currency: rest };
+    case "committed":
+      return { kind: "committed", currency: rest === "" ? null : rest };
     case "bots":
       return { kind: "bots", reason: rest };
     case "channel":
@@ -416,6 +421,7 @@ export function moveGrantStats(
   for (const scope of scopes) {
     moves.count(scope, at, metric.grants(after.status, currency), 1);
     if (amount !== 0) moves.count(scope, at, metric.grantsMinor(after.status, currency), amount);
+    if (committed) moves.count(scope, at, metric.committed(currency), 1);
     if (committed && currency && amount !== 0)
       moves.count(scope, at, metric.committedMinor(currency), amount);
   }

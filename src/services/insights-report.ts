@@ -88,6 +88,7 @@ export function programStatsOf(
   const bins: [number, number][] = [];
   const grants = new Map<string, Map<RewardGrantStatusName, { count: number; minor: number }>>();
   const committed = new Map<string, number>();
+  const committedCounts = new Map<string, number>();
   const fraud = new Map<string, Record<FraudOutcomeName, number>>();
   const bots = new Map<string, number>();
   const channels = new Map<string, number>();
@@ -118,6 +119,10 @@ export function programStatsOf(
       else total.minor += n;
     } else if (read?.kind === "committedMinor") {
       committed.set(read.currency, n);
+    } else if (read?.kind === "committed") {
+      const currency = read.currency ?? "";
+      committedCounts.set(currency, (committedCounts.get(currency) ?? 0) + n);
+      if (!grants.has(currency)) grants.set(currency, new Map());
     }
   }
   checkpoints.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
@@ -172,7 +177,15 @@ export function programStatsOf(
             return [status, shown];
           }),
         );
-        return { ...(currency ? { currency: currencies.get(currency) } : {}), ...totals };
+        const committedTotal: Pick<RewardTotal, "amount" | "count"> = {
+          amount: fromMinorUnits(committed.get(word) ?? 0, currency),
+          count: committedCounts.get(word) ?? 0,
+        };
+        return {
+          ...(currency ? { currency: currencies.get(currency) } : {}),
+          ...totals,
+          committed: committedTotal,
+        };
       }),
     costPerAcquisition: [...committed.entries()]
       .sort(([a], [b]) => a.localeCompare(b))

@@ -22,6 +22,8 @@ test("every metric name reads back as what it was built from", (t) => {
     currency: null,
   });
   t.deepEqual(metricOf(metric.committedMinor("eur")), { kind: "committedMinor", currency: "eur" });
+  t.deepEqual(metricOf(metric.committed("eur")), { kind: "committed", currency: "eur" });
+  t.deepEqual(metricOf(metric.committed(null)), { kind: "committed", currency: null });
 });
 
 test("a checkpoint's name keeps its colons", (t) => {

@@ -156,7 +156,11 @@ test.serial(
     const [usd] = totals.rewards;
     t.is(usd.currency, "usd");
     // No hold: each grant is approved as it is earned.
-    t.like(usd, { pending: { count: 0, amount: 0 }, approved: { count: 2, amount: 20 } });
+    t.like(usd, {
+      pending: { count: 0, amount: 0 },
+      approved: { count: 2, amount: 20 },
+      committed: { count: 2, amount: 20 },
+    });
     t.deepEqual(totals.costPerAcquisition, [
       { currency: "usd", committedAmount: 20, referralsAccepted: 2, amount: 10 },
     ]);

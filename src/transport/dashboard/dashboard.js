@@ -300,11 +300,9 @@ function bar(share) {
   return track;
 }
 
+// Each grant once: a grant approved and then fulfilled is one reward, not two.
 function rewardedCount(totals) {
-  return totals.rewards.reduce(
-    (sum, reward) => sum + reward.approved.count + reward.fulfilled.count,
-    0,
-  );
+  return totals.rewards.reduce((sum, reward) => sum + Number(reward.committed?.count ?? 0), 0);
 }
 
 function renderFunnel(totals) {
@@ -343,7 +341,7 @@ function renderFunnel(totals) {
     {
       id: "rewarded",
       name: "Rewarded",
-      what: "reward grants approved + fulfilled",
+      what: "reward grants committed, each once (approved, or fulfilled without approval)",
       value: rewarded,
       ratio: ratioOf(rewarded, converted),
       per: "of converted",
