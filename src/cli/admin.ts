@@ -14,6 +14,7 @@ import {
   CampaignCheckpointTrigger,
   CampaignFraudPolicySchema,
   CampaignSchema,
+  Environment,
   FraudPolicyMode,
 } from "../../gen/referral/v1/resources_pb.js";
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
@@ -197,6 +198,40 @@ const adminCommands: readonly AdminCommand[] = [
     async run({ client, argument, print }) {
       const response = await client.revokeApiKey({ id: argument(0, "keyId") });
       print(AdminService.method.revokeApiKey, response, () => `revoked ${response.apiKey?.id}`);
+    },
+  },
+  {
+    name: "list-campaigns",
+    usage: "<applicationId> [--environment production|test]",
+    summary: "list an application's campaigns, newest first",
+    async run({ client, options, argument, print }) {
+      const applicationId = argument(0, "applicationId");
+      const environment = options.environment;
+      if (environment !== undefined && environment !== "production" && environment !== "test") {
+        throw new UsageError("--environment is production or test");
+      }
+      const response = await client.listApplicationCampaigns({
+        applicationId,
+        environment:
+          environment === "production"
+            ? Environment.PRODUCTION
+            : environment === "test"
+              ? Environment.TEST
+              : Environment.UNSPECIFIED,
+      });
+      print(AdminService.method.listApplicationCampaigns, response, () =>
+        response.campaigns.length === 0
+          ? "no campaigns"
+          : response.campaigns
+              .map((campaign) => {
+                const flags = [campaign.isLive ? "live" : "not live"];
+                if (campaign.isDefault) flags.push("default");
+                const environmentWord =
+                  campaign.environment === Environment.TEST ? "test" : "production";
+                return `${campaign.id}  ${campaign.name}  (${environmentWord}, ${flags.join(", ")})`;
+              })
+              .join("\n"),
+      );
     },
   },
   {
@@ -410,6 +445,7 @@ function parseCommandLine(argv: string[]) {
       token: { type: "string" },
       json: { type: "boolean", default: false },
       org: { type: "string" },
+      environment: { type: "string" },
       name: { type: "string" },
       file: { type: "string" },
       mask: { type: "string" },

@@ -9,8 +9,9 @@ import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
 import { serviceClient, serviceUrl } from "./service-client.js";
 
 /**
- * `npm run admin -- listen`: webhooks on a laptop. Registers a test-environment
- * endpoint that points at a receiver this process runs on loopback, prints each
+ * `npm run admin -- listen`: webhooks on a laptop. Registers an endpoint (for
+ * both environments unless told one) that points at a receiver this process
+ * runs on loopback, prints each
  * delivery with its signature verified (and forwards it when asked), and
  * deletes the endpoint when stopped. It uses the webhook endpoints API with a
  * secret key, what a developer has; not the admin token.
@@ -19,13 +20,14 @@ import { serviceClient, serviceUrl } from "./service-client.js";
 const usage = [
   "Usage: npm run admin -- listen [options]",
   "",
-  "Registers a test-environment webhook endpoint pointing at a receiver on 127.0.0.1,",
-  "prints every delivery (event type, id, payload) with its signature verified, and",
-  "deletes the endpoint on Ctrl-C (SIGINT) or SIGTERM. The service must accept",
-  "loopback URLs: run it with WEBHOOK_ALLOW_PRIVATE=true (development only).",
+  "Registers a webhook endpoint pointing at a receiver on 127.0.0.1, prints every",
+  "delivery (event type, id, payload) with its signature verified, and deletes the",
+  "endpoint on Ctrl-C (SIGINT) or SIGTERM. The service must accept loopback URLs:",
+  "`npm run dev` does (WEBHOOK_ALLOW_PRIVATE=true, development only).",
   "",
   "Options:",
   "  --key <sk_...>       a secret key (default $SK)",
+  "  --environment <env>  production, test or both (default both)",
   "  --url <url>          the service (default http://localhost:$PORT, PORT defaulting to 8080)",
   "  --events <a,b>       only these event types (default every type)",
   "  --forward-to <url>   also POST each delivery, headers and body unchanged, to this URL;",
@@ -71,7 +73,7 @@ export async function runListen(
   try {
     const created = await client.createWebhook({
       url: receiver.url,
-      environment: Environment.TEST,
+      environment: listenedEnvironments[options.environment],
       eventTypes: options.events,
       description: `npm run admin -- listen on ${hostname()} (pid ${process.pid})`,
     });
@@ -88,7 +90,7 @@ export async function runListen(
   const types = options.events.length > 0 ? options.events.join(", ") : "every event type";
   out(
     [
-      `Ready: test-environment webhook ${webhookId} delivers to ${receiver.url} (${types}).`,
+      `Ready: webhook ${webhookId} delivers ${environmentsText[options.environment]} events to ${receiver.url} (${types}).`,
       `Signing secret: ${receiver.secret}`,
       options.forwardTo ? `Forwarding each delivery to ${options.forwardTo}.` : undefined,
       "Ctrl-C deletes the endpoint and stops.",
@@ -117,9 +119,26 @@ export async function runListen(
   return code;
 }
 
+/** The environments `listen` may take: both unless told one. */
+type ListenedEnvironment = "production" | "test" | "both";
+
+const listenedEnvironments: Readonly<Record<ListenedEnvironment, Environment>> = {
+  production: Environment.PRODUCTION,
+  test: Environment.TEST,
+  // An endpoint without an environment is given both environments' events.
+  both: Environment.UNSPECIFIED,
+};
+
+const environmentsText: Readonly<Record<ListenedEnvironment, string>> = {
+  production: "production",
+  test: "test",
+  both: "production and test",
+};
+
 interface ListenOptions {
   url: string;
   key: string | undefined;
+  environment: ListenedEnvironment;
   events: string[];
   forwardTo: string | undefined;
   port: number;
@@ -134,6 +153,7 @@ function listenOptions(argv: string[]): ListenOptions {
       url: { type: "string" },
       key: { type: "string" },
       events: { type: "string" },
+      environment: { type: "string", default: "both" },
       "forward-to": { type: "string" },
       port: { type: "string" },
       help: { type: "boolean", short: "h", default: false },
@@ -144,6 +164,10 @@ function listenOptions(argv: string[]): ListenOptions {
   if (!Number.isInteger(port) || port < 0 || port > 65535) {
     throw new Error(`--port ${values.port}: a port number`);
   }
+  const environment = values.environment;
+  if (!Object.hasOwn(listenedEnvironments, environment)) {
+    throw new Error(`--environment ${environment}: production, test or both`);
+  }
   const forwardTo = values["forward-to"];
   if (forwardTo !== undefined && !URL.canParse(forwardTo)) {
     throw new Error(`--forward-to ${forwardTo}: an absolute URL`);
@@ -151,6 +175,7 @@ function listenOptions(argv: string[]): ListenOptions {
   return {
     url: serviceUrl(values.url),
     key: values.key ?? process.env.SK,
+    environment: environment as ListenedEnvironment,
     events: (values.events ?? "")
       .split(",")
       .map((type) => type.trim())
@@ -182,7 +207,7 @@ function explain(error: ConnectError): string {
   ) {
     return (
       "the service refuses webhook URLs on loopback, where listen receives; " +
-      "restart it with WEBHOOK_ALLOW_PRIVATE=true (on a development machine only)"
+      "start it with `npm run dev`, or with WEBHOOK_ALLOW_PRIVATE=true (on a development machine only)"
     );
   }
   return error.rawMessage;

@@ -133,6 +133,14 @@ export function isPublicAddress(address: string): boolean {
   return ipaddr.process(address).range() === "unicast";
 }
 
+/** A loopback address or `localhost`: this machine itself. */
+function isLoopbackHost(host: string): boolean {
+  const name = host.endsWith(".") ? host.slice(0, -1) : host;
+  if (name === "localhost" || name.endsWith(".localhost")) return true;
+  if (isIP(name) === 0) return false;
+  return ipaddr.process(name).range() === "loopback";
+}
+
 /** Why a webhook URL is refused, or undefined when it is acceptable before DNS. */
 export function webhookUrlProblem(
   raw: string,
@@ -145,11 +153,9 @@ export function webhookUrlProblem(
     return "must be an absolute URL";
   }
   if (url.protocol !== "https:" && url.protocol !== "http:") return "must be an http(s) URL";
-  if (options.requireHttps && url.protocol !== "https:") {
-    return "must use https for production endpoints (http is allowed for test-only endpoints)";
-  }
-  if (url.username || url.password) return "must not contain credentials";
   const host = hostOf(url);
+  // A private address is refused first: its refusal says how to receive
+  // webhooks on a developer's machine, the case that meets it.
   if (!options.allowPrivate) {
     if (isIP(host) !== 0 && !isPublicAddress(host)) {
       return privateAddressRefused;
@@ -160,6 +166,13 @@ export function webhookUrlProblem(
       return privateAddressRefused;
     }
   }
+  // A developer's own machine (WEBHOOK_ALLOW_PRIVATE) may take any
+  // environment's events over plain http on loopback: nothing leaves it.
+  const developmentLoopback = options.allowPrivate && isLoopbackHost(host);
+  if (options.requireHttps && url.protocol !== "https:" && !developmentLoopback) {
+    return "must use https for production endpoints (http is allowed for test-only endpoints)";
+  }
+  if (url.username || url.password) return "must not contain credentials";
   return undefined;
 }
 

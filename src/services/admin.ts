@@ -55,7 +55,7 @@ import {
 } from "./campaign-records.js";
 import { eraseCustomerOf } from "./customers.js";
 import { invalidArgument, notFound } from "./errors.js";
-import { enumWord, optionalText, requiredText } from "./validate.js";
+import { enumWord, environmentName, optionalText, requiredText } from "./validate.js";
 
 /** Notified when a key is revoked, so caches of authenticated keys can drop it. */
 export type KeyRevokedListener = (hash: string) => void;
@@ -215,6 +215,15 @@ export function createAdminService(deps: {
       const doc = newCampaignDoc(tenant, request.campaign, clock());
       await insertCampaign(db, doc);
       return { campaign: campaignMessage(doc) };
+    },
+
+    async listApplicationCampaigns(request) {
+      const application = await applicationOrNotFound(request.applicationId);
+      const environment = environmentName(request.environment);
+      const docs = await deps.store
+        .forTenant(tenantOfApplication(application))
+        .campaigns.findMany({ ...(environment ? { environment } : {}), order: "desc" });
+      return { campaigns: docs.map(campaignMessage) };
     },
 
     async updateCampaign(request) {

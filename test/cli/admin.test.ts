@@ -144,6 +144,29 @@ test.serial("create, update and delete a campaign from a JSON file", async (t) =
     listed.body.map((c: { id: string }) => c.id),
     [campaign.id],
   );
+  // The operator's list: every campaign of the application, newest first, per environment.
+  const all = await admin("list-campaigns", created.application.id);
+  t.deepEqual(
+    all.map((c: Json) => [c.id, c.environment]),
+    [[campaign.id, "test"]],
+  );
+  t.deepEqual(
+    await admin("list-campaigns", created.application.id, "--environment", "production"),
+    [],
+  );
+  const text = await runAdminCli(
+    ["list-campaigns", created.application.id, "--url", server.baseUrl, "--token", keys.admin],
+    (line) => t.is(line, `${campaign.id}  Spring promo  (test, live, default)`),
+  );
+  t.is(text, 0);
+  const wrong = await runAdmin(
+    "list-campaigns",
+    created.application.id,
+    "--environment",
+    "staging",
+  );
+  t.not(wrong.code, 0);
+  t.regex(wrong.output, /--environment is production or test/);
 
   writeFileSync(file, JSON.stringify({ name: "Summer promo", isLive: false }));
   const updated = await admin(

@@ -33,8 +33,13 @@ function listen(t: ExecutionContext, ...args: string[]) {
   return {
     output,
     exited,
-    /** Resolves with the first printed block matching `pattern`. */
-    waitFor: (pattern: RegExp) => waitFor(() => output.find((text) => pattern.test(text))),
+    /** Resolves with the first printed block matching `pattern` (or that `pick` returns). */
+    waitFor: (pattern: RegExp | ((text: string) => string | undefined)) =>
+      waitFor(() =>
+        typeof pattern === "function"
+          ? output.map(pattern).find((text) => text !== undefined)
+          : output.find((text) => pattern.test(text)),
+      ),
     stop: () => {
       controller.abort();
       return exited;
@@ -55,10 +60,10 @@ async function waitFor<T>(found: () => T | undefined, timeoutMs = 10_000): Promi
 const webhooks = async (): Promise<Json[]> =>
   (await rest(server, "GET", "/webhooks", { key: keys.secret })).body;
 
-async function identify(externalUserId: string): Promise<Json> {
+async function identify(externalUserId: string, environment = "test"): Promise<Json> {
   const response = await rest(server, "POST", "/customers/identify", {
     key: keys.public,
-    body: { externalUserId, name: externalUserId, environment: "test" },
+    body: { externalUserId, name: externalUserId, environment },
   });
   if (response.status >= 300) throw new Error(JSON.stringify(response.body));
   return response.body;
@@ -67,23 +72,31 @@ async function identify(externalUserId: string): Promise<Json> {
 test.serial("prints each delivery verified, and deletes its endpoint when stopped", async (t) => {
   const session = listen(t, "--events", "customer.created,referral.created");
   const ready = await session.waitFor(/^Ready/);
-  const [, webhookId, url] = /webhook (whk_\S+) delivers to (\S+) /.exec(ready) ?? [];
+  const [, webhookId, url] =
+    /webhook (whk_\S+) delivers production and test events to (\S+) /.exec(ready) ?? [];
   t.regex(url ?? "", /^http:\/\/127\.0\.0\.1:\d+\/$/);
   t.regex(ready, /Signing secret: whsec_/);
   const [endpoint] = await webhooks();
   t.is(endpoint.id, webhookId);
   t.is(endpoint.url, url);
-  t.is(endpoint.environment, "test");
+  t.is(endpoint.environment, null, "both environments, as the README's calls use production");
   t.deepEqual(endpoint.eventTypes, ["customer.created", "referral.created"]);
   t.regex(endpoint.description, /^npm run admin -- listen on /);
 
-  const customer = await identify("listen-alice");
-  const delivery = await session.waitFor(/^\S+Z {2}customer\.created/);
-  const [heading = "", ...payload] = delivery.split("\n");
-  t.regex(heading, /^\d{4}-\d\d-\d\dT\S+Z {2}customer\.created {2}evt_\S+ {2}signature verified$/);
-  const event = JSON.parse(payload.join("\n"));
-  t.is(event.type, "customer.created");
-  t.is(event.data.id, customer.id);
+  for (const environment of ["production", "test"]) {
+    const customer = await identify(`listen-alice-${environment}`, environment);
+    const delivery = await session.waitFor((text) =>
+      text.includes(`"id": "${customer.id}"`) ? text : undefined,
+    );
+    const [heading = "", ...payload] = delivery.split("\n");
+    t.regex(
+      heading,
+      /^\d{4}-\d\d-\d\dT\S+Z {2}customer\.created {2}evt_\S+ {2}signature verified$/,
+    );
+    const event = JSON.parse(payload.join("\n"));
+    t.is(event.type, "customer.created");
+    t.is(event.data.environment, environment);
+  }
 
   t.is(await session.stop(), 0);
   t.regex(session.output.at(-1) ?? "", new RegExp(`^Deleted webhook ${webhookId}\\.$`));
@@ -136,8 +149,9 @@ test.serial(
     );
     t.is(code, 1);
     t.deepEqual(output, [
-      "error: the service refuses webhook URLs on loopback, where listen receives; restart it " +
-        `with WEBHOOK_ALLOW_PRIVATE=true (on a development machine only) (${strict.baseUrl})`,
+      "error: the service refuses webhook URLs on loopback, where listen receives; start it with " +
+        "`npm run dev`, or with WEBHOOK_ALLOW_PRIVATE=true (on a development machine only) " +
+        `(${strict.baseUrl})`,
     ]);
     const listed = await rest(strict, "GET", "/webhooks", { key: keys.secret });
     t.deepEqual(listed.body, []);

@@ -68,6 +68,14 @@ test("URL rules: https for production, no private hosts unless allowed", (t) => 
   );
   t.regex(webhookUrlProblem("https://10.0.0.1/in", strict) ?? "", /private/);
   t.is(webhookUrlProblem("https://10.0.0.1/in", { ...strict, allowPrivate: true }), undefined);
+  // A developer's machine (WEBHOOK_ALLOW_PRIVATE) takes production events over http on loopback only.
+  const development = { requireHttps: true, allowPrivate: true };
+  for (const url of ["http://127.0.0.1:4000/", "http://[::1]:4000/", "http://localhost:4000/"]) {
+    t.is(webhookUrlProblem(url, development), undefined, url);
+    t.regex(webhookUrlProblem(url, strict) ?? "", /private/, url);
+  }
+  t.regex(webhookUrlProblem("http://10.0.0.1/in", development) ?? "", /https/);
+  t.regex(webhookUrlProblem("http://hooks.example.com/in", development) ?? "", /https/);
 });
 
 test("an endpoint gets the events it asked for, of its environment, while enabled", (t) => {

@@ -314,6 +314,14 @@ export async function parityMatrix(options: { tls: boolean; workers?: number }):
         not_found: { applicationId: "app_missing" },
       },
     },
+    ListApplicationCampaigns: {
+      // Production's: the demo campaign, which no case of the matrix changes.
+      ok: () => ({ applicationId: fixture.applicationId, environment: "production" }),
+      errors: {
+        invalid_argument: { applicationId: " " },
+        not_found: { applicationId: "app_missing" },
+      },
+    },
     RevokeApiKey: {
       ok: (p) => ({ id: fixture.revocableKeyIds[p] }),
       volatile: [...created, "prefix", "revokedAt"],
