@@ -17,6 +17,7 @@ import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/
 import { runCluster } from "./suites/cluster.js";
 import { runFraud } from "./suites/fraud.js";
 import { runInsights } from "./suites/insights.js";
+import { runLinks } from "./suites/links.js";
 import { runOperations } from "./suites/operations.js";
 import { runReads } from "./suites/reads.js";
 import { runScale } from "./suites/scale.js";
@@ -57,6 +58,7 @@ for (const suite of options.suites) {
   else if (suite === "cluster") results.cluster = await runCluster(context);
   else if (suite === "scale") results.scale = await runScale(context);
   else if (suite === "insights") results.insights = await runInsights(context);
+  else if (suite === "links") results.links = await runLinks(context);
   else results.fraud = await runFraud(context);
   results.engine = context.engine;
   // After every suite, so a later failure does not lose what was measured.

@@ -1,12 +1,14 @@
 import autocannon from "autocannon";
 import { LatencyRecorder, type LoadResult, loadResult } from "./measure.js";
-import type { HttpRequestSpec } from "./senders.js";
+import { type HttpRequestSpec, succeeded } from "./senders.js";
 
 /**
  * A closed-loop HTTP/1.1 run with autocannon: `connections` keep-alive
  * connections, each sending its next request when the last one answered.
- * A per-request body is built in `setupRequest`; with `limit`, the run stops
- * once that many bodies were handed out (seeded referees ran out).
+ * A request that differs per request number (a body, or headers of its
+ * own) is built in `setupRequest`, its path with it; with `limit`, the run
+ * stops once that many requests were handed out (seeded referees ran out).
+ * A success is a 2xx answer, or the spec's `okStatus`.
  */
 export async function autocannonLoad(
   origin: string,
@@ -17,7 +19,7 @@ export async function autocannonLoad(
   let ok = 0;
   let next = 0;
   let exhausted = false;
-  const { body } = spec;
+  const { body, headersOf } = spec;
   const instance = autocannon({
     url: origin,
     connections: options.connections,
@@ -25,10 +27,10 @@ export async function autocannonLoad(
     requests: [
       {
         method: spec.method,
-        // Each connection loops over one request; only its body varies.
+        // Each connection loops over one request; what differs is rebuilt for each.
         path: spec.path(0),
         headers: { ...spec.headers },
-        ...(body
+        ...(body || headersOf
           ? {
               setupRequest: (request) => {
                 const i = next++;
@@ -37,9 +39,14 @@ export async function autocannonLoad(
                   // Stopping from inside autocannon's own loop is not safe.
                   setImmediate(() => instance.stop());
                 }
-                // The few requests still in flight after the stop repeat the last body.
+                // The few requests still in flight after the stop repeat the last one.
                 const index = options.limit === undefined ? i : Math.min(i, options.limit - 1);
-                return { ...request, body: body(index) };
+                return {
+                  ...request,
+                  path: spec.path(index),
+                  ...(headersOf ? { headers: { ...request.headers, ...headersOf(index) } } : {}),
+                  ...(body ? { body: body(index) } : {}),
+                };
               },
             }
           : {}),
@@ -48,7 +55,7 @@ export async function autocannonLoad(
   });
   // autocannon's own histogram keeps whole milliseconds; keep microseconds.
   instance.on("response", (_client, statusCode, _bytes, responseTime) => {
-    if (statusCode >= 200 && statusCode < 300) {
+    if (succeeded(spec, statusCode)) {
       ok++;
       latency.recordMs(responseTime);
     }
@@ -56,7 +63,7 @@ export async function autocannonLoad(
   const result = await instance;
   const failures: Record<string, number> = {};
   for (const [status, { count }] of Object.entries(result.statusCodeStats)) {
-    if (!status.startsWith("2")) failures[`http ${status}`] = Number(count);
+    if (!succeeded(spec, Number(status))) failures[`http ${status}`] = Number(count);
   }
   if (result.errors > 0) failures.socket = result.errors;
   return loadResult(

@@ -124,3 +124,52 @@ export async function startCeilings(responses: CeilingResponses): Promise<Ceilin
     stop: () => stopChild(child),
   };
 }
+
+/** What the share links' ceiling answers: the service's redirect, without the service. */
+export interface LinkCeilingShape {
+  /** The campaign's `refereeLandingPageUrl`, without a query of its own. */
+  readonly landingPage: string;
+}
+
+/**
+ * Starts the share links' bare ceiling in this process: a Fastify route
+ * `/r/:code` answering what the service answers a person, `302` to the
+ * landing page with `ref` and `rclk`, `cache-control: no-store` and
+ * `referrer-policy: no-referrer`. The click id has the service's length
+ * (`clk_`, 9 base-36 digits of time, 16 hex digits) but comes from a
+ * counter: the same bytes, without the lookups and the write.
+ */
+export async function listenLinkCeiling(shape: LinkCeilingShape): Promise<string> {
+  const app = Fastify({ logger: false });
+  const time = Date.now().toString(36).padStart(9, "0");
+  let clicks = 0;
+  app.get<{ Params: { code: string } }>("/r/:code", (request, reply) => {
+    const clickId = `clk_${time}${(clicks++).toString(16).padStart(16, "0")}`;
+    reply.header("cache-control", "no-store");
+    reply.header("referrer-policy", "no-referrer");
+    return reply.redirect(`${shape.landingPage}?ref=${request.params.code}&rclk=${clickId}`, 302);
+  });
+  await app.listen({ port: 0, host: "127.0.0.1" });
+  return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`;
+}
+
+/** The share links' ceiling, running in a process of its own like the service. */
+export interface LinkCeilingProcess {
+  readonly origin: string;
+  /** False once the process has exited. */
+  alive(): boolean;
+  stop(): Promise<void>;
+}
+
+/** Forks `bench/link-ceiling-server.ts` with the redirect's shape. */
+export async function startLinkCeiling(shape: LinkCeilingShape): Promise<LinkCeilingProcess> {
+  const child = forkBenchProcess("bench/link-ceiling-server.ts");
+  const ready = firstMessage<string>(child);
+  child.send(shape);
+  const origin = await ready;
+  return {
+    origin,
+    alive: () => child.exitCode === null && child.signalCode === null,
+    stop: () => stopChild(child),
+  };
+}

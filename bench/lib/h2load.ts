@@ -51,9 +51,16 @@ export function h2loadHttp1Run(
   });
 }
 
-/** True when h2load can send `spec` as it is: it sends GET without a body, POST with one. */
+/**
+ * True when h2load can send `spec` as it is: it sends GET without a body,
+ * POST with one, the same headers every time, and counts 200 as success.
+ */
 export function h2loadCanSend(spec: HttpRequestSpec): boolean {
-  return (spec.method === "GET") === (spec.body === undefined);
+  return (
+    (spec.method === "GET") === (spec.body === undefined) &&
+    spec.headersOf === undefined &&
+    (spec.okStatus ?? 200) === 200
+  );
 }
 
 /** Latencies come from h2load's per-request log, since it prints no percentiles. */

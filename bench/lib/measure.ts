@@ -2,7 +2,7 @@ import { createHistogram, type RecordableHistogram } from "node:perf_hooks";
 
 /** What one load run measured. */
 export interface LoadResult {
-  /** Successful responses (2xx; for gRPC also grpc-status 0). */
+  /** Successful responses (2xx, or the status the request expects; for gRPC also grpc-status 0). */
   readonly ok: number;
   /** Error statuses, failed gRPC calls, socket errors and timeouts. */
   readonly failed: number;

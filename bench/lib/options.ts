@@ -9,7 +9,8 @@ export type Suite =
   | "cluster"
   | "scale"
   | "insights"
-  | "fraud";
+  | "fraud"
+  | "links";
 
 export const allSuites: readonly Suite[] = [
   "reads",
@@ -20,6 +21,7 @@ export const allSuites: readonly Suite[] = [
   "scale",
   "insights",
   "fraud",
+  "links",
 ];
 const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations"];
 
@@ -64,7 +66,7 @@ export interface BenchOptions {
 export const usage = `npm run bench -- [suite ...] [options]
 
 suites: reads, writes, webhooks, operations (the default: all four), cluster, scale, insights,
-        fraud
+        fraud, links
 
   --quick              short runs to try it out: 1 repeat of 3 s, 1 s warm-up
   --repeats N          runs per figure, median reported (default 3)

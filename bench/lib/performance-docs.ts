@@ -152,6 +152,26 @@ first message arrived (the progress after the first 2,000 referrals judged): nea
 result's time, the progress did not reach the client while the backtest ran. The service's
 resident memory after the start, and its peak over the backtests.`,
   },
+  links: {
+    title: "Links",
+    measures: `\`GET /r/{code}\`, a share link followed by a person ([links.md](links.md)), against the
+issue's goals: at least 5,000 redirects a second on two cores with every click counted, p99 ≤
+10 ms at half that rate. Each request names a seeded customer's code (1,000 taking turns), the
+campaign and one of the seven channels, with a phone's or a desktop's browser User-Agent (20,
+none a bot) and an address of its own in \`X-Forwarded-For\` (the service trusts the generator
+on loopback as its proxy, \`TRUSTED_PROXIES=127.0.0.1\`; \`RATE_LIMIT_LINKS=off\`): every
+request is a new visitor, and a click the service records before it answers \`302\`. The
+default configuration (\`WORKERS=auto\`, a process per core) and \`WORKERS=1\`, each run on its
+own freshly seeded service, closed loop, against a **ceiling** in the same repeat: a bare
+Fastify route in one process answering the same redirect (the landing page with \`ref\` and an
+\`rclk\` of a click id's length, \`cache-control: no-store\`) to the same requests. After each
+service run the campaign's stats are read: *clicks counted / redirects answered* adds up the
+runs, warm-ups included. A closed-loop run stops with requests in flight (*unanswered at
+stop*), which the service may count too: a run counted every click when its clicks lie between
+its redirects answered and its requests sent, each a new visitor. CPU per redirect: the
+service's processes, and the generator's (the bench process). Then the default configuration
+open loop at half its median peak, for p99.`,
+  },
 };
 
 /** The text of docs/performance.md for these results. */

@@ -3,6 +3,7 @@ import { join, resolve } from "node:path";
 import { type ClusterResults, clusterTables } from "../suites/cluster.js";
 import { type FraudResults, fraudTables } from "../suites/fraud.js";
 import { type InsightsResults, insightsReferrals, insightsTables } from "../suites/insights.js";
+import { type LinksResults, linksTables } from "../suites/links.js";
 import { type OperationsRow, operationsTable } from "../suites/operations.js";
 import { type ReadRow, readsTable } from "../suites/reads.js";
 import { type ScaleRow, scaleTable } from "../suites/scale.js";
@@ -36,6 +37,7 @@ export interface BenchResults {
   scale?: ScaleRow[];
   insights?: InsightsResults;
   fraud?: FraudResults;
+  links?: LinksResults;
 }
 
 /** The heading of each suite's tables. */
@@ -48,6 +50,7 @@ export const suiteHeadings: Record<Suite, string> = {
   scale: "Scale: one request at a time on stores of growing size (REST)",
   insights: "Insights: the program counters' reads, export and cost to writes",
   fraud: "Fraud: a policy backtest over a campaign's referrals (REST)",
+  links: "Links: share-link redirects, against a bare ceiling, every click counted",
 };
 
 const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } = {
@@ -59,6 +62,7 @@ const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } =
   scale: (results) => results.scale && scaleTable(results.scale),
   insights: (results) => results.insights && insightsTables(results.insights),
   fraud: (results) => results.fraud && fraudTables(results.fraud),
+  links: (results) => results.links && linksTables(results.links),
 };
 
 /** A suite's tables in Markdown, as the bench prints them; undefined when it did not run. */
@@ -101,9 +105,11 @@ export function suiteResultsPath(dir: string, suite: Suite): string {
 
 /** The part of a run's results that is about one suite, as its own results file holds it. */
 export function suiteResults(results: BenchResults, suite: Suite): BenchResults {
-  const { reads, writes, webhooks, operations, cluster, scale, insights, fraud, ...common } =
+  const { reads, writes, webhooks, operations, cluster, scale, insights, fraud, links, ...common } =
     results;
-  const own = { reads, writes, webhooks, operations, cluster, scale, insights, fraud }[suite];
+  const own = { reads, writes, webhooks, operations, cluster, scale, insights, fraud, links }[
+    suite
+  ];
   return {
     ...common,
     options: { ...results.options, suites: [suite] },

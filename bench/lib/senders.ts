@@ -2,12 +2,27 @@ import { Agent, request as httpRequest } from "node:http";
 import { type ClientHttp2Session, connect as http2Connect } from "node:http2";
 import type { Send } from "./drive.js";
 
-/** One HTTP request of a scenario; path and body may differ per request number. */
+/** One HTTP request of a scenario; path, headers and body may differ per request number. */
 export interface HttpRequestSpec {
   readonly method: "GET" | "POST";
   readonly path: (i: number) => string;
   readonly headers: Readonly<Record<string, string>>;
+  /**
+   * Headers of request `i` on top of `headers`, when they differ per
+   * request (a share link's visitor: its User-Agent and client address).
+   */
+  readonly headersOf?: (i: number) => Readonly<Record<string, string>>;
   readonly body?: (i: number) => string;
+  /**
+   * The status a successful answer has (a share link answers 302); any 2xx
+   * when unset. Every other status counts as a failure.
+   */
+  readonly okStatus?: number;
+}
+
+/** Whether `status` is the answer `spec` counts as a success. */
+export function succeeded(spec: HttpRequestSpec, status: number): boolean {
+  return spec.okStatus === undefined ? status >= 200 && status < 300 : status === spec.okStatus;
 }
 
 /**
@@ -41,7 +56,7 @@ export async function http1Sender(
   const send: Send = (i) =>
     new Promise((resolve) => {
       const body = spec.body?.(i);
-      const headers: Record<string, string | number> = { ...spec.headers };
+      const headers: Record<string, string | number> = { ...spec.headers, ...spec.headersOf?.(i) };
       if (body !== undefined) headers["content-length"] = Buffer.byteLength(body);
       const request = httpRequest(
         {
@@ -56,7 +71,7 @@ export async function http1Sender(
           response.resume();
           response.on("end", () => {
             const status = response.statusCode ?? 0;
-            resolve(status >= 200 && status < 300 ? true : `http ${status}`);
+            resolve(succeeded(spec, status) ? true : `http ${status}`);
           });
           response.on("error", () => resolve("socket"));
         },
