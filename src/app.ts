@@ -1,10 +1,11 @@
-import { type DestinationStream, type Logger, pino } from "pino";
+import type { DestinationStream, Logger } from "pino";
 import type { MetricObjectWithValues, MetricValue } from "prom-client";
 import type { PrimaryLink } from "./cluster/link.js";
 import type { Config } from "./config.js";
 import { startWebhookRuntime } from "./delivery/runtime.js";
 import type { WebhookSender } from "./delivery/sender.js";
 import type { Clock, Ticker } from "./domain/tenancy.js";
+import { rootLogger } from "./logging.js";
 import { type Authenticator, createAuthenticator } from "./services/authentication.js";
 import { disposableDomains } from "./services/evidence.js";
 import { type ProvisionedDemo, provisionDemo } from "./services/provisioning.js";
@@ -323,8 +324,8 @@ function observabilityOf(
   logTo: DestinationStream | undefined,
 ) {
   const workerName = cluster?.role === "worker" ? cluster.link.workerId : "primary";
-  const rootLogger = pino({ level: config.logLevel }, logTo);
-  const logger = cluster ? rootLogger.child({ worker: workerName }) : rootLogger;
+  const root = rootLogger(config, logTo);
+  const logger = cluster ? root.child({ worker: workerName }) : root;
   const metrics = createMetrics(cluster ? { worker: String(workerName) } : undefined);
   return { logger, metrics };
 }

@@ -24,6 +24,13 @@ export interface Config {
   readonly bootstrapSecretKey: string | undefined;
   readonly bootstrapPublicKey: string | undefined;
   readonly logLevel: string;
+  /** LOG_FORMAT: JSON lines (`json`, the default), or lines for people (`pretty`). */
+  readonly logFormat: "json" | "pretty";
+  /**
+   * DEVELOPMENT: started by `npm run dev`, whose keys are development keys:
+   * the banner prints them, and the admin token, at every start.
+   */
+  readonly development: boolean;
   /** The bearer token `GET /metrics` requires; unset, the endpoint is off. */
   readonly metricsToken: string | undefined;
   readonly maxBodyBytes: number;
@@ -181,6 +188,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ["fatal", "error", "warn", "info", "debug", "trace", "silent"],
       "info",
     ),
+    logFormat: oneOf(env, "LOG_FORMAT", ["json", "pretty"], "json"),
+    development: boolean(env, "DEVELOPMENT", false),
     metricsToken: nonEmpty(env.METRICS_TOKEN),
     maxBodyBytes: integer(env, "MAX_BODY_BYTES", 1024 * 1024, 1024, 64 * 1024 * 1024),
     minFreeDiskBytes: byteSize(env, "MIN_FREE_DISK", 256 * 1024 * 1024),

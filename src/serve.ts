@@ -6,6 +6,7 @@
  */
 import cluster from "node:cluster";
 import { accessSync, constants, mkdirSync } from "node:fs";
+import { isAbsolute, relative } from "node:path";
 import { type Config, loadConfig } from "./config.js";
 import type { ProvisionedDemo } from "./services/provisioning.js";
 import { startupBanner } from "./startup-banner.js";
@@ -112,8 +113,28 @@ function printBanner(
         public: config.bootstrapPublicKey !== undefined,
       },
       workers: config.workers,
+      ...(config.development &&
+      config.bootstrapSecretKey &&
+      config.bootstrapPublicKey &&
+      config.adminToken &&
+      "dataDir" in config.store
+        ? {
+            development: {
+              secretKey: config.bootstrapSecretKey,
+              publicKey: config.bootstrapPublicKey,
+              adminToken: config.adminToken,
+              dataDir: shownPath(config.store.dataDir),
+            },
+          }
+        : {}),
     }),
   );
+}
+
+/** A path as a person typed it: relative to the working directory when inside it. */
+function shownPath(path: string): string {
+  const inside = relative(process.cwd(), path);
+  return inside === "" || inside.startsWith("..") || isAbsolute(inside) ? path : `./${inside}`;
 }
 
 let stopping = false;

@@ -13,6 +13,16 @@ export interface BannerInput {
   readonly keysGiven: { readonly secret: boolean; readonly public: boolean };
   /** The processes serving the port (WORKERS). */
   readonly workers?: number;
+  /**
+   * Started by `npm run dev`: its development keys and admin token, printed
+   * at every start (undefined otherwise).
+   */
+  readonly development?: {
+    readonly secretKey: string;
+    readonly publicKey: string;
+    readonly adminToken: string;
+    readonly dataDir: string;
+  };
 }
 
 /**
@@ -27,7 +37,26 @@ export function startupBanner(input: BannerInput): string {
     "",
     `Referral service listening on ${address}${input.tls ? " over TLS" : ""} (REST, Connect, gRPC-Web and gRPC on one port; store: ${input.engine}${(input.workers ?? 1) > 1 ? `; ${input.workers} worker processes` : ""})`,
   ];
-  if (input.demo) {
+  const development = input.development;
+  if (development) {
+    lines.push(
+      "",
+      `Development start (npm run dev): data in ${development.dataDir}, admin API on, webhooks to`,
+      "loopback allowed (npm run admin -- listen), pretty logs. These are development keys,",
+      "printed at every start:",
+      `  secret key:  ${development.secretKey}`,
+      `  public key:  ${development.publicKey}`,
+      `  admin token: ${development.adminToken}`,
+      "",
+      "In another terminal:",
+      `  export SK=${development.secretKey} PK=${development.publicKey}`,
+      `  curl -s ${scheme}://${address}/campaigns -H "Authorization: $PK"`,
+      "  npm run admin -- listen        # every webhook delivery, verified",
+      "  npm run admin -- list-apps     # the admin CLI finds the token itself",
+      "",
+      `The API reference: ${scheme}://${address}/docs (the OpenAPI document: /openapi.json)`,
+    );
+  } else if (input.demo) {
     // A key the operator gave is theirs already, and stays out of the output
     // (which is the log stream): its line and the commands name its variable.
     const shown = (key: string, given: boolean, variable: string) =>
@@ -55,7 +84,11 @@ export function startupBanner(input: BannerInput): string {
       `The API reference: ${scheme}://${address}/docs (the OpenAPI document: /openapi.json)`,
     );
   } else {
-    lines.push("Using existing data: the API keys were printed on the first start.");
+    lines.push(
+      "Using existing data: the API keys were printed on the first start. To make another:",
+      "  ADMIN_TOKEN=... npm run admin -- create-key <applicationId> secret",
+      "(npm run admin -- list-apps names the applications; `npm run dev` prints its keys at every start)",
+    );
   }
   lines.push(
     `How the program performs, live: ${scheme}://${address}/dashboard (paste a secret key)`,

@@ -18,6 +18,7 @@ import {
   FraudPolicyMode,
 } from "../../gen/referral/v1/resources_pb.js";
 import { fromPlain, toPlain } from "../contract/plain-codec.js";
+import { savedDevelopmentSecrets } from "../development.js";
 import { httpRouteOf } from "../transport/rest/http-rules.js";
 import { restFromResponse } from "../transport/rest/transcode.js";
 import { runListen } from "./listen.js";
@@ -405,9 +406,13 @@ export async function runAdminCli(argv: string[], out: (text: string) => void): 
     out(usage);
     return options.help ? 0 : 2;
   }
-  const token = options.token ?? process.env.ADMIN_TOKEN;
+  // Beside `npm run dev`, its token: the development start keeps it in its data directory.
+  const token = options.token ?? (process.env.ADMIN_TOKEN || savedDevelopmentSecrets()?.adminToken);
   if (!token) {
-    out("No admin token: pass --token or set ADMIN_TOKEN (the server's ADMIN_TOKEN).");
+    out(
+      "No admin token: pass --token or set ADMIN_TOKEN (the server's ADMIN_TOKEN); " +
+        "beside `npm run dev`, its own is found.",
+    );
     return 2;
   }
   const baseUrl = serviceUrl(options.url);
@@ -478,7 +483,7 @@ function helpText(): string {
     "",
     "Options:",
     "  --url <url>      the service (default http://localhost:$PORT, PORT defaulting to 8080)",
-    "  --token <token>  the admin token (default $ADMIN_TOKEN)",
+    "  --token <token>  the admin token (default $ADMIN_TOKEN, else npm run dev's)",
     "  --json           print the response as JSON",
     "",
     "Campaign files use the REST JSON of a campaign (see docs/admin.md). update-campaign changes",

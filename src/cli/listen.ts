@@ -6,6 +6,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { Webhook } from "standardwebhooks";
 import { Environment } from "../../gen/referral/v1/resources_pb.js";
 import { WebhooksService } from "../../gen/referral/v1/webhooks_pb.js";
+import { savedDevelopmentSecrets } from "../development.js";
 import { serviceClient, serviceUrl } from "./service-client.js";
 
 /**
@@ -26,7 +27,7 @@ const usage = [
   "`npm run dev` does (WEBHOOK_ALLOW_PRIVATE=true, development only).",
   "",
   "Options:",
-  "  --key <sk_...>       a secret key (default $SK)",
+  "  --key <sk_...>       a secret key (default $SK, else npm run dev's)",
   "  --environment <env>  production, test or both (default both)",
   "  --url <url>          the service (default http://localhost:$PORT, PORT defaulting to 8080)",
   "  --events <a,b>       only these event types (default every type)",
@@ -56,7 +57,9 @@ export async function runListen(
     return 0;
   }
   if (!options.key) {
-    out("No secret key: pass --key or set SK (a secret key, sk_...).");
+    out(
+      "No secret key: pass --key or set SK (a secret key, sk_...); beside `npm run dev`, its own is found.",
+    );
     return 2;
   }
   // Handled from here on, so a Ctrl-C while the endpoint is being created still deletes it.
@@ -174,7 +177,8 @@ function listenOptions(argv: string[]): ListenOptions {
   }
   return {
     url: serviceUrl(values.url),
-    key: values.key ?? process.env.SK,
+    // Beside `npm run dev`, its secret key: the development start keeps it in its data directory.
+    key: values.key ?? (process.env.SK || savedDevelopmentSecrets()?.secretKey),
     environment: environment as ListenedEnvironment,
     events: (values.events ?? "")
       .split(",")

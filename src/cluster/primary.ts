@@ -1,9 +1,9 @@
 import cluster, { type Worker } from "node:cluster";
 import { type AddressInfo, createServer } from "node:net";
-import { pino } from "pino";
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
 import { RateLimiterClusterMaster } from "rate-limiter-flexible";
 import type { Config } from "../config.js";
+import { rootLogger } from "../logging.js";
 import { answerStoreRequest } from "../store/forwarded-writes.js";
 import type { Store } from "../store/store.js";
 import { StreamCounts } from "../transport/streams-by-key.js";
@@ -65,7 +65,7 @@ export interface WriterApp {
 }
 
 export function startPrimary(config: Config, app: WriterApp, env: NodeJS.ProcessEnv): Primary {
-  const logger = pino({ level: config.logLevel }).child({ worker: "primary" });
+  const logger = rootLogger(config).child({ worker: "primary" });
   if ("dataDir" in config.store) {
     // The rate limits' counters, one budget per key for every worker.
     new RateLimiterClusterMaster();

@@ -12,6 +12,7 @@ import { type Db, type Document, MongoClient } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type { Collections, StoreCollection } from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
+import { embeddedDatabaseFile } from "./embedded-file.js";
 import { startServerClock } from "./engine/server-clock.js";
 import type { SqliteCollection } from "./engine/sqlite-collection.js";
 import { type QueryPlan, SqliteDatabase, type WriteLimits } from "./engine/sqlite-database.js";
@@ -118,8 +119,7 @@ export type StoreConfig =
       readonly writeLimits?: Partial<WriteLimits>;
     };
 
-/** The embedded engine's database file in DATA_DIR. */
-export const embeddedDatabaseFile = "referrals.sqlite";
+export { embeddedDatabaseFile };
 
 const collectionNames: readonly CollectionName[] = [
   "organizations",

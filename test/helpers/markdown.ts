@@ -71,8 +71,9 @@ export function docsPages(root: string): { path: string; markdown: string }[] {
 }
 
 /**
- * Whether `actual` has what a documented example shows: every key of an
- * object shown (`"...": "..."` stands for the fields left out), every item
+ * Whether `actual` is what a documented example shows: every key of an
+ * object shown, and no other unless the object says it is shortened
+ * (`"...": "..."` stands for the fields left out), every item
  * of an array (a last item `"..."` allows more), strings equal except that
  * `...` in one matches anything (`"cus_..."`) and a documented ISO time
  * matches any ISO time. Returns where they differ, or undefined.
@@ -98,6 +99,13 @@ export function differenceFromShown(
   if (shown !== null && typeof shown === "object") {
     if (actual === null || typeof actual !== "object" || Array.isArray(actual)) {
       return `${path || "the output"} is not an object`;
+    }
+    const shortened = "..." in shown;
+    if (!shortened) {
+      const unshown = Object.keys(actual).filter((key) => !(key in shown));
+      if (unshown.length > 0) {
+        return `${path || "the output"} has ${unshown.map((key) => `.${key}`).join(", ")}, which the example neither shows nor marks as left out ("...": "...")`;
+      }
     }
     for (const [key, value] of Object.entries(shown)) {
       if (key === "...") continue;

@@ -1,0 +1,26 @@
+import { type DestinationStream, type Logger, pino } from "pino";
+import pretty from "pino-pretty";
+import type { Config } from "./config.js";
+
+/**
+ * The process's root logger: JSON lines on stdout (what log shippers
+ * read), or, with LOG_FORMAT=pretty (`npm run dev`), lines for people.
+ * Tests pass a destination of their own.
+ */
+export function rootLogger(
+  config: Pick<Config, "logLevel" | "logFormat">,
+  logTo?: DestinationStream,
+): Logger {
+  const destination =
+    logTo ??
+    (config.logFormat === "pretty"
+      ? pretty({
+          colorize: process.stdout.isTTY === true,
+          translateTime: "SYS:HH:MM:ss.l",
+          ignore: "pid,hostname",
+          singleLine: true,
+          sync: true,
+        })
+      : undefined);
+  return pino({ level: config.logLevel }, destination);
+}
