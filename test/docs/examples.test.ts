@@ -3,7 +3,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import test from "ava";
+import test, { type ExecutionContext } from "ava";
 import {
   type CodeBlock,
   codeBlocks,
@@ -30,74 +30,101 @@ const metricsToken = "docs-metrics-token";
 
 const isShell = (block: CodeBlock) => block.language === "sh" && !block.note?.startsWith("not run");
 
-for (const page of docsPages(root)) {
+/** A page's blocks, and those of them a reader runs. */
+interface Tour {
+  readonly path: string;
+  readonly blocks: CodeBlock[];
+  readonly shell: CodeBlock[];
+}
+
+function tourOf(page: { path: string; markdown: string }): Tour {
   const blocks = codeBlocks(page.markdown);
-  const shell = blocks.filter(isShell);
+  return { path: page.path, blocks, shell: blocks.filter(isShell) };
+}
+
+/**
+ * Runs the tours' shell blocks in order in one bash against one fresh
+ * service, as a reader pastes them into one terminal, and checks each JSON
+ * block shown after a shell block against what it printed.
+ */
+async function runTours(t: ExecutionContext, tours: readonly Tour[]): Promise<void> {
+  const server = await startServer({
+    ...asUsersRunIt,
+    env: {
+      WEBHOOK_ALLOW_PRIVATE: "true",
+      METRICS_TOKEN: metricsToken,
+      // The default, which docs/trust.md shows counting down.
+      RATE_LIMIT_CODE_LOOKUPS: "30/1m",
+    },
+  });
+  try {
+    const address = `127.0.0.1:${server.port}`;
+    const steps = tours.flatMap((tour) => tour.shell.map((block) => ({ tour, block })));
+    const script = [
+      "set -euo pipefail",
+      ...steps.flatMap(({ block }, index) => [
+        block.text.replaceAll("localhost:8080", address),
+        `printf '\\n${marker} ${index}\\n'`,
+      ]),
+    ].join("\n");
+    const result = await run("bash", ["-c", script], {
+      cwd: root,
+      env: {
+        ...process.env,
+        SK: keys.secret,
+        PK: keys.public,
+        ADMIN_TOKEN: keys.admin,
+        METRICS_TOKEN: metricsToken,
+        // Where the CLI and the example programs find the service.
+        PORT: String(server.port),
+        REFERRALS_URL: `http://${address}`,
+        REFERRALS_GRPC_ADDRESS: address,
+      },
+      timeout: 170_000 * tours.length,
+    }).catch((error: { stdout?: string; stderr?: string }) => error);
+    const outputs = (result.stdout ?? "").split(new RegExp(`\\n${marker} \\d+\\n`));
+    const finished = outputs.length - 1;
+    if (finished < steps.length) {
+      const { tour, block } = steps[finished] as (typeof steps)[number];
+      t.fail(
+        `${tour.path}:${block.line}: the example failed\n${block.text}\n${result.stderr ?? ""}${outputs.at(-1)}`,
+      );
+      return;
+    }
+    // Every difference at once: a page that depends on an earlier one may differ in several.
+    const differences: string[] = [];
+    for (const [index, { tour, block }] of steps.entries()) {
+      const next = tour.blocks[tour.blocks.indexOf(block) + 1];
+      if (next?.language !== "json" || next.note?.startsWith("not run")) continue;
+      const where = `${tour.path}:${next.line}`;
+      const printed = outputs[index] as string;
+      let actual: unknown[];
+      try {
+        actual = jsonValues(printed);
+      } catch {
+        differences.push(`${where}: the example above printed no JSON:\n${printed}`);
+        continue;
+      }
+      const shown = jsonValues(next.text);
+      const difference = differenceFromShown(shown, actual);
+      if (difference) differences.push(`${where}: ${difference}\nprinted:\n${printed}`);
+    }
+    t.deepEqual(differences, []);
+  } finally {
+    await server.stop();
+  }
+}
+
+const pages = docsPages(root);
+
+for (const page of pages) {
+  const tour = tourOf(page);
+  const { blocks, shell } = tour;
 
   if (shell.length > 0) {
     test(`${page.path}: every shell example runs and prints what the page shows`, async (t) => {
       t.timeout(180_000);
-      const server = await startServer({
-        ...asUsersRunIt,
-        env: {
-          WEBHOOK_ALLOW_PRIVATE: "true",
-          METRICS_TOKEN: metricsToken,
-          // The default, which docs/trust.md shows counting down.
-          RATE_LIMIT_CODE_LOOKUPS: "30/1m",
-        },
-      });
-      try {
-        const address = `127.0.0.1:${server.port}`;
-        const script = [
-          "set -euo pipefail",
-          ...shell.flatMap((block, index) => [
-            block.text.replaceAll("localhost:8080", address),
-            `printf '\\n${marker} ${index}\\n'`,
-          ]),
-        ].join("\n");
-        const result = await run("bash", ["-c", script], {
-          cwd: root,
-          env: {
-            ...process.env,
-            SK: keys.secret,
-            PK: keys.public,
-            ADMIN_TOKEN: keys.admin,
-            METRICS_TOKEN: metricsToken,
-            // Where the CLI and the example programs find the service.
-            PORT: String(server.port),
-            REFERRALS_URL: `http://${address}`,
-            REFERRALS_GRPC_ADDRESS: address,
-          },
-          timeout: 170_000,
-        }).catch((error: { stdout?: string; stderr?: string }) => error);
-        const outputs = (result.stdout ?? "").split(new RegExp(`\\n${marker} \\d+\\n`));
-        const finished = outputs.length - 1;
-        if (finished < shell.length) {
-          const failed = shell[finished] as CodeBlock;
-          t.fail(
-            `${page.path}:${failed.line}: the example failed\n${failed.text}\n${result.stderr ?? ""}${outputs.at(-1)}`,
-          );
-          return;
-        }
-        for (const [index, block] of shell.entries()) {
-          const next = blocks[blocks.indexOf(block) + 1];
-          if (next?.language !== "json" || next.note?.startsWith("not run")) continue;
-          const where = `${page.path}:${next.line}`;
-          const printed = outputs[index] as string;
-          let actual: unknown[];
-          try {
-            actual = jsonValues(printed);
-          } catch {
-            t.fail(`${where}: the example above printed no JSON:\n${printed}`);
-            continue;
-          }
-          const shown = jsonValues(next.text);
-          const difference = differenceFromShown(shown, actual);
-          t.is(difference, undefined, `${where}: ${difference}\nprinted:\n${printed}`);
-        }
-      } finally {
-        await server.stop();
-      }
+      await runTours(t, [tour]);
     });
   }
 
@@ -107,4 +134,44 @@ for (const page of docsPages(root)) {
       t.is(`${block.text}\n`, readFileSync(join(root, file), "utf8"));
     });
   }
+}
+
+/**
+ * A reader follows the pages one after another on one service, in one
+ * terminal: each page's figures must hold whatever ran before it (a page
+ * uses names of its own, or an application of its own where it counts
+ * everything), and no page may change what a later one relies on. Two
+ * orders: the README's map of docs/, and a newcomer's first hour (the
+ * README, then rewards, insights, privacy, webhooks and admin), the other
+ * pages after it from the last to the first.
+ */
+const readme = readFileSync(join(root, "README.md"), "utf8");
+const mapped = [...readme.matchAll(/^\| \[(docs\/[\w-]+\.md)\]/gm)].map(
+  (match) => match[1] as string,
+);
+const unmapped = pages
+  .map((page) => page.path)
+  .filter((path) => path !== "README.md" && !mapped.includes(path));
+const firstHour = ["rewards", "insights", "privacy", "webhooks", "admin"].map(
+  (name) => `docs/${name}.md`,
+);
+const readingOrders: Record<string, string[]> = {
+  "in the README's order": ["README.md", ...mapped, ...unmapped],
+  "in a newcomer's order": [
+    "README.md",
+    ...firstHour,
+    ...[...mapped, ...unmapped].filter((path) => !firstHour.includes(path)).reverse(),
+  ],
+};
+
+for (const [order, paths] of Object.entries(readingOrders)) {
+  test(`every page's examples, one page after another on one service, ${order}`, async (t) => {
+    t.timeout(600_000);
+    const tours = paths.map((path) => {
+      const page = pages.find((candidate) => candidate.path === path);
+      if (!page) throw new Error(`the README's map names ${path}, which is not a page`);
+      return tourOf(page);
+    });
+    await runTours(t, tours);
+  });
 }
