@@ -1,5 +1,6 @@
-import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { execFile, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
@@ -42,21 +43,86 @@ function tourOf(page: { path: string; markdown: string }): Tour {
   return { path: page.path, blocks, shell: blocks.filter(isShell) };
 }
 
+/** The service a reader's tours run against, and the keys it printed. */
+interface TourService {
+  readonly port: number;
+  readonly secretKey: string;
+  readonly publicKey: string;
+  readonly adminToken: string;
+  stop(): Promise<void>;
+}
+
+/** What every tour's service runs with besides its defaults. */
+const tourEnv = {
+  WEBHOOK_ALLOW_PRIVATE: "true",
+  METRICS_TOKEN: metricsToken,
+  // The default, which docs/trust.md shows counting down.
+  RATE_LIMIT_CODE_LOOKUPS: "30/1m",
+};
+
+/** A fresh service on the default configuration, with the test keys. */
+async function testService(): Promise<TourService> {
+  const server = await startServer({ ...asUsersRunIt, env: tourEnv });
+  return {
+    port: server.port,
+    secretKey: keys.secret,
+    publicKey: keys.public,
+    adminToken: keys.admin,
+    stop: () => server.stop(),
+  };
+}
+
+/**
+ * `npm run dev` as a newcomer starts it (the compiled entry, which `npm
+ * test` builds first), on a data directory of its own, with the keys and
+ * admin token it prints.
+ */
+async function developmentService(): Promise<TourService> {
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-docs-dev-"));
+  const child = spawn(process.execPath, ["dist/src/dev.js"], {
+    cwd: root,
+    env: { ...process.env, ...tourEnv, DATA_DIR: dataDir, PORT: "0", HOST: "127.0.0.1" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let banner = "";
+  child.stdout.on("data", (chunk: Buffer) => {
+    if (!/live: http/.test(banner)) banner += chunk;
+  });
+  child.stderr.resume();
+  const exited = new Promise((resolve) => child.once("close", resolve));
+  const deadline = Date.now() + 120_000;
+  while (!/live: http/.test(banner)) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`npm run dev did not start:\n${banner}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const field = (name: string) => new RegExp(`${name}:\\s+(\\S+)`).exec(banner)?.[1] ?? "";
+  return {
+    port: Number(/listening on [^:]+:(\d+)/.exec(banner)?.[1]),
+    secretKey: field("secret key"),
+    publicKey: field("public key"),
+    adminToken: field("admin token"),
+    async stop() {
+      child.kill("SIGTERM");
+      await exited;
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
 /**
  * Runs the tours' shell blocks in order in one bash against one fresh
  * service, as a reader pastes them into one terminal, and checks each JSON
  * block shown after a shell block against what it printed.
  */
-async function runTours(t: ExecutionContext, tours: readonly Tour[]): Promise<void> {
-  const server = await startServer({
-    ...asUsersRunIt,
-    env: {
-      WEBHOOK_ALLOW_PRIVATE: "true",
-      METRICS_TOKEN: metricsToken,
-      // The default, which docs/trust.md shows counting down.
-      RATE_LIMIT_CODE_LOOKUPS: "30/1m",
-    },
-  });
+async function runTours(
+  t: ExecutionContext,
+  tours: readonly Tour[],
+  start: () => Promise<TourService> = testService,
+): Promise<void> {
+  const server = await start();
   try {
     const address = `127.0.0.1:${server.port}`;
     const steps = tours.flatMap((tour) => tour.shell.map((block) => ({ tour, block })));
@@ -71,9 +137,9 @@ async function runTours(t: ExecutionContext, tours: readonly Tour[]): Promise<vo
       cwd: root,
       env: {
         ...process.env,
-        SK: keys.secret,
-        PK: keys.public,
-        ADMIN_TOKEN: keys.admin,
+        SK: server.secretKey,
+        PK: server.publicKey,
+        ADMIN_TOKEN: server.adminToken,
         METRICS_TOKEN: metricsToken,
         // Where the CLI and the example programs find the service.
         PORT: String(server.port),
@@ -155,16 +221,19 @@ const unmapped = pages
 const firstHour = ["rewards", "insights", "privacy", "webhooks", "admin"].map(
   (name) => `docs/${name}.md`,
 );
-const readingOrders: Record<string, string[]> = {
-  "in the README's order": ["README.md", ...mapped, ...unmapped],
-  "in a newcomer's order": [
-    "README.md",
-    ...firstHour,
-    ...[...mapped, ...unmapped].filter((path) => !firstHour.includes(path)).reverse(),
-  ],
+const readingOrders: Record<string, { paths: string[]; start: () => Promise<TourService> }> = {
+  "in the README's order": { paths: ["README.md", ...mapped, ...unmapped], start: testService },
+  "in a newcomer's order, on npm run dev": {
+    paths: [
+      "README.md",
+      ...firstHour,
+      ...[...mapped, ...unmapped].filter((path) => !firstHour.includes(path)).reverse(),
+    ],
+    start: developmentService,
+  },
 };
 
-for (const [order, paths] of Object.entries(readingOrders)) {
+for (const [order, { paths, start }] of Object.entries(readingOrders)) {
   test(`every page's examples, one page after another on one service, ${order}`, async (t) => {
     t.timeout(600_000);
     const tours = paths.map((path) => {
@@ -172,6 +241,6 @@ for (const [order, paths] of Object.entries(readingOrders)) {
       if (!page) throw new Error(`the README's map names ${path}, which is not a page`);
       return tourOf(page);
     });
-    await runTours(t, tours);
+    await runTours(t, tours, start);
   });
 }

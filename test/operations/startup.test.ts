@@ -62,6 +62,11 @@ test("the port in use: one line naming PORT, and no demo keys created until a st
   t.regex(next.stdout, /secret key: sk_[\w-]{43}\n/);
   t.regex(next.stdout, /public key: pk_[\w-]{43}\n/);
   t.regex(next.stdout, /live: http:\/\/127\.0\.0\.1:\d+\/dashboard \(paste a secret key\)/);
+  // A later start shows no key, and says how to make another.
+  const later = await runService({ PORT: "0", HOST: "127.0.0.1", DATA_DIR: dataDir });
+  t.notRegex(later.stdout, /sk_[\w-]{43}/);
+  t.regex(later.stdout, /the API keys were printed on the first start\. To make another:/);
+  t.regex(later.stdout, /npm run admin -- create-key <applicationId> secret/);
 });
 
 test("demo keys given by the environment are named, not printed", async (t) => {
