@@ -46,9 +46,12 @@ const stableAfterMs = 60_000;
 /**
  * How long a connection the primary held as a worker died may stay held
  * before it is taken for that worker's (a live worker takes one in
- * milliseconds; see `closeConnectionsLeftBy`).
+ * milliseconds; see `closeConnectionsLeftBy`): a client waits at most this
+ * long on a dead worker. A live worker whose loop is blocked longer than
+ * this as another dies may lose a connection too: a failed call, never a
+ * hang.
  */
-const handOverGraceMs = 2_000;
+const handOverGraceMs = 1_000;
 /** How long the primary waits for a worker's metrics. */
 const metricsTimeoutMs = 2_000;
 

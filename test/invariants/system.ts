@@ -156,7 +156,7 @@ function answeredWithin<T>(answer: Promise<T>): Promise<T> {
 }
 
 /** How long the primary holds a connection handed to a worker that died before closing it. */
-const handOverGraceMs = 2_000;
+const handOverGraceMs = 1_000;
 
 /** How many fresh connections each credential is tried on, per round, after a start. */
 const probesPerRound = 2;

@@ -79,6 +79,67 @@ test.serial(
 );
 
 test.serial(
+  "workers killed again and again under load: no call waits on a dead worker past the hand-over",
+  async (t) => {
+    t.timeout(180_000);
+    const { port, service } = await startCluster(t);
+    // A call left with a dead worker would wait for its client's timeout:
+    // far longer than any answer or failure here may take.
+    const load = writeLoad(port, "kills", 8, { timeoutMs: 60_000 });
+    let kills = 0;
+    try {
+      for (let round = 0; round < 3; round++) {
+        const before = load.acknowledged.length;
+        await eventually(
+          "writes acknowledged before the kill",
+          () => load.acknowledged.length >= before + 50,
+          {
+            timeoutMs: 30_000,
+          },
+        );
+        const [victim] = service.workerPids() as [number, number];
+        process.kill(victim, "SIGKILL");
+        kills += 1;
+        await eventually(
+          "a new worker in place of the killed one",
+          () => {
+            const now = service.workerPids();
+            return now.length === 2 && !now.includes(victim);
+          },
+          { timeoutMs: 30_000 },
+        );
+      }
+      const after = load.acknowledged.length;
+      await eventually(
+        "writes acknowledged after the last kill",
+        () => load.acknowledged.length >= after + 50,
+        {
+          timeoutMs: 30_000,
+        },
+      );
+    } finally {
+      await load.stop();
+    }
+    const slowest = Math.max(...load.durations);
+    t.log(
+      `${kills} workers killed; ${load.durations.length} calls, ${load.failures.length} failed (${[...new Set(load.failures.map((failure) => failure.reason))].join("; ")}); the slowest settled in ${Math.round(slowest)} ms`,
+    );
+    t.true(
+      slowest < 10_000,
+      `every call was answered or failed well before its client's timeout; the slowest took ${Math.round(slowest)} ms`,
+    );
+    t.deepEqual(
+      await missingThroughService(
+        port,
+        load.acknowledged.map((ack) => ack.externalUserId),
+      ),
+      [],
+      "every acknowledged write",
+    );
+  },
+);
+
+test.serial(
   "a stopped worker is killed after WORKER_STUCK_TIMEOUT and replaced; the other serves meanwhile",
   async (t) => {
     t.timeout(120_000);
@@ -181,9 +242,13 @@ test.serial("a connection handed to a worker as it dies is closed, not left hang
     const late = answers.filter((answer) => answer.at > killedAt);
     t.true(late.length > 0);
     t.true(
-      late.every((answer) => answer.status !== 200 && answer.at - killedAt < 10_000),
+      late.every((answer) => answer.status !== 200),
       `closed as the worker died, unanswered: ${JSON.stringify(late.map((answer) => answer.status))}`,
     );
+    const waited = Math.max(...late.map((answer) => answer.at - killedAt));
+    t.log(`closed ${Math.round(waited)} ms after the kill`);
+    // The hand-over grace is a second; the rest is the exit's notice and a busy machine.
+    t.true(waited < 5_000, `closed ${Math.round(waited)} ms after the kill`);
     await eventually("the primary to say so", () =>
       /closed the connections the exited worker never took/.test(service.output()),
     );

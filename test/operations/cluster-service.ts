@@ -237,15 +237,25 @@ export async function inPool<T, R>(
  * on a connection of its own, until stopped: the users acknowledged (201),
  * and when (performance.now()) each answer or failure came.
  */
-export function writeLoad(port: number, prefix: string, clients: number) {
+export function writeLoad(
+  port: number,
+  prefix: string,
+  clients: number,
+  options: { timeoutMs?: number } = {},
+) {
   const acknowledged: { externalUserId: string; requestId: string; at: number }[] = [];
   const failures: { reason: string; at: number }[] = [];
+  /** How long each call took to be answered or to fail, in milliseconds. */
+  const durations: number[] = [];
   let stopped = false;
   const client = async (index: number) => {
     for (let i = 0; !stopped; i++) {
       const externalUserId = `${prefix}_${index}_${i}`;
+      const sent = performance.now();
       try {
-        const answer = await identify(port, externalUserId, { timeoutMs: 4_000 });
+        const answer = await identify(port, externalUserId, {
+          timeoutMs: options.timeoutMs ?? 4_000,
+        }).finally(() => durations.push(performance.now() - sent));
         const at = performance.now();
         if (answer.status === 201) {
           acknowledged.push({ externalUserId, requestId: answer.requestId, at });
@@ -261,6 +271,7 @@ export function writeLoad(port: number, prefix: string, clients: number) {
   return {
     acknowledged,
     failures,
+    durations,
     async stop() {
       stopped = true;
       await Promise.all(running);
