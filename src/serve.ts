@@ -13,6 +13,10 @@ import { startupBanner } from "./startup-banner.js";
 import { StoreOpenError } from "./store/errors.js";
 import { mongoServerSelectionTimeoutMs } from "./store/mongo-options.js";
 
+// Declared before the start below awaits anything: a SIGINT or SIGTERM may
+// arrive while it runs, and its handler reads this.
+let stopping = false;
+
 const config = (() => {
   try {
     return loadConfig();
@@ -136,8 +140,6 @@ function shownPath(path: string): string {
   const inside = relative(process.cwd(), path);
   return inside === "" || inside.startsWith("..") || isAbsolute(inside) ? path : `./${inside}`;
 }
-
-let stopping = false;
 
 /** SIGINT and SIGTERM drain, once: a terminal's Ctrl-C reaches npm, which forwards it too. */
 function onStopSignal(config: Config, stop: () => Promise<void>): void {

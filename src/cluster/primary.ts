@@ -331,7 +331,12 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
               worker.once("exit", () => resolve());
             }),
         );
-        for (const worker of workers) send(worker, { type: "drain" });
+        for (const worker of workers) {
+          // A worker still starting serves nothing and may not hear a drain
+          // yet: a signal ends it (or drains it, once it listens for one).
+          if (listening.has(worker.id)) send(worker, { type: "drain" });
+          else worker.process.kill("SIGTERM");
+        }
         // Each worker drains within SHUTDOWN_GRACE; one that does not is ended.
         const deadline = setTimeout(() => {
           for (const worker of live()) worker.process.kill("SIGKILL");

@@ -100,11 +100,16 @@ test.serial(
         const [victim] = service.workerPids() as [number, number];
         process.kill(victim, "SIGKILL");
         kills += 1;
+        const killedAt = performance.now();
+        // The replacement (the third forked, then the fourth, ...) serves before the next kill.
+        const replacement = String(3 + round);
         await eventually(
-          "a new worker in place of the killed one",
+          "the new worker serving in place of the killed one",
           () => {
-            const now = service.workerPids();
-            return now.length === 2 && !now.includes(victim);
+            const served = servedBy(service);
+            return load.acknowledged.some(
+              (ack) => ack.at > killedAt && served.get(ack.requestId) === replacement,
+            );
           },
           { timeoutMs: 30_000 },
         );

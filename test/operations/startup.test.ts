@@ -207,3 +207,30 @@ test("npm start runs the compiled service, and SIGTERM to npm stops it", async (
     } catch {}
   }
 });
+
+test("SIGTERM at any moment of a start stops it cleanly, never with an error of its own", async (t) => {
+  t.timeout(120_000);
+  // From before the handlers exist to after the workers serve: the compiled
+  // entry, as `npm start` runs it, with a worker per core.
+  for (const delayMs of [150, 400, 700, 1_000, 1_300, 1_700, 2_500]) {
+    const child = spawn(process.execPath, ["dist/src/main.js"], {
+      cwd: repoRoot,
+      env: serviceEnv({ PORT: "0", HOST: "127.0.0.1", DATA_DIR: tempDir(), WORKERS: "2" }),
+      detached: true,
+    });
+    groups.push(child.pid as number);
+    let stderr = "";
+    child.stderr?.on("data", (chunk: Buffer) => {
+      stderr += chunk;
+    });
+    child.stdout?.resume();
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once("close", (code, signal) => resolve({ code, signal })),
+    );
+    await new Promise((resolve) => setTimeout(resolve, delayMs));
+    child.kill("SIGTERM");
+    const { code, signal } = await exited;
+    t.false(/Error/.test(stderr), `SIGTERM ${delayMs} ms after the start: ${stderr}`);
+    t.true(code === 0 || signal === "SIGTERM", `${delayMs} ms: exit ${code} ${signal}`);
+  }
+});
