@@ -400,8 +400,3 @@ export function strongestAction(verdicts: readonly SuspectedFraud[]): FraudActio
   }
   return strongest;
 }
-
-/** The strongest action the verdicts would take were they enforced (shadow ones included). */
-export function wouldAction(verdicts: readonly SuspectedFraud[]): FraudActionName | null {
-  return strongestAction(verdicts.map((verdict) => ({ ...verdict, shadow: false })));
-}

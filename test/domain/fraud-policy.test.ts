@@ -7,7 +7,6 @@ import {
   judgeWithPolicy,
   maxListEntries,
   strongestAction,
-  wouldAction,
 } from "../../src/domain/fraud-policy.js";
 import { defaultFraudPolicy, ruleCatalogue } from "../../src/domain/fraud-rules.js";
 import { plainEvidence } from "../helpers/evidence.js";
@@ -192,7 +191,8 @@ test("shadow verdicts carry the action they would take and act on nothing", (t) 
   const verdicts = judgeWithPolicy({ ...facts(), refereeId: referrerId }, policy);
   t.like(verdicts, [{ type: "self_referral", action: "reject", shadow: true }]);
   t.is(strongestAction(verdicts), null);
-  t.is(wouldAction(verdicts), "reject");
+  // Enforced, the same verdict would reject.
+  t.is(strongestAction(verdicts.map((verdict) => ({ ...verdict, shadow: false }))), "reject");
 });
 
 test("the strongest action wins: reject, flag, hold_reward, note; a verdict without one flagged", (t) => {
