@@ -4,6 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
 import { runAdminCli } from "../../src/cli/admin.js";
+import { runListen } from "../../src/cli/listen.js";
 import { repoRoot, runService, serviceEnv } from "./service.js";
 
 /**
@@ -130,6 +131,23 @@ test("the same development keys and admin token at every start, and they work", 
     );
     t.is(code, 0, lines.join("\n"));
     t.regex(lines.join("\n"), /Demo App/);
+    // And listen its secret key, with no SK set.
+    const previousSk = process.env.SK;
+    delete process.env.SK;
+    const heard: string[] = [];
+    const stop = new AbortController();
+    const listening = runListen(["--url", first.origin], (text) => heard.push(text), stop.signal);
+    try {
+      const deadline = Date.now() + 30_000;
+      while (!heard.some((text) => text.startsWith("Ready"))) {
+        if (Date.now() > deadline) throw new Error(`listen did not start: ${heard.join("\n")}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    } finally {
+      stop.abort();
+      t.is(await listening, 0, heard.join("\n"));
+      if (previousSk !== undefined) process.env.SK = previousSk;
+    }
   } finally {
     if (previous === undefined) delete process.env.DATA_DIR;
     else process.env.DATA_DIR = previous;
