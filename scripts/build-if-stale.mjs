@@ -2,17 +2,24 @@
 // built from: `npm start`, `npm run dev` and `npm run admin` then start
 // from the build at once. Plain JavaScript, so it runs before any build.
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, statSync, utimesSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, readdirSync, statSync, utimesSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 // An installed package ships dist/ without its sources: nothing to build.
 if (!existsSync("src")) process.exit(0);
 
 const stamp = "dist/.built";
-const sources = ["src", "gen", "package.json", "tsconfig.json", "tsconfig.build.json"];
+const sources = ["src", "gen", "openapi", "package.json", "tsconfig.json", "tsconfig.build.json"];
 
+/** The latest change under `path`; an editor's lock link or a file gone meanwhile counts for nothing. */
 function newest(path) {
-  const stats = statSync(path);
+  let stats;
+  try {
+    stats = lstatSync(path);
+  } catch (error) {
+    if (error.code === "ENOENT") return 0;
+    throw error;
+  }
   if (!stats.isDirectory()) return stats.mtimeMs;
   let latest = stats.mtimeMs;
   for (const entry of readdirSync(path)) latest = Math.max(latest, newest(join(path, entry)));

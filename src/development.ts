@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { isIP } from "node:net";
 import { join, resolve } from "node:path";
 import { generateApiKey } from "./domain/api-keys.js";
 import { embeddedDatabaseFile } from "./store/embedded-file.js";
@@ -9,8 +10,7 @@ import { embeddedDatabaseFile } from "./store/embedded-file.js";
  * own directory (`./data-dev` unless DATA_DIR names one), beside which it
  * keeps the development keys and admin token it made at its first start
  * (`development.json`, owner-only), so every start prints the same ones and
- * `npm run admin` beside it needs no token. `npm start` never writes or
- * reads any of it.
+ * `npm run admin` beside it needs no token. `npm start` never writes it.
  */
 
 /** The development start's data, unless DATA_DIR names another directory. */
@@ -29,6 +29,8 @@ export interface DevelopmentSecrets {
 /**
  * The variables the development start runs the service with; a variable
  * already set is kept (a developer's own ADMIN_TOKEN, a quieter LOG_FORMAT).
+ * The service listens on this machine only unless HOST says otherwise: its
+ * admin API is on and its webhooks may reach private addresses.
  */
 export function developmentEnvironment(env: NodeJS.ProcessEnv): Record<string, string> {
   const dataDir = resolve(env.DATA_DIR || developmentDataDir);
@@ -36,6 +38,7 @@ export function developmentEnvironment(env: NodeJS.ProcessEnv): Record<string, s
   return {
     DATA_DIR: dataDir,
     DEVELOPMENT: "true",
+    HOST: env.HOST || "127.0.0.1",
     ADMIN_TOKEN: env.ADMIN_TOKEN || secrets.adminToken,
     BOOTSTRAP_SECRET_KEY: secrets.secretKey,
     BOOTSTRAP_PUBLIC_KEY: secrets.publicKey,
@@ -49,17 +52,23 @@ export function developmentEnvironment(env: NodeJS.ProcessEnv): Record<string, s
  * made now for a directory without data. A directory whose store another
  * start provisioned has other keys, which only that start printed: the
  * development start refuses it rather than print keys that do not work.
+ * Each refusal is one line naming what to do.
  */
 function developmentSecrets(directory: string): DevelopmentSecrets {
   const file = join(directory, developmentFile);
-  if (existsSync(file)) return JSON.parse(readFileSync(file, "utf8")) as DevelopmentSecrets;
-  if (existsSync(join(directory, embeddedDatabaseFile))) {
-    process.stderr.write(
-      `referral-service: ${directory} holds data from \`npm start\`, whose keys were printed ` +
-        `then; \`npm run dev\` keeps its own data in ${developmentDataDir} (or set DATA_DIR to ` +
-        "a new directory)\n",
+  if (existsSync(file)) {
+    const secrets = readSecrets(file);
+    if (secrets) return secrets;
+    return refuse(
+      `${file} is not the development keys \`npm run dev\` wrote: remove the directory ` +
+        `${directory} to start afresh (its data goes with it), or set DATA_DIR to a new directory`,
     );
-    process.exit(1);
+  }
+  if (existsSync(join(directory, embeddedDatabaseFile))) {
+    return refuse(
+      `${directory} holds data from \`npm start\`, whose keys were printed then; ` +
+        `\`npm run dev\` keeps its own data in ${developmentDataDir} (or set DATA_DIR to a new directory)`,
+    );
   }
   const secrets: DevelopmentSecrets = {
     secretKey: generateApiKey("secret"),
@@ -67,23 +76,63 @@ function developmentSecrets(directory: string): DevelopmentSecrets {
     adminToken: `adm_${randomBytes(32).toString("base64url")}`,
   };
   mkdirSync(directory, { recursive: true, mode: 0o700 });
-  writeFileSync(file, `${JSON.stringify(secrets, null, 2)}\n`, { mode: 0o600 });
+  // Whole or not at all: a start cut short leaves no half-written file.
+  const written = `${file}.${process.pid}.tmp`;
+  writeFileSync(written, `${JSON.stringify(secrets, null, 2)}\n`, { mode: 0o600 });
+  renameSync(written, file);
   return secrets;
+}
+
+function refuse(message: string): never {
+  process.stderr.write(`referral-service: ${message}\n`);
+  process.exit(1);
+}
+
+/** The file's secrets when it holds the three, each of its kind; undefined otherwise. */
+function readSecrets(file: string): DevelopmentSecrets | undefined {
+  let read: unknown;
+  try {
+    read = JSON.parse(readFileSync(file, "utf8"));
+  } catch {
+    return undefined;
+  }
+  const { secretKey, publicKey, adminToken } = (read ?? {}) as Record<string, unknown>;
+  const shaped = (value: unknown, prefix: string) =>
+    typeof value === "string" && value.startsWith(prefix) && value.length > prefix.length + 20;
+  if (!shaped(secretKey, "sk_") || !shaped(publicKey, "pk_") || !shaped(adminToken, "adm_")) {
+    return undefined;
+  }
+  return { secretKey, publicKey, adminToken } as DevelopmentSecrets;
 }
 
 /**
  * The development start's keys and token, for `npm run admin` (and
- * `listen`) run beside it without ADMIN_TOKEN or SK; undefined without a
- * development start there.
+ * `listen`) run beside it without ADMIN_TOKEN or SK: only for a service on
+ * this machine, never sent elsewhere. Undefined without a development
+ * start in DATA_DIR (or `./data-dev`).
  */
 export function savedDevelopmentSecrets(
+  serviceUrl: string,
   env: NodeJS.ProcessEnv = process.env,
 ): DevelopmentSecrets | undefined {
-  const file = join(resolve(env.DATA_DIR || developmentDataDir), developmentFile);
-  if (!existsSync(file)) return undefined;
+  if (!isLoopbackUrl(serviceUrl)) return undefined;
+  return developmentSecretsIn(env.DATA_DIR || developmentDataDir);
+}
+
+/** The development secrets kept in `dataDir`, if a development start wrote them. */
+export function developmentSecretsIn(dataDir: string): DevelopmentSecrets | undefined {
+  const file = join(resolve(dataDir), developmentFile);
+  return existsSync(file) ? readSecrets(file) : undefined;
+}
+
+function isLoopbackUrl(url: string): boolean {
+  let host: string;
   try {
-    return JSON.parse(readFileSync(file, "utf8")) as DevelopmentSecrets;
+    host = new URL(url).hostname.replace(/^\[(.*)\]$/, "$1");
   } catch {
-    return undefined;
+    return false;
   }
+  if (host === "localhost") return true;
+  if (isIP(host) === 4) return host.startsWith("127.");
+  return host === "::1";
 }

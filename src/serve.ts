@@ -8,6 +8,7 @@ import cluster from "node:cluster";
 import { accessSync, constants, mkdirSync } from "node:fs";
 import { isAbsolute, relative } from "node:path";
 import { type Config, loadConfig } from "./config.js";
+import { developmentSecretsIn } from "./development.js";
 import type { ProvisionedDemo } from "./services/provisioning.js";
 import { startupBanner } from "./startup-banner.js";
 import { StoreOpenError } from "./store/errors.js";
@@ -117,22 +118,35 @@ function printBanner(
         public: config.bootstrapPublicKey !== undefined,
       },
       workers: config.workers,
-      ...(config.development &&
-      config.bootstrapSecretKey &&
-      config.bootstrapPublicKey &&
-      config.adminToken &&
-      "dataDir" in config.store
-        ? {
-            development: {
-              secretKey: config.bootstrapSecretKey,
-              publicKey: config.bootstrapPublicKey,
-              adminToken: config.adminToken,
-              dataDir: shownPath(config.store.dataDir),
-            },
-          }
-        : {}),
+      ...developmentBanner(config),
     }),
   );
+}
+
+/**
+ * What a development start prints: the keys `npm run dev` made and keeps in
+ * DATA_DIR, only when the service runs with them (and the admin token only
+ * when it is theirs too). DEVELOPMENT alone prints nothing an operator gave.
+ */
+function developmentBanner(config: Config) {
+  if (!config.development || !("dataDir" in config.store)) return {};
+  const kept = developmentSecretsIn(config.store.dataDir);
+  if (
+    !kept ||
+    kept.secretKey !== config.bootstrapSecretKey ||
+    kept.publicKey !== config.bootstrapPublicKey
+  ) {
+    return {};
+  }
+  return {
+    development: {
+      secretKey: kept.secretKey,
+      publicKey: kept.publicKey,
+      adminToken:
+        config.adminToken === kept.adminToken ? kept.adminToken : "the value of ADMIN_TOKEN",
+      dataDir: shownPath(config.store.dataDir),
+    },
+  };
 }
 
 /** A path as a person typed it: relative to the working directory when inside it. */

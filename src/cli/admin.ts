@@ -406,8 +406,10 @@ export async function runAdminCli(argv: string[], out: (text: string) => void): 
     out(usage);
     return options.help ? 0 : 2;
   }
+  const baseUrl = serviceUrl(options.url);
   // Beside `npm run dev`, its token: the development start keeps it in its data directory.
-  const token = options.token ?? (process.env.ADMIN_TOKEN || savedDevelopmentSecrets()?.adminToken);
+  const token =
+    options.token ?? (process.env.ADMIN_TOKEN || savedDevelopmentSecrets(baseUrl)?.adminToken);
   if (!token) {
     out(
       "No admin token: pass --token or set ADMIN_TOKEN (the server's ADMIN_TOKEN); " +
@@ -415,7 +417,6 @@ export async function runAdminCli(argv: string[], out: (text: string) => void): 
     );
     return 2;
   }
-  const baseUrl = serviceUrl(options.url);
   try {
     // A lookup by name, not by key, so `toString` or `__proto__` is an unknown command.
     const command = adminCommands.find((candidate) => candidate.name === name);
@@ -478,8 +479,8 @@ function helpText(): string {
     ...lines.map(({ line, summary }) =>
       summary ? `  ${line.padEnd(summaryColumn)}${summary}` : `  ${line}`,
     ),
-    "  listen [--key <sk_...>] [--events <a,b>] [--forward-to <url>]",
-    "      print the test webhooks the service delivers, verified (listen --help)",
+    "  listen [--key <sk_...>] [--environment <env>] [--events <a,b>] [--forward-to <url>]",
+    "      print the webhooks the service delivers, verified (listen --help)",
     "",
     "Options:",
     "  --url <url>      the service (default http://localhost:$PORT, PORT defaulting to 8080)",

@@ -175,10 +175,11 @@ function listenOptions(argv: string[]): ListenOptions {
   if (forwardTo !== undefined && !URL.canParse(forwardTo)) {
     throw new Error(`--forward-to ${forwardTo}: an absolute URL`);
   }
+  const url = serviceUrl(values.url);
   return {
-    url: serviceUrl(values.url),
+    url,
     // Beside `npm run dev`, its secret key: the development start keeps it in its data directory.
-    key: values.key ?? (process.env.SK || savedDevelopmentSecrets()?.secretKey),
+    key: values.key ?? (process.env.SK || savedDevelopmentSecrets(url)?.secretKey),
     environment: environment as ListenedEnvironment,
     events: (values.events ?? "")
       .split(",")

@@ -133,12 +133,14 @@ export function isPublicAddress(address: string): boolean {
   return ipaddr.process(address).range() === "unicast";
 }
 
-/** A loopback address or `localhost`: this machine itself. */
+/**
+ * A loopback address, or `localhost` itself: this machine. Not the names
+ * under `.localhost`, which a resolver may send anywhere.
+ */
 function isLoopbackHost(host: string): boolean {
-  const name = host.endsWith(".") ? host.slice(0, -1) : host;
-  if (name === "localhost" || name.endsWith(".localhost")) return true;
-  if (isIP(name) === 0) return false;
-  return ipaddr.process(name).range() === "loopback";
+  if (host === "localhost") return true;
+  if (isIP(host) === 0) return false;
+  return ipaddr.process(host).range() === "loopback";
 }
 
 /** Why a webhook URL is refused, or undefined when it is acceptable before DNS. */

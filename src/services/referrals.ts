@@ -14,6 +14,7 @@ import { toPlain } from "../contract/plain-codec.js";
 import { messageFromDoc } from "../contract/records.js";
 import { compilePolicy, type FraudPolicyDoc } from "../domain/fraud-policy.js";
 import { limits } from "../domain/limits.js";
+import { defaultWindowDays } from "../domain/links.js";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { EnvironmentName } from "../domain/tenancy.js";
 import { fraudReviewResolved } from "../events/events.js";
@@ -271,7 +272,12 @@ export function createReferralsService(deps: LifecycleDeps): ServiceImpl<typeof 
         backtestPage,
       )) {
         const clicks = policy.reads.has("clickFlood")
-          ? await networkClicksOf(store, page, policy.countCap)
+          ? await networkClicksOf(store, page, policy.countCap, {
+              keptSince: new Date(
+                deps.clock().getTime() -
+                  (campaign.attribution?.windowDays || defaultWindowDays) * 86_400_000,
+              ),
+            })
           : null;
         for (const referral of page) tally.add(referral, clicks?.get(referral._id) ?? null);
         yield { scanned: tally.scanned };
@@ -293,31 +299,43 @@ const noDeadline = { deadlineDays: 0, onLapse: "keep_flagged" } as const;
 /**
  * For a backtest: the clicks from each referee's network on its referrer's
  * links in the day before it was attributed, recounted for the referrals
- * whose evidence was gathered without them.
+ * whose evidence was gathered without them. A referral whose day began
+ * before the clicks still kept (`keptSince`: a click leaves when its
+ * window ends) is left out: its count is unknown, not zero. A few counts at
+ * a time, so a backtest leaves the store to the calls it serves.
  */
 async function networkClicksOf(
   store: TenantStore,
   referrals: readonly ReferralDoc[],
   atMost: number,
+  { keptSince }: { readonly keptSince: Date },
 ): Promise<Map<string, number>> {
-  const counted = await Promise.all(
-    referrals.map(async (referral) => {
-      const network = referral.evidence?.refereeNetwork?.networkHash;
-      if (!network || referral.evidence?.networkClicksLastDay != null) return null;
-      const at = referral.attributedAt;
-      const since = new Date(at.getTime() - 86_400_000);
-      const count = await store.clicks.countFromNetwork(
-        referral.referrerId,
-        network,
-        since,
-        at,
-        atMost,
-      );
-      return [referral._id, count] as const;
-    }),
-  );
-  return new Map(counted.filter((entry) => entry !== null));
+  const wanted = referrals.filter((referral) => {
+    const evidence = referral.evidence;
+    if (!evidence?.refereeNetwork || evidence.networkClicksLastDay != null) return false;
+    return referral.attributedAt.getTime() - 86_400_000 >= keptSince.getTime();
+  });
+  const counts = new Map<string, number>();
+  for (let start = 0; start < wanted.length; start += clickCountsAtOnce) {
+    await Promise.all(
+      wanted.slice(start, start + clickCountsAtOnce).map(async (referral) => {
+        const at = referral.attributedAt;
+        const count = await store.clicks.countFromNetwork(
+          referral.referrerId,
+          referral.evidence?.refereeNetwork?.networkHash as string,
+          new Date(at.getTime() - 86_400_000),
+          at,
+          atMost,
+        );
+        counts.set(referral._id, count);
+      }),
+    );
+  }
+  return counts;
 }
+
+/** How many click counts a backtest has the store make at once. */
+const clickCountsAtOnce = 16;
 
 /** The review terms of the campaigns, by id, from their policies. */
 async function reviewTermsOf(

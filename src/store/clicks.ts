@@ -55,7 +55,14 @@ export function countClicksFromNetwork(
   atMost: number,
 ): Promise<number> {
   return db.clicks.countDocuments(
-    { ...ownedBy(tenant), referrerId, networkHash, createdAt: { $gte: since, $lt: until } },
+    // People's only: bots' fetches keep no network now, but did before.
+    {
+      ...ownedBy(tenant),
+      referrerId,
+      networkHash,
+      createdAt: { $gte: since, $lt: until },
+      bot: null,
+    },
     { limit: atMost },
   );
 }

@@ -454,12 +454,6 @@ export async function ensureIndexes(
   db: Collections,
   expiry: ExpiryOptions = { expireAfterSeconds: defaultEventRetentionMs / 1000 },
 ): Promise<void> {
-  for (const [name, retired] of Object.entries(retiredIndexes)) {
-    for (const index of retired) {
-      // Already gone (a fresh store, or a start after the one that dropped it).
-      await db[name as CollectionName].dropIndex(index).catch(() => undefined);
-    }
-  }
   for (const [name, declarations] of Object.entries(indexDeclarations)) {
     const collection = db[name as CollectionName];
     for (const { key, options, expires } of declarations) {
@@ -479,6 +473,14 @@ export async function ensureIndexes(
         if (code !== indexOptionsConflict || !changeExpiry) throw error;
         await changeExpiry(name as CollectionName, key, expireAfterSeconds);
       }
+    }
+  }
+  // Dropped once every declared index exists: a query the retired index
+  // served has its replacement before the old one goes.
+  for (const [name, retired] of Object.entries(retiredIndexes)) {
+    for (const index of retired) {
+      // Already gone (a fresh store, or a start after the one that dropped it).
+      await db[name as CollectionName].dropIndex(index).catch(() => undefined);
     }
   }
 }

@@ -7,6 +7,7 @@ import {
   mkdtempSync,
   readFileSync,
   rmSync,
+  symlinkSync,
   utimesSync,
   writeFileSync,
 } from "node:fs";
@@ -63,6 +64,16 @@ test("builds when a source is newer than the build, and only then", async (t) =>
   await buildIfStale();
   t.is(builds(), 2, "a source changed: it builds again");
   t.is(readFileSync(join(dir, "npm-calls"), "utf8").split("\n")[0], "run -s build");
+});
+
+test("an editor's dangling lock link among the sources is no reason to fail", async (t) => {
+  const { dir, builds, run: buildIfStale } = project();
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  symlinkSync("user@host.1234:1700000000", join(dir, "src", ".#main.ts"));
+  await buildIfStale();
+  t.is(builds(), 1);
+  await buildIfStale();
+  t.is(builds(), 1);
 });
 
 test("an installed package without its sources builds nothing", async (t) => {

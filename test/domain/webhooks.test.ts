@@ -76,6 +76,8 @@ test("URL rules: https for production, no private hosts unless allowed", (t) => 
   }
   t.regex(webhookUrlProblem("http://10.0.0.1/in", development) ?? "", /https/);
   t.regex(webhookUrlProblem("http://hooks.example.com/in", development) ?? "", /https/);
+  // A name under .localhost may resolve anywhere: no clear text for production there.
+  t.regex(webhookUrlProblem("http://hooks.localhost/in", development) ?? "", /https/);
 });
 
 test("an endpoint gets the events it asked for, of its environment, while enabled", (t) => {

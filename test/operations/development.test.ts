@@ -1,10 +1,11 @@
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, statSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import test from "ava";
 import { runAdminCli } from "../../src/cli/admin.js";
 import { runListen } from "../../src/cli/listen.js";
+import { savedDevelopmentSecrets } from "../../src/development.js";
 import { repoRoot, runService, serviceEnv } from "./service.js";
 
 /**
@@ -185,4 +186,46 @@ test("data from npm start is refused in one line, not started with keys that do 
     `referral-service: ${dataDir} holds data from \`npm start\`, whose keys were printed then; ` +
       "`npm run dev` keeps its own data in ./data-dev (or set DATA_DIR to a new directory)\n",
   );
+});
+
+test("a damaged development.json is refused in one line naming it", async (t) => {
+  t.timeout(120_000);
+  const dataDir = tempDir();
+  writeFileSync(join(dataDir, "development.json"), '{"secretKey":"sk_x"}');
+  const child = spawn(process.execPath, ["dist/src/dev.js"], {
+    cwd: repoRoot,
+    env: serviceEnv({ DATA_DIR: dataDir, PORT: "0", HOST: "127.0.0.1" }),
+  });
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk;
+  });
+  child.stdout.resume();
+  const code = await new Promise((resolve) => child.once("close", resolve));
+  t.is(code, 1);
+  t.is(stderr.split("\n").length, 2, stderr);
+  t.regex(stderr, /development\.json is not the development keys `npm run dev` wrote/);
+});
+
+test("the saved development secrets are read for a service on this machine only", (t) => {
+  const dataDir = tempDir();
+  writeFileSync(
+    join(dataDir, "development.json"),
+    JSON.stringify({
+      secretKey: `sk_${"s".repeat(43)}`,
+      publicKey: `pk_${"p".repeat(43)}`,
+      adminToken: `adm_${"a".repeat(43)}`,
+    }),
+  );
+  const env = { DATA_DIR: dataDir };
+  for (const url of ["http://localhost:8080", "http://127.0.0.1:1", "http://[::1]:8080"]) {
+    t.is(savedDevelopmentSecrets(url, env)?.adminToken, `adm_${"a".repeat(43)}`, url);
+  }
+  for (const url of [
+    "https://referrals.example.com",
+    "http://10.0.0.5:8080",
+    "http://localhost.evil.example",
+  ]) {
+    t.is(savedDevelopmentSecrets(url, env), undefined, url);
+  }
 });

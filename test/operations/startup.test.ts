@@ -78,7 +78,11 @@ test("demo keys given by the environment are named, not printed", async (t) => {
     DATA_DIR: tempDir(),
     BOOTSTRAP_SECRET_KEY: secret,
     BOOTSTRAP_PUBLIC_KEY: given,
+    // DEVELOPMENT prints only what `npm run dev` made itself, never what was given.
+    DEVELOPMENT: "true",
+    ADMIN_TOKEN: "an-operator-token",
   });
+  t.false(started.stdout.includes("an-operator-token"), "no admin token printed");
   t.regex(started.stdout, /First start: provisioned/);
   t.regex(started.stdout, /secret key: the value of BOOTSTRAP_SECRET_KEY\n/);
   t.regex(started.stdout, /-H "Authorization: \$BOOTSTRAP_PUBLIC_KEY"/);
