@@ -47,7 +47,8 @@ interface DevStart {
 async function startDev(dataDir: string): Promise<DevStart> {
   const child = spawn(process.execPath, ["dist/src/dev.js"], {
     cwd: repoRoot,
-    // WORKERS=1: one process is enough to show the start, and quicker.
+    // WORKERS=1: one process shows the start and is quicker; the docs test
+    // runs npm run dev on the default configuration (a worker per core).
     env: serviceEnv({
       DATA_DIR: dataDir,
       PORT: "0",
@@ -171,15 +172,7 @@ test("data from npm start is refused in one line, not started with keys that do 
   const dataDir = tempDir();
   const started = await runService({ PORT: "0", HOST: "127.0.0.1", DATA_DIR: dataDir });
   t.regex(started.stdout, /First start: provisioned/);
-  const child = spawn(process.execPath, ["dist/src/dev.js"], {
-    cwd: repoRoot,
-    env: serviceEnv({ DATA_DIR: dataDir, PORT: "0", HOST: "127.0.0.1" }),
-  });
-  let stderr = "";
-  child.stderr.on("data", (chunk: Buffer) => {
-    stderr += chunk;
-  });
-  const code = await new Promise((resolve) => child.once("close", resolve));
+  const { code, stderr } = await refusedDevStart(dataDir);
   t.is(code, 1);
   t.is(
     stderr,
@@ -192,16 +185,7 @@ test("a damaged development.json is refused in one line naming it", async (t) =>
   t.timeout(120_000);
   const dataDir = tempDir();
   writeFileSync(join(dataDir, "development.json"), '{"secretKey":"sk_x"}');
-  const child = spawn(process.execPath, ["dist/src/dev.js"], {
-    cwd: repoRoot,
-    env: serviceEnv({ DATA_DIR: dataDir, PORT: "0", HOST: "127.0.0.1" }),
-  });
-  let stderr = "";
-  child.stderr.on("data", (chunk: Buffer) => {
-    stderr += chunk;
-  });
-  child.stdout.resume();
-  const code = await new Promise((resolve) => child.once("close", resolve));
+  const { code, stderr } = await refusedDevStart(dataDir);
   t.is(code, 1);
   t.is(stderr.split("\n").length, 2, stderr);
   t.regex(stderr, /development\.json is not the development keys `npm run dev` wrote/);
@@ -229,3 +213,18 @@ test("the saved development secrets are read for a service on this machine only"
     t.is(savedDevelopmentSecrets(url, env), undefined, url);
   }
 });
+
+/** A development start expected to stop at once: its exit code and what it said. */
+async function refusedDevStart(dataDir: string): Promise<{ code: unknown; stderr: string }> {
+  const child = spawn(process.execPath, ["dist/src/dev.js"], {
+    cwd: repoRoot,
+    env: serviceEnv({ DATA_DIR: dataDir, PORT: "0", HOST: "127.0.0.1" }),
+  });
+  let stderr = "";
+  child.stderr.on("data", (chunk: Buffer) => {
+    stderr += chunk;
+  });
+  child.stdout.resume();
+  const code = await new Promise((resolve) => child.once("close", resolve));
+  return { code, stderr };
+}
