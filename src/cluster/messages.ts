@@ -1,5 +1,5 @@
 import type { MetricObjectWithValues, MetricValue } from "prom-client";
-import type { StoreReply, StoreRequest } from "../store/forwarded-writes.js";
+import type { StoreReplies, StoreRequests } from "../store/forwarded-writes.js";
 
 /**
  * What a cluster's processes tell each other over the IPC channel
@@ -8,7 +8,7 @@ import type { StoreReply, StoreRequest } from "../store/forwarded-writes.js";
  * share the channel; each side ignores what is not its own.
  */
 export type WorkerMessage =
-  | StoreRequest
+  | StoreRequests
   /** A worker's services wrote events: the relay looks for deliveries. */
   | { readonly type: "webhooks" }
   /** A key was revoked through this worker: the others forget it too. */
@@ -31,7 +31,7 @@ export type WorkerMessage =
   | { readonly type: "start-failed"; readonly message: string };
 
 export type PrimaryMessage =
-  | StoreReply
+  | StoreReplies
   | { readonly type: "key-revoked"; readonly hash: string }
   /** The answer to a `stream-slot`: false when the key holds STREAMS_PER_KEY streams already. */
   | { readonly type: "stream-slot-reply"; readonly id: number; readonly granted: boolean }

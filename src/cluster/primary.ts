@@ -4,7 +4,7 @@ import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } fro
 import { RateLimiterClusterMaster } from "rate-limiter-flexible";
 import type { Config } from "../config.js";
 import { rootLogger } from "../logging.js";
-import { answerStoreRequest } from "../store/forwarded-writes.js";
+import { answerStoreRequest, StoreReplyBatches } from "../store/forwarded-writes.js";
 import type { Store } from "../store/store.js";
 import { StreamCounts } from "../transport/streams-by-key.js";
 import { closeConnectionsLeftBy, heldConnectionsVisible } from "./handed-connections.js";
@@ -112,6 +112,7 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
     // A worker that exits between the check and the send: its channel is closed.
     worker.send(message, (error: Error | null) => void error);
   };
+  const storeReplies = new StoreReplyBatches<Worker>(send);
   const broadcast = (message: PrimaryMessage, except?: Worker) => {
     for (const worker of live()) if (worker !== except) send(worker, message);
   };
@@ -153,10 +154,14 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
     switch (message.type) {
       case "store":
         if (!writer) return;
-        void answerStoreRequest(message, (command) => writer.runCommand(command)).then((reply) => {
-          if (reply.error) app.noteStoreFailure(Object.assign(new Error(), reply.error));
-          send(worker, reply);
-        });
+        for (const request of message.requests) {
+          void answerStoreRequest(request, (command) => writer.runCommand(command)).then(
+            (reply) => {
+              if (reply.error) app.noteStoreFailure(Object.assign(new Error(), reply.error));
+              storeReplies.add(worker, reply);
+            },
+          );
+        }
         return;
       case "webhooks":
         app.notifyWebhooks();

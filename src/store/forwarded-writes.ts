@@ -36,19 +36,34 @@ export type StoreCommand =
   | { readonly kind: "forgetFreed" }
   | { readonly kind: "replaceStats"; readonly args: unknown[] };
 
-/** A store command on the wire, numbered for its answer. */
+/** A store command, numbered for its answer. */
 export interface StoreRequest {
-  readonly type: "store";
   readonly id: number;
   readonly command: StoreCommand;
 }
 
+/**
+ * The commands a worker's calls gave in one turn of its event loop, in one
+ * message: a message costs the writer's loop more (a write, a read, a
+ * deserialization) than the command in it, and the commands of one turn
+ * share the writer's next commit anyway.
+ */
+export interface StoreRequests {
+  readonly type: "store";
+  readonly requests: readonly StoreRequest[];
+}
+
 /** The writer's answer to one {@link StoreRequest}. */
 export interface StoreReply {
-  readonly type: "store-reply";
   readonly id: number;
   readonly result?: unknown;
   readonly error?: SentError;
+}
+
+/** The answers one commit gave a worker, in one message (see {@link StoreRequests}). */
+export interface StoreReplies {
+  readonly type: "store-reply";
+  readonly replies: readonly StoreReply[];
 }
 
 /** An error as it crosses processes: what the store's callers look at (name, codes). */
@@ -62,15 +77,18 @@ export interface SentError {
 
 /** What a worker sends its requests through and hears replies from. */
 export interface WriterLink {
-  send(request: StoreRequest): void;
+  send(requests: StoreRequests): void;
 }
 
 /**
- * A worker's side: numbers each command, sends it, and settles its promise
- * with the writer's reply. `pending` is what WRITE_QUEUE_LIMIT bounds here.
+ * A worker's side: numbers each command, sends those of a turn together,
+ * and settles each promise with the writer's reply. `pending` is what
+ * WRITE_QUEUE_LIMIT bounds here.
  */
 export class ForwardedWrites {
   private nextId = 1;
+  /** The commands of this turn, sent as it ends (`setImmediate`: after every call the turn's I/O started). */
+  private outgoing: StoreRequest[] = [];
   private readonly waiting = new Map<
     number,
     { resolve: (value: unknown) => void; reject: (error: unknown) => void }
@@ -91,18 +109,30 @@ export class ForwardedWrites {
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
-      this.link.send({ type: "store", id, command });
+      this.outgoing.push({ id, command });
+      if (this.outgoing.length === 1) setImmediate(this.sendOutgoing);
     });
   }
 
-  /** Settles the command a reply answers. */
-  settle(reply: StoreReply): void {
-    const waiter = this.waiting.get(reply.id);
-    if (!waiter) return;
-    this.waiting.delete(reply.id);
-    for (const listener of this.answerListeners) listener();
-    if (reply.error) waiter.reject(receivedError(reply.error));
-    else waiter.resolve(reply.result);
+  private readonly sendOutgoing = () => {
+    const requests = this.outgoing;
+    this.outgoing = [];
+    if (requests.length > 0) this.link.send({ type: "store", requests });
+  };
+
+  /** Settles the commands a message of replies answers. */
+  settle(message: StoreReplies): void {
+    let answered = false;
+    for (const reply of message.replies) {
+      const waiter = this.waiting.get(reply.id);
+      if (!waiter) continue;
+      this.waiting.delete(reply.id);
+      // Once per message: every reply in it lies behind the same commits.
+      if (!answered) for (const listener of this.answerListeners) listener();
+      answered = true;
+      if (reply.error) waiter.reject(receivedError(reply.error));
+      else waiter.resolve(reply.result);
+    }
   }
 
   /**
@@ -165,10 +195,35 @@ export async function answerStoreRequest(
   run: (command: StoreCommand) => Promise<unknown>,
 ): Promise<StoreReply> {
   try {
-    return { type: "store-reply", id: request.id, result: await run(request.command) };
+    return { id: request.id, result: await run(request.command) };
   } catch (error) {
-    return { type: "store-reply", id: request.id, error: sentError(error) };
+    return { id: request.id, error: sentError(error) };
   }
+}
+
+/**
+ * The writer's answers, gathered per worker and sent once the commit that
+ * settled them has settled all it holds (`process.nextTick`, after the
+ * promise jobs a commit's answers run as): one message per worker and
+ * commit rather than one per write.
+ */
+export class StoreReplyBatches<Worker> {
+  private readonly gathered = new Map<Worker, StoreReply[]>();
+
+  constructor(private readonly send: (worker: Worker, message: StoreReplies) => void) {}
+
+  add(worker: Worker, reply: StoreReply): void {
+    if (this.gathered.size === 0) process.nextTick(this.sendGathered);
+    const replies = this.gathered.get(worker);
+    if (replies) replies.push(reply);
+    else this.gathered.set(worker, [reply]);
+  }
+
+  private readonly sendGathered = () => {
+    for (const [worker, replies] of this.gathered)
+      this.send(worker, { type: "store-reply", replies });
+    this.gathered.clear();
+  };
 }
 
 function sentError(error: unknown): SentError {
