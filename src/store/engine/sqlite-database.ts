@@ -1,4 +1,4 @@
-import { closeSync, openSync, statSync } from "node:fs";
+import { closeSync, fdatasync, fdatasyncSync, openSync, statSync } from "node:fs";
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { Document, Sort } from "mongodb";
 import { StoreOpenError } from "../errors.js";
@@ -33,7 +33,15 @@ export class SqliteDatabase implements SqliteConnection {
   private readonly queries = new Map<string, QuerySample>();
   private readonly collections = new Map<string, SqliteCollection<Document>>();
   /** The writes of the open group transaction, waiting for its commit. */
-  private group: { resolve: () => void; reject: (error: unknown) => void }[] | undefined;
+  private group: Waiter[] | undefined;
+  /**
+   * Writes committed and waiting for the sync of the log that makes them
+   * durable (see {@link commitGroup}), and those the running sync covers.
+   */
+  private unsynced: Waiter[] = [];
+  private syncing: Waiter[] | undefined;
+  /** The write-ahead log, opened for syncing it (see {@link syncsLog}). */
+  private logFd: number | undefined;
   /** What the open group changed (see {@link touch}). */
   private readonly touched = new Set<string>();
   /** Committed versions by name (see {@link versionOf}). */
@@ -51,6 +59,14 @@ export class SqliteDatabase implements SqliteConnection {
     readonly file: string,
     private readonly checkpointer: Checkpointer | undefined,
     private readonly limits: WriteLimits,
+    /**
+     * Whether this process syncs the log itself after each commit, off the
+     * event loop, and answers a group once its sync returned: how
+     * `synchronous = full` is kept without SQLite's own fsync, which holds
+     * the loop for the sync inside `COMMIT` (see {@link commitGroup}).
+     */
+    private readonly syncsLog: boolean,
+    private readonly syncLog: LogSync,
   ) {
     this.db = db;
     this.reads = reads;
@@ -63,9 +79,12 @@ export class SqliteDatabase implements SqliteConnection {
   static open(
     file: string,
     synchronous: SqliteSynchronous,
-    options: { wal?: WalPolicy; limits?: Partial<WriteLimits> } = {},
+    options: { wal?: WalPolicy; limits?: Partial<WriteLimits>; syncLog?: LogSync } = {},
   ): SqliteDatabase {
     const wal = options.wal ?? defaultWalPolicy;
+    const limits = { ...defaultWriteLimits, ...options.limits };
+    // Committing one write at a time (a bench's comparison) keeps SQLite's own sync.
+    const syncsLog = synchronous === "full" && limits.groupCommit;
     createPrivately(file);
     let db: DatabaseSync | undefined;
     try {
@@ -73,7 +92,9 @@ export class SqliteDatabase implements SqliteConnection {
       // holds the write lock to rewind the log: a few milliseconds.
       db = new DatabaseSync(file, { timeout: writeLockWaitMs });
       db.exec("PRAGMA journal_mode = WAL");
-      db.exec(`PRAGMA synchronous = ${synchronous === "full" ? "FULL" : "NORMAL"}`);
+      // NORMAL syncs the log before each checkpoint and never inside a
+      // commit; for `full`, this process syncs it after each commit.
+      db.exec(`PRAGMA synchronous = ${synchronous === "full" && !syncsLog ? "FULL" : "NORMAL"}`);
       // Reading the schema fails fast on a file that is not a database or
       // whose first pages are damaged.
       db.prepare("SELECT count(*) FROM sqlite_schema").get();
@@ -116,7 +137,9 @@ export class SqliteDatabase implements SqliteConnection {
       reads,
       file,
       startCheckpointer(file, synchronous, wal),
-      { ...defaultWriteLimits, ...options.limits },
+      limits,
+      syncsLog,
+      options.syncLog ?? fdatasync,
     );
     database.loadVersions();
     return database;
@@ -138,7 +161,15 @@ export class SqliteDatabase implements SqliteConnection {
         { cause: error },
       );
     }
-    const reader = new SqliteDatabase(undefined, reads, file, undefined, defaultWriteLimits);
+    const reader = new SqliteDatabase(
+      undefined,
+      reads,
+      file,
+      undefined,
+      defaultWriteLimits,
+      false,
+      fdatasync,
+    );
     reader.walIndex = WalIndexWatch.open(file);
     return reader;
   }
@@ -374,10 +405,24 @@ export class SqliteDatabase implements SqliteConnection {
     }
   }
 
-  /** Commits the open group of writes, then answers their callers. */
-  private commitGroup(): void {
+  /**
+   * Commits the open group of writes, then answers their callers: at once
+   * when SQLite made the commit as durable as configured, else once the
+   * sync of the log that follows it returned ({@link syncsLog}).
+   *
+   * With `synchronous = full`, one sync of the log runs at a time, on
+   * libuv's thread pool, while the event loop goes on: writes that arrive
+   * meanwhile run in the next group's transaction, committed when the sync
+   * returns, and their own sync starts then. A commit is visible to reads
+   * (here and in the workers) as it returns, a moment before it is durable:
+   * a power loss in that moment may take a write that a read has shown, but
+   * never one that was answered, nor one an answered write came after (a
+   * sync covers every commit before it). Unless `force` (the group must end
+   * now), the group waits while a sync runs.
+   */
+  private commitGroup(force = false): void {
     const waiting = this.group;
-    if (!waiting) return;
+    if (!waiting || (this.syncing && !force)) return;
     this.inWrite = true;
     try {
       this.writeObserver?.committing();
@@ -404,7 +449,52 @@ export class SqliteDatabase implements SqliteConnection {
     this.touched.clear();
     this.groupsCommitted += 1;
     this.writesCommitted += waiting.length;
-    for (const writer of waiting) writer.resolve();
+    if (!this.syncsLog) {
+      for (const writer of waiting) writer.resolve();
+      return;
+    }
+    this.unsynced.push(...waiting);
+    if (!this.syncing) this.syncUnsynced();
+  }
+
+  /** Syncs the log for the writes committed so far, then answers them. */
+  private syncUnsynced(): void {
+    const batch = this.unsynced;
+    this.unsynced = [];
+    this.syncing = batch;
+    let fd: number;
+    try {
+      fd = this.openLog();
+    } catch (error) {
+      this.synced(batch, error);
+      return;
+    }
+    this.syncLog(fd, (error) => this.synced(batch, error));
+  }
+
+  private synced(batch: readonly Waiter[], error: unknown): void {
+    this.syncing = undefined;
+    if (!this.reads.isOpen && this.logFd !== undefined) {
+      // Closed meanwhile (its close made every commit durable): the
+      // descriptor was left open for this sync.
+      closeSync(this.logFd);
+      this.logFd = undefined;
+    }
+    if (error) {
+      // Committed, and perhaps not durable: each caller hears the failure
+      // (as of a cut connection: a retry with its idempotency key is safe).
+      for (const writer of batch) writer.reject(error);
+    } else {
+      for (const writer of batch) writer.resolve();
+    }
+    if (this.group && this.reads.isOpen) this.commitGroup();
+    if (!this.syncing && this.unsynced.length > 0) this.syncUnsynced();
+  }
+
+  /** The write-ahead log's descriptor, opened at the first sync (SQLite creates the file). */
+  private openLog(): number {
+    this.logFd ??= openSync(`${this.file}-wal`, "r+");
+    return this.logFd;
   }
 
   /** Group commits so far, and the writes they committed (metrics: writes per commit). */
@@ -416,18 +506,20 @@ export class SqliteDatabase implements SqliteConnection {
    * bounds, by refusing calls that would write while it is reached.
    */
   get queuedWrites(): number {
-    return this.group?.length ?? 0;
+    return (this.group?.length ?? 0) + this.unsynced.length + (this.syncing?.length ?? 0);
   }
 
   /** Runs `work` in one transaction of its own: all of it is committed, or none. */
   transaction<R>(work: () => R): R {
-    this.commitGroup();
+    this.commitGroup(true);
     this.checkpointer?.letRewind();
     this.writer.exec("BEGIN IMMEDIATE");
     this.inWrite = true;
     try {
       const result = work();
       this.writer.exec("COMMIT");
+      // Rare (schema statistics, a counters' rebuild): synced here and now.
+      if (this.syncsLog) fdatasyncSync(this.openLog());
       return result;
     } catch (error) {
       this.rollbackQuietly();
@@ -487,7 +579,7 @@ export class SqliteDatabase implements SqliteConnection {
   private truncateLog(): boolean {
     // Writes that came while it waited opened a group: a checkpoint cannot
     // run inside the connection's own open transaction.
-    this.commitGroup();
+    this.commitGroup(true);
     this.writer.exec("PRAGMA busy_timeout = 0");
     try {
       const [result] = this.writer.prepare("PRAGMA wal_checkpoint(TRUNCATE)").all() as {
@@ -559,7 +651,22 @@ export class SqliteDatabase implements SqliteConnection {
   close(): void {
     if (!this.reads.isOpen) return;
     clearInterval(this.forgetting);
-    if (this.db) this.commitGroup();
+    if (this.db) this.commitGroup(true);
+    // The last writes, answered once durable; a sync still running answers its own.
+    if (this.unsynced.length > 0) {
+      const last = this.unsynced;
+      this.unsynced = [];
+      let error: unknown;
+      try {
+        fdatasyncSync(this.openLog());
+      } catch (failed) {
+        error = failed;
+      }
+      for (const writer of last) {
+        if (error) writer.reject(error);
+        else writer.resolve();
+      }
+    }
     // First the other connections, so the writer's is the last and its
     // close checkpoints the whole WAL and removes it.
     this.checkpointer?.close();
@@ -568,6 +675,11 @@ export class SqliteDatabase implements SqliteConnection {
     this.walIndex?.close();
     this.statements.clear();
     this.db?.close();
+    // A sync still running closes it as it returns.
+    if (this.logFd !== undefined && !this.syncing) {
+      closeSync(this.logFd);
+      this.logFd = undefined;
+    }
   }
 }
 
@@ -585,6 +697,15 @@ function openReadConnection(file: string): DatabaseSync {
 function readOnlyError(file: string): Error {
   return new Error(`${file} is open read-only here: writes go to the writer`);
 }
+
+/** A caller waiting for its write's commit (and sync). */
+interface Waiter {
+  resolve(): void;
+  reject(error: unknown): void;
+}
+
+/** Syncs the log's data to the disk, off the event loop (`fs.fdatasync`; tests pass their own). */
+export type LogSync = (fd: number, done: (error: Error | null) => void) => void;
 
 /** How the writer commits. */
 export interface WriteLimits {
