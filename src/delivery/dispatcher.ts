@@ -7,10 +7,12 @@ import {
   type AttemptOutcome,
   bringForwardWaitingDeliveries,
   claimDueDelivery,
+  newDelivery,
   type QueuedLease,
   recordAttempt,
   releaseDelivery,
   skipDelivery,
+  storeAttempted,
 } from "../store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import { findEvent } from "../store/events.js";
@@ -24,10 +26,16 @@ import {
 } from "../store/webhooks.js";
 import type { WebhookSender } from "./sender.js";
 
-/** A delivery the relay queued leased to this dispatcher, with its event. */
+/** A delivery the relay handed to this dispatcher, with its event. */
 interface HandedOver {
   readonly delivery: DeliveryDoc;
   readonly event: EventDoc;
+  /**
+   * Set when the delivery is not stored yet (its first attempt comes
+   * first): told whether it was stored, with its attempt, or not attempted.
+   * Otherwise it was queued leased to this dispatcher.
+   */
+  readonly stored?: (stored: boolean) => void;
 }
 
 /**
@@ -112,9 +120,11 @@ export function createDispatcher(deps: DispatcherDeps) {
     for (;;) {
       const next = handedOver.shift();
       if (!next) return undefined;
-      // One whose lease would end mid-attempt is left to expire and be
-      // claimed from the store like any other.
-      if (next.delivery.leaseUntil.getTime() - now.getTime() > config.timeoutMs) return next;
+      // Not stored, nobody else can take it. One stored whose lease would
+      // end mid-attempt is left to expire and be claimed like any other.
+      if (next.stored || next.delivery.leaseUntil.getTime() - now.getTime() > config.timeoutMs) {
+        return next;
+      }
     }
   }
 
@@ -126,8 +136,13 @@ export function createDispatcher(deps: DispatcherDeps) {
     const leaseNow = leaseClock();
     const handed = takeHandedOver(leaseNow);
     if (handed) {
-      const webhook = await findWebhookById(db, handed.delivery.webhookId);
-      await attempt(handed.delivery, webhook, handed.event);
+      let stored = false;
+      try {
+        const webhook = await findWebhookById(db, handed.delivery.webhookId);
+        stored = await attempt(handed.delivery, webhook, handed.event, handed.stored !== undefined);
+      } finally {
+        handed.stored?.(stored);
+      }
       return true;
     }
     const delivery = await claimDueDelivery(db, clock(), owner, {
@@ -141,16 +156,22 @@ export function createDispatcher(deps: DispatcherDeps) {
     return true;
   }
 
-  /** Attempts a delivery this dispatcher holds the lease of. */
+  /**
+   * Attempts a delivery this dispatcher holds the lease of, or one not
+   * stored yet (`unstored`), which is stored with its attempt. Whether
+   * where it stands is stored (false when cut short by a stop).
+   */
   async function attempt(
     delivery: DeliveryDoc,
     webhook: WebhookDoc | null,
     event: EventDoc | null,
-  ): Promise<void> {
+    unstored = false,
+  ): Promise<boolean> {
     if (!webhook || webhook.deletedAt || !webhook.enabled || !event) {
-      await skipDelivery(db, delivery, owner, clock());
+      if (unstored) await storeAttempted(db, delivery, null, clock());
+      else await skipDelivery(db, delivery, owner, clock());
       deps.countDelivery?.("skipped");
-      return;
+      return true;
     }
     const attemptedAt = clock();
     const signature = signersOf(webhook, attemptedAt)
@@ -173,12 +194,14 @@ export function createDispatcher(deps: DispatcherDeps) {
     if (inFlight.signal.aborted && response.statusCode === null) {
       // Cut short because the service is stopping: the attempt says nothing
       // about the endpoint. Handing the delivery back makes it due at once,
-      // not when the lease ends.
-      await releaseDelivery(db, delivery, owner, clock());
-      return;
+      // not when the lease ends; one not stored stays in its outbox.
+      if (!unstored) await releaseDelivery(db, delivery, owner, clock());
+      return false;
     }
     const succeeded = response.statusCode !== null && isSuccessStatus(response.statusCode);
-    await recordAttempt(db, delivery, owner, outcomeOf(delivery, succeeded, attemptedAt, response));
+    const outcome = outcomeOf(delivery, succeeded, attemptedAt, response);
+    if (unstored) await storeAttempted(db, delivery, outcome, attemptedAt);
+    else await recordAttempt(db, delivery, owner, outcome);
     deps.countDelivery?.(succeeded ? "succeeded" : "failed");
     if (succeeded) {
       if (!isHealthyAndFresh(webhook, attemptedAt)) {
@@ -203,6 +226,7 @@ export function createDispatcher(deps: DispatcherDeps) {
         );
       }
     }
+    return true;
   }
 
   // Per endpoint, this instance's last catch-up step, and the steps running:
@@ -285,6 +309,16 @@ export function createDispatcher(deps: DispatcherDeps) {
   return {
     deliverOne,
     /**
+     * Takes a new event's delivery to attempt before it is stored (see
+     * `createOutboxRelay`); none while enough wait in this dispatcher's hands.
+     */
+    attemptFirst(event: EventDoc, webhook: WebhookDoc, now: Date): Promise<boolean> | undefined {
+      if (handedOver.length >= maxHandedOver) return undefined;
+      return new Promise((stored) => {
+        handedOver.push({ delivery: newDelivery(event, webhook, now), event, stored });
+      });
+    },
+    /**
      * The lease to queue a delivery with, so that the relay can hand it
      * over; none while this dispatcher has enough handed over already (the
      * rest wait in the store, claimed by any worker).
@@ -300,10 +334,18 @@ export function createDispatcher(deps: DispatcherDeps) {
     },
     /** Aborts attempts in flight (the service is stopping); each is released, not recorded. */
     abort: () => inFlight.abort(),
-    /** Releases the handed-over deliveries no worker started (the service is stopping). */
+    /**
+     * Releases the handed-over deliveries no worker started (the service is
+     * stopping); those not stored stay in their outbox, for the next start.
+     */
     async releaseHandedOver(): Promise<void> {
       const left = handedOver.splice(0);
-      await Promise.all(left.map(({ delivery }) => releaseDelivery(db, delivery, owner, clock())));
+      for (const handed of left) handed.stored?.(false);
+      await Promise.all(
+        left
+          .filter((handed) => !handed.stored)
+          .map(({ delivery }) => releaseDelivery(db, delivery, owner, clock())),
+      );
     },
   };
 }

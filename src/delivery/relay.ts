@@ -7,8 +7,9 @@ import { withErasedScrubbed } from "../store/erasure.js";
 import {
   findOutboxHolders,
   type HolderCollection,
+  type HolderDoc,
   removeFromOutbox,
-  storeEvent,
+  storeEventOnce,
 } from "../store/events.js";
 import type { Store } from "../store/store.js";
 import { findEnabledWebhooks } from "../store/webhooks.js";
@@ -17,33 +18,67 @@ import { findEnabledWebhooks } from "../store/webhooks.js";
 const batchSize = 100;
 
 /**
+ * First attempts made before their delivery is stored, at most at once:
+ * past this (a slow endpoint), deliveries are queued in the store first, so
+ * the documents whose outbox waits for an attempt stay few.
+ */
+const maxAttemptsFirst = 256;
+
+/**
  * Moves events from the documents' outboxes to the `events` collection and
- * queues a delivery for each endpoint that wants them. Every step is
- * idempotent (event ids and (event, endpoint) pairs are unique keys), so a
- * crash at any point only repeats work; the outbox entry is removed last.
+ * delivers them to each endpoint that wants them. Every step is idempotent
+ * (event ids and (event, endpoint) pairs are unique keys), so a crash at any
+ * point only repeats work; the outbox entry is removed last.
+ *
+ * A new event's delivery is attempted before it is stored, and stored once,
+ * with its attempt (`attemptFirst`): one write per delivery, where queueing
+ * it and recording the attempt took two. Its event stays in the document's
+ * outbox until that write, so a crash or a stop before it loses nothing:
+ * the event is relayed again, its delivery queued then, and sent again
+ * (deliveries are at least once). Meanwhile the document is not relayed
+ * again by this relay.
  */
 export function createOutboxRelay(deps: {
   store: Store;
   clock: Clock;
   /**
-   * The local workers, to queue deliveries already leased to them and hand
-   * them over in memory (see `createDispatcher`); without them, workers
-   * claim every delivery from the store.
+   * The local workers, to hand deliveries over in memory (see
+   * `createDispatcher`): attempted first, or queued already leased to them;
+   * without them, workers claim every delivery from the store.
    */
   workers?: {
+    /**
+     * Takes a new event's delivery to attempt before it is stored; resolves
+     * once it is stored (true) or was not attempted (false: a stop). None
+     * while the workers hold enough already.
+     */
+    attemptFirst(event: EventDoc, webhook: WebhookDoc, now: Date): Promise<boolean> | undefined;
     leaseForQueued(): QueuedLease | undefined;
     handOver(delivery: DeliveryDoc, event: EventDoc): void;
   };
+  /** Told when a document whose outbox waited for first attempts may be relayed again. */
+  wake?: () => void;
+  log?: (error: unknown, message: string) => void;
 }) {
   const { store, clock } = deps;
 
   const db = store.system;
+  /** Documents whose outbox waits for first attempts, by collection and id. */
+  const awaitingAttempts = new Map<string, Promise<void>>();
+  let attemptsFirst = 0;
 
   async function relayCollection(
+    name: string,
     collection: HolderCollection,
     endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
   ): Promise<RelayCount> {
-    const holders = await findOutboxHolders(collection, batchSize);
+    const keyOf = (holder: HolderDoc) => `${name}/${holder._id}`;
+    // Those waiting for attempts come first in the index as they did when
+    // read: read past them.
+    const found = await findOutboxHolders(collection, batchSize + awaitingAttempts.size);
+    const holders = found
+      .filter((holder) => !awaitingAttempts.has(keyOf(holder)))
+      .slice(0, batchSize);
     // Holders are relayed concurrently: each write waits for a commit, and
     // the embedded engine commits the writes of one turn together, so a
     // batch costs a few commits rather than a few per event.
@@ -51,6 +86,7 @@ export function createOutboxRelay(deps: {
       holders.map(async (holder): Promise<RelayCount> => {
         const entries = holder.outbox ?? [];
         let queued = 0;
+        const attempted: Promise<boolean>[] = [];
         for (const entry of entries) {
           const type = eventTypeOf(holder, entry);
           const wanted = (await endpointsOf(holder.applicationId)).filter((webhook) =>
@@ -58,11 +94,26 @@ export function createOutboxRelay(deps: {
           );
           // An event no endpoint wants is dropped here rather than stored.
           if (wanted.length === 0) continue;
-          const stored = await storeEvent(db, await eventOf(db, holder, entry, type));
-          const event = await withErasedScrubbed(db, stored);
+          const stored = await storeEventOnce(db, await eventOf(db, holder, entry, type));
+          const event = await withErasedScrubbed(db, stored.event);
           const now = clock();
           await Promise.all(
             wanted.map(async (webhook) => {
+              // An event stored before (relayed again after a crash) may have
+              // its deliveries stored: queued, they are kept once.
+              const first =
+                stored.first && attemptsFirst < maxAttemptsFirst
+                  ? deps.workers?.attemptFirst(event, webhook, now)
+                  : undefined;
+              if (first) {
+                attemptsFirst += 1;
+                attempted.push(
+                  first.finally(() => {
+                    attemptsFirst -= 1;
+                  }),
+                );
+                return;
+              }
               const lease = deps.workers?.leaseForQueued();
               const delivery = await queueDelivery(db, event, webhook, now, lease);
               if (delivery && lease) deps.workers?.handOver(delivery, event);
@@ -72,11 +123,30 @@ export function createOutboxRelay(deps: {
         }
         // Last, and all of the holder's entries at once: a crash before this
         // only relays them again, which queues nothing new.
-        await removeFromOutbox(
-          collection,
-          holder,
-          entries.map((entry) => entry.id),
-        );
+        const remove = () =>
+          removeFromOutbox(
+            collection,
+            holder,
+            entries.map((entry) => entry.id),
+          );
+        if (attempted.length === 0) {
+          await remove();
+          return { relayed: entries.length, queued };
+        }
+        // After every first attempt is stored; the pass goes on meanwhile.
+        const key = keyOf(holder);
+        const removed = Promise.all(attempted)
+          .then(async (storedAll) => {
+            if (storedAll.every(Boolean)) await remove();
+          })
+          .catch((error: unknown) =>
+            deps.log?.(error, "clearing a relayed outbox failed; its events are relayed again"),
+          )
+          .finally(() => {
+            awaitingAttempts.delete(key);
+            deps.wake?.();
+          });
+        awaitingAttempts.set(key, removed);
         return { relayed: entries.length, queued };
       }),
     );
@@ -84,6 +154,10 @@ export function createOutboxRelay(deps: {
   }
 
   return {
+    /** Resolves once no outbox waits for a first attempt (after a stop released them). */
+    async settled(): Promise<void> {
+      while (awaitingAttempts.size > 0) await Promise.all(awaitingAttempts.values());
+    },
     /** One pass over every outbox: how many events it relayed and deliveries it queued. */
     async relayOnce(): Promise<RelayCount> {
       const endpoints = new Map<string, Promise<WebhookDoc[]>>();
@@ -96,10 +170,10 @@ export function createOutboxRelay(deps: {
         return found;
       };
       const relayed = await Promise.all([
-        relayCollection(db.customers, endpointsOf),
-        relayCollection(db.referrals, endpointsOf),
-        relayCollection(db.checkpoints, endpointsOf),
-        relayCollection(db.rewardGrants, endpointsOf),
+        relayCollection("customers", db.customers, endpointsOf),
+        relayCollection("referrals", db.referrals, endpointsOf),
+        relayCollection("checkpoints", db.checkpoints, endpointsOf),
+        relayCollection("rewardGrants", db.rewardGrants, endpointsOf),
       ]);
       return sumCounts(relayed);
     },

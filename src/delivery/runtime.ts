@@ -42,7 +42,13 @@ export function startWebhookRuntime(deps: {
     send: deps.send ?? sendWebhook,
     wakeWorkers: () => workerWake.wakeAll(),
   });
-  const relay = createOutboxRelay({ store, clock, workers: dispatcher });
+  const relay = createOutboxRelay({
+    store,
+    clock,
+    workers: dispatcher,
+    wake: () => relayWake.wakeAll(),
+    log,
+  });
   let stopped = false;
 
   // The embedded store has one dispatcher, this one: a lease held as it
@@ -119,8 +125,10 @@ export function startWebhookRuntime(deps: {
       clearTimeout(graceTimer);
       dispatcher.abort();
       await finished;
-      // Queued for this instance but never started: due again at once.
+      // Queued for this instance but never started: due again at once; not
+      // stored yet: left in their outbox, which the relay then leaves as it is.
       await dispatcher.releaseHandedOver();
+      await relay.settled();
     },
   };
 }

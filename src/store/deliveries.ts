@@ -29,21 +29,17 @@ export interface QueuedLease {
 }
 
 /**
- * Queues an event for an endpoint, due now, and returns the delivery.
- * Relaying the same event again queues nothing (null): the unique (event,
- * endpoint) index keeps one delivery. With `lease`, the delivery is queued
- * already claimed by that worker, so the worker that queued it attempts it
- * without claiming it first; should that worker die, the lease expires and
- * any worker claims it.
+ * An event's delivery to an endpoint, due now, as it is stored: queued by
+ * {@link queueDelivery}, or attempted first and stored with that attempt by
+ * {@link storeAttempted}.
  */
-export async function queueDelivery(
-  db: Collections,
+export function newDelivery(
   event: EventDoc,
   webhook: WebhookDoc,
   now: Date,
   lease?: QueuedLease,
-): Promise<DeliveryDoc | null> {
-  const delivery: DeliveryDoc = {
+): DeliveryDoc {
+  return {
     _id: newId("whd", now),
     organizationId: event.organizationId,
     applicationId: event.applicationId,
@@ -59,12 +55,60 @@ export async function queueDelivery(
     createdAt: now,
     updatedAt: now,
   };
+}
+
+/**
+ * Queues an event for an endpoint, due now, and returns the delivery.
+ * Relaying the same event again queues nothing (null): the unique (event,
+ * endpoint) index keeps one delivery. With `lease`, the delivery is queued
+ * already claimed by that worker, so the worker that queued it attempts it
+ * without claiming it first; should that worker die, the lease expires and
+ * any worker claims it.
+ */
+export async function queueDelivery(
+  db: Collections,
+  event: EventDoc,
+  webhook: WebhookDoc,
+  now: Date,
+  lease?: QueuedLease,
+): Promise<DeliveryDoc | null> {
+  const delivery = newDelivery(event, webhook, now, lease);
   try {
     await db.deliveries.insertOne(delivery);
     return delivery;
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
     return null;
+  }
+}
+
+/**
+ * Stores a delivery whose first attempt was made before it was stored (its
+ * event still waits in its document's outbox, so a crash before this
+ * loses nothing: the event is relayed and sent again): one insert, holding
+ * the attempt and where the delivery stands after it, or `skipped`
+ * (`outcome` null: its endpoint was gone). A delivery of the event to the
+ * endpoint stored already (queued by a relay after a crash) is left as it is.
+ */
+export async function storeAttempted(
+  db: Collections,
+  delivery: DeliveryDoc,
+  outcome: AttemptOutcome | null,
+  now: Date,
+): Promise<void> {
+  try {
+    await db.deliveries.insertOne({
+      ...delivery,
+      status: outcome?.status ?? "skipped",
+      nextAttemptAt: outcome ? outcome.nextAttemptAt : null,
+      scheduleAttempts: outcome ? 1 : 0,
+      attempts: outcome ? [outcome.attempt] : [],
+      leaseUntil: unleased,
+      leaseOwner: null,
+      updatedAt: outcome?.attempt.attemptedAt ?? now,
+    });
+  } catch (error) {
+    if (!isDuplicateKeyError(error)) throw error;
   }
 }
 

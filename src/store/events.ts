@@ -137,12 +137,23 @@ export async function removeEntries(
  * payload wins, so every delivery of an event carries the same bytes.
  */
 export async function storeEvent(db: Collections, event: EventDoc): Promise<EventDoc> {
+  return (await storeEventOnce(db, event)).event;
+}
+
+/**
+ * {@link storeEvent}, and whether this call stored it (`first`): an event
+ * stored only now has no delivery stored yet.
+ */
+export async function storeEventOnce(
+  db: Collections,
+  event: EventDoc,
+): Promise<{ event: EventDoc; first: boolean }> {
   try {
     await db.events.insertOne({ ...event, payload: packPayload(event.payload, event.type) });
-    return event;
+    return { event, first: true };
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
-    return (await findEvent(db, event._id)) ?? event;
+    return { event: (await findEvent(db, event._id)) ?? event, first: false };
   }
 }
 

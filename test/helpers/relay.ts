@@ -24,7 +24,8 @@ export interface RelayWaitOptions {
  * Resolves once the outbox relay has processed every event written to one
  * document so far: the document exists, its outbox is empty and
  * `outboxPending` is unset. The relay stores an event and queues all of its
- * deliveries before it removes the event from the outbox, so from then on the
+ * deliveries (or stores them with their first attempts) before it removes
+ * the event from the outbox, so from then on the
  * `deliveries` collection holds every delivery those events will ever get,
  * and a test can assert that an endpoint got none without sleeping for a
  * guessed time. Waiting for the event in `events` would not be enough: the

@@ -28,9 +28,11 @@ export async function startService(
     env?: Record<string, string>;
     extraSteps?: Interceptor[];
     sendWebhook?: WebhookSender;
+    /** A data directory an earlier service left (`stop({ keepData: true })`): a restart. */
+    dataDir?: string;
   } = {},
 ): Promise<OperationsServer> {
-  const dataDir = mkdtempSync(join(tmpdir(), "referrals-ops-"));
+  const dataDir = options.dataDir ?? mkdtempSync(join(tmpdir(), "referrals-ops-"));
   const config = loadConfig({
     DATA_DIR: dataDir,
     ADMIN_TOKEN: keys.admin,

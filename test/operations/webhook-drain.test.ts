@@ -7,9 +7,11 @@ import { isRefused, type OperationsServer, startService, waitUntil } from "./ser
 
 /**
  * Webhook workers on close: an attempt in flight finishes within
- * SHUTDOWN_GRACE and is recorded; one still running after it is aborted and
- * its lease released (due again at once, and no failure held against the
- * endpoint), before the store closes.
+ * SHUTDOWN_GRACE and is recorded; one still running after it is aborted,
+ * and nothing is held against the endpoint. A new event's first attempt is
+ * made before its delivery is stored: cut short, or never started, its
+ * event waits in its document's outbox and is delivered at the next start;
+ * a stored delivery is released (due again at once).
  */
 
 /** A sender that answers 200 when `answer` is called, or gives up when aborted. */
@@ -54,17 +56,56 @@ async function queueOneDelivery(server: OperationsServer): Promise<void> {
   if (identified.status !== 201) throw new Error(JSON.stringify(identified.body));
 }
 
-/** The deliveries and endpoints as the closed service left them. */
+/** The deliveries, endpoints and events still in an outbox, as the closed service left them. */
 async function leftBehind(server: OperationsServer) {
   const store = await openStore(server.config.store);
   try {
+    const waiting = await store.system.customers.find({ outboxPending: true }).toArray();
     return {
       deliveries: await store.system.deliveries.find({}).toArray(),
       webhooks: await store.system.webhooks.find({}).toArray(),
+      inOutboxes: waiting.flatMap((customer) => customer.outbox ?? []).length,
     };
   } finally {
     await store.close();
   }
+}
+
+/**
+ * Starts the service again on what `server` left, with an endpoint that
+ * answers at once, and waits until `count` deliveries succeeded: how many
+ * requests it received, by event id.
+ */
+async function restartAndDeliver(
+  server: OperationsServer,
+  count: number,
+  cleanups: (() => Promise<void>)[],
+): Promise<Map<string, number>> {
+  const received = new Map<string, number>();
+  const restarted = await startService({
+    dataDir: server.dataDir,
+    sendWebhook: async (request) => {
+      const id = request.headers["webhook-id"] ?? "";
+      received.set(id, (received.get(id) ?? 0) + 1);
+      return { statusCode: 200, durationMs: 1, error: null };
+    },
+    env: { WEBHOOK_ALLOW_PRIVATE: "true" },
+  });
+  cleanups.push(() => restarted.stop());
+  await eventually(`${count} deliveries succeeded after the restart`, async () => {
+    const deliveries = await restarted.app.store.system.deliveries.find({}).toArray();
+    return (
+      deliveries.filter((delivery) => delivery.status === "succeeded").length === count &&
+      deliveries.length === count
+    );
+  });
+  await eventually("every outbox emptied after the restart", async () => {
+    const waiting = await restarted.app.store.system.customers
+      .find({ outboxPending: true })
+      .toArray();
+    return waiting.length === 0;
+  });
+  return received;
 }
 
 test("an attempt in flight finishes during the drain and is recorded", async (t) => {
@@ -90,11 +131,11 @@ test("an attempt in flight finishes during the drain and is recorded", async (t)
   }
 });
 
-test("an attempt still running after SHUTDOWN_GRACE is aborted and its lease released", async (t) => {
+test("a first attempt still running after SHUTDOWN_GRACE is aborted; its event waits in its outbox and is delivered at the next start", async (t) => {
   const endpoint = createSlowEndpoint();
   const server = await startService({
     sendWebhook: endpoint.send,
-    // A recorded failure would wait an hour for its retry, an expired lease 40 s.
+    // A recorded failure would wait an hour for its retry.
     env: {
       SHUTDOWN_GRACE: "300ms",
       WEBHOOK_ALLOW_PRIVATE: "true",
@@ -102,6 +143,7 @@ test("an attempt still running after SHUTDOWN_GRACE is aborted and its lease rel
       WEBHOOK_TIMEOUT: "10s",
     },
   });
+  const cleanups: (() => Promise<void>)[] = [];
   try {
     await queueOneDelivery(server);
     await endpoint.untilAttempted();
@@ -110,20 +152,24 @@ test("an attempt still running after SHUTDOWN_GRACE is aborted and its lease rel
     // Ended by SHUTDOWN_GRACE: the attempt would otherwise run until the
     // endpoint answers (never) or WEBHOOK_TIMEOUT (10 s) and be recorded.
     t.true(performance.now() - started < 10_000, "aborted at SHUTDOWN_GRACE");
-    const { deliveries, webhooks } = await leftBehind(server);
-    t.is(deliveries.length, 1);
-    const [delivery] = deliveries;
-    t.like(delivery, { status: "pending", leaseOwner: null, attempts: [], scheduleAttempts: 0 });
-    t.is(delivery?.leaseUntil.getTime(), 0, "due again at once");
-    t.true((delivery?.nextAttemptAt?.getTime() ?? Infinity) <= Date.now());
+    const { deliveries, webhooks, inOutboxes } = await leftBehind(server);
+    t.deepEqual(
+      deliveries,
+      [],
+      "a first attempt is stored with its delivery, and this one never ended",
+    );
+    t.is(inOutboxes, 1, "its event waits in the customer's outbox");
     t.is(webhooks[0]?.health.consecutiveFailures, 0, "no failure held against the endpoint");
+    const received = await restartAndDeliver(server, 1, cleanups);
+    t.deepEqual([...received.values()], [1], "sent at the next start, once");
   } finally {
     endpoint.answer();
-    await server.stop();
+    await server.stop({ keepData: true });
+    for (const cleanup of cleanups) await cleanup();
   }
 });
 
-test("deliveries handed to this instance's workers but never started are released on close", async (t) => {
+test("first attempts handed to this instance's workers but never started wait in their outboxes, and are delivered at the next start", async (t) => {
   const endpoint = createSlowEndpoint();
   const server = await startService({
     sendWebhook: endpoint.send,
@@ -135,6 +181,7 @@ test("deliveries handed to this instance's workers but never started are release
       WEBHOOK_TIMEOUT: "10s",
     },
   });
+  const cleanups: (() => Promise<void>)[] = [];
   try {
     await queueOneDelivery(server);
     await endpoint.untilAttempted();
@@ -144,20 +191,23 @@ test("deliveries handed to this instance's workers but never started are release
         body: { externalUserId, name: externalUserId, environment: "test" },
       });
     }
-    // Each is leased to this instance as the relay queues it.
-    await eventually("three leased deliveries", async () => {
-      const queued = await server.app.store.system.deliveries.find({}).toArray();
-      return queued.length === 3 && queued.every((delivery) => delivery.leaseOwner !== null);
+    // Each event is stored as the relay hands its delivery over.
+    await eventually("three events relayed", async () => {
+      const events = await server.app.store.system.events.find({}).toArray();
+      return events.length === 3;
     });
     await server.app.close();
-    const { deliveries } = await leftBehind(server);
-    t.is(deliveries.length, 3);
-    for (const delivery of deliveries) {
-      t.like(delivery, { status: "pending", leaseOwner: null, attempts: [] });
-      t.is(delivery.leaseUntil.getTime(), 0, "due again at once");
-    }
+    const { deliveries, inOutboxes } = await leftBehind(server);
+    t.deepEqual(deliveries, [], "none attempted to the end, none stored");
+    t.is(inOutboxes, 3, "every event waits in its customer's outbox");
+    // Relayed again at the start, stored events have their deliveries
+    // queued (leased to the new instance) and sent: each once.
+    const received = await restartAndDeliver(server, 3, cleanups);
+    t.is(received.size, 3);
+    t.deepEqual([...received.values()], [1, 1, 1]);
   } finally {
     endpoint.answer();
-    await server.stop();
+    await server.stop({ keepData: true });
+    for (const cleanup of cleanups) await cleanup();
   }
 });

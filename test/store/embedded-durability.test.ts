@@ -9,6 +9,7 @@ import { differencesOf, recountStats } from "../../src/store/stats-recount.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
 import { customersMissing, waitGone, workerPidsOf } from "../helpers/cluster.js";
 import { OpenApiMismatch, validatedFetch } from "../helpers/openapi.js";
+import { startReceiver } from "../helpers/receiver.js";
 import { keys } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 
@@ -33,6 +34,7 @@ const tenantOfDemo = async (dataDir: string) => {
 function startService(
   dataDir: string,
   workers: number,
+  env: Record<string, string> = {},
 ): Promise<{ child: ChildProcess; port: number }> {
   const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
     cwd: root,
@@ -47,6 +49,7 @@ function startService(
       BOOTSTRAP_PUBLIC_KEY: keys.public,
       // Every write of the burst is the test: none may be refused for its rate.
       RATE_LIMIT_PUBLIC: "off",
+      ...env,
     },
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -94,6 +97,73 @@ for (const workers of [1, 2]) {
   test(`the program's counters equal a recount of the records after kill -9 under load (${run})`, (t) =>
     killUnderLoad(t, workers));
 }
+
+test("every acknowledged write's webhook event is delivered after kill -9 in the middle of a write burst (WORKERS=2, the primary killed)", async (t) => {
+  const dataDir = mkdtempSync(join(tmpdir(), "referrals-kill-webhooks-"));
+  const receiver = await startReceiver();
+  receiver.respond = () => 204;
+  const env = { WEBHOOK_ALLOW_PRIVATE: "true" };
+  let restarted: ChildProcess | undefined;
+  try {
+    const { child, port } = await startService(dataDir, 2, env);
+    const subscribed = await fetch(`http://127.0.0.1:${port}/webhooks`, {
+      method: "POST",
+      headers: { authorization: keys.secret, "content-type": "application/json" },
+      body: JSON.stringify({
+        url: receiver.url,
+        environment: "production",
+        eventTypes: ["customer.created"],
+      }),
+    });
+    t.is(subscribed.status, 201);
+    const acknowledged: string[] = [];
+    let sent = 0;
+    const writer = async () => {
+      for (;;) {
+        const externalUserId = `hooked_${sent++}`;
+        try {
+          const response = await fetch(`http://127.0.0.1:${port}/customers/identify`, {
+            method: "POST",
+            headers: { authorization: keys.public, "content-type": "application/json" },
+            body: JSON.stringify({ externalUserId, name: "W" }),
+          });
+          if (response.status === 201) acknowledged.push(externalUserId);
+        } catch {
+          return; // the process is gone
+        }
+      }
+    };
+    const writers = Array.from({ length: 8 }, writer);
+    // Killed with first attempts in flight and events in outboxes.
+    await killOnce(child, "300 acknowledged writes", () => acknowledged.length >= 300);
+    await Promise.all(writers);
+    const deliveredTo = () =>
+      new Set(
+        receiver.received.map(
+          (request) =>
+            (JSON.parse(request.body) as { data: { externalUserId: string } }).data.externalUserId,
+        ),
+      );
+    const before = deliveredTo().size;
+    restarted = (await startService(dataDir, 2, env)).child;
+    // Delivered at least once (a first attempt cut by the kill is sent again).
+    const missing = await eventually(
+      "every acknowledged write's event delivered",
+      () => {
+        const delivered = deliveredTo();
+        const left = acknowledged.filter((id) => !delivered.has(id));
+        return left.length === 0 ? left : undefined;
+      },
+      { timeoutMs: 30_000 },
+    ).catch(() => acknowledged.filter((id) => !deliveredTo().has(id)));
+    t.deepEqual(missing, [], `${acknowledged.length} acknowledged identifies`);
+    t.log(`${before} delivered before the kill, ${deliveredTo().size} after the restart`);
+  } finally {
+    restarted?.kill("SIGKILL");
+    await receiver.close();
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});
 
 async function killDuringBurst(t: ExecutionContext, workers: number): Promise<void> {
   const dataDir = mkdtempSync(join(tmpdir(), "referrals-kill-"));
