@@ -63,6 +63,10 @@ export function createOutboxRelay(deps: {
   const { store, clock } = deps;
 
   const db = store.system;
+  // One relay writes the embedded store. On MongoDB every instance relays,
+  // and one that finds an event another stored queues its deliveries at
+  // once: a first attempt made meanwhile would be sent twice.
+  const attemptsFirstHere = store.engine === "embedded";
   /** Documents whose outbox waits for first attempts, by collection and id. */
   const awaitingAttempts = new Map<string, Promise<void>>();
   let attemptsFirst = 0;
@@ -102,7 +106,7 @@ export function createOutboxRelay(deps: {
               // An event stored before (relayed again after a crash) may have
               // its deliveries stored: queued, they are kept once.
               const first =
-                stored.first && attemptsFirst < maxAttemptsFirst
+                stored.first && attemptsFirstHere && attemptsFirst < maxAttemptsFirst
                   ? deps.workers?.attemptFirst(event, webhook, now)
                   : undefined;
               if (first) {

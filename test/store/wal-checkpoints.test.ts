@@ -78,3 +78,46 @@ test("the write-ahead log is rewound under writes that never pause", async (t) =
   );
   t.is(await things.countDocuments({}), written);
 });
+
+test("writes wait for a rewind of the log without holding the event loop, and keep their order", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), "referral-wal-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  let wanted = true;
+  let rewound = () => {};
+  const parks: number[] = [];
+  const db = SqliteDatabase.open(join(dir, "db.sqlite"), "full", {
+    checkpointer: {
+      letRewind: () => {},
+      rewindWanted: () => wanted,
+      parkForRewind: () => {
+        parks.push(performance.now());
+        return new Promise((resolve) => {
+          rewound = () => {
+            wanted = false;
+            resolve();
+          };
+        });
+      },
+      close: () => {},
+    },
+  });
+  t.teardown(() => db.close());
+  const things = db.collection<{ _id: string; order?: number }>("things");
+  const answered: string[] = [];
+  const first = things.insertOne({ _id: "a" }).then(() => answered.push("a"));
+  const second = things
+    .updateOne({ _id: "a" }, { $set: { order: 2 } })
+    .then(() => answered.push("b"));
+  t.is(parks.length, 1, "one park for the writes that wait together");
+  t.is(db.queuedWrites, 2);
+  // The loop turns while they wait: a timer runs, reads are answered.
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  t.is(await things.findOne({ _id: "a" }), null, "nothing written during the rewind");
+  t.deepEqual(answered, []);
+  rewound();
+  await Promise.all([first, second]);
+  t.deepEqual(answered, ["a", "b"]);
+  t.like(await things.findOne({ _id: "a" }), { order: 2 }, "run in the order they came");
+  await things.insertOne({ _id: "c" });
+  t.is(parks.length, 1, "no rewind wanted: no wait");
+});

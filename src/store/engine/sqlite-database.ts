@@ -79,7 +79,13 @@ export class SqliteDatabase implements SqliteConnection {
   static open(
     file: string,
     synchronous: SqliteSynchronous,
-    options: { wal?: WalPolicy; limits?: Partial<WriteLimits>; syncLog?: LogSync } = {},
+    options: {
+      wal?: WalPolicy;
+      limits?: Partial<WriteLimits>;
+      /** Tests: how the log is synced, and the checkpoint worker as the connection sees it. */
+      syncLog?: LogSync;
+      checkpointer?: Checkpointer;
+    } = {},
   ): SqliteDatabase {
     const wal = options.wal ?? defaultWalPolicy;
     const limits = { ...defaultWriteLimits, ...options.limits };
@@ -136,7 +142,7 @@ export class SqliteDatabase implements SqliteConnection {
       db,
       reads,
       file,
-      startCheckpointer(file, synchronous, wal),
+      options.checkpointer ?? startCheckpointer(file, synchronous, wal),
       limits,
       syncsLog,
       options.syncLog ?? fdatasync,
@@ -312,8 +318,10 @@ export class SqliteDatabase implements SqliteConnection {
    */
   write<R>(work: () => R): Promise<R> {
     if (!this.db) return Promise.reject(readOnlyError(this.file));
+    if (!this.group && (this.parkedWrites || this.checkpointer?.rewindWanted())) {
+      return this.afterRewind(work);
+    }
     if (!this.group) {
-      this.checkpointer?.letRewind();
       this.writer.exec("BEGIN IMMEDIATE");
       this.group = [];
       if (this.limits.groupCommit) setImmediate(() => this.commitGroup());
@@ -345,6 +353,31 @@ export class SqliteDatabase implements SqliteConnection {
     });
     if (!this.limits.groupCommit) this.commitGroup();
     return committed;
+  }
+
+  /**
+   * Writes that came while the connection waits, between transactions, for
+   * the checkpoint worker to rewind the log (a few milliseconds, see
+   * `sqlite-checkpointer.ts`), in their order. The event loop goes on
+   * meanwhile: reads, answers, the cluster's messages.
+   */
+  private parkedWrites: (() => void)[] | undefined;
+
+  private afterRewind<R>(work: () => R): Promise<R> {
+    return new Promise<R>((resolve, reject) => {
+      if (!this.parkedWrites) {
+        this.parkedWrites = [];
+        const resume = () => {
+          const parked = this.parkedWrites ?? [];
+          this.parkedWrites = undefined;
+          for (const run of parked) run();
+        };
+        (this.checkpointer?.parkForRewind() ?? Promise.resolve()).then(resume, resume);
+      }
+      this.parkedWrites.push(() => {
+        this.write(work).then(resolve, reject);
+      });
+    });
   }
 
   /**
@@ -506,7 +539,12 @@ export class SqliteDatabase implements SqliteConnection {
    * bounds, by refusing calls that would write while it is reached.
    */
   get queuedWrites(): number {
-    return (this.group?.length ?? 0) + this.unsynced.length + (this.syncing?.length ?? 0);
+    return (
+      (this.group?.length ?? 0) +
+      this.unsynced.length +
+      (this.syncing?.length ?? 0) +
+      (this.parkedWrites?.length ?? 0)
+    );
   }
 
   /** Runs `work` in one transaction of its own: all of it is committed, or none. */

@@ -37,12 +37,21 @@ export const defaultWalPolicy: WalPolicy = {
 /** The checkpoint worker, as the database holds it. */
 export interface Checkpointer {
   /**
-   * Called before each transaction begins: if the worker is about to rewind
-   * the log, waits (at most {@link rewindWaitMs}) while it does. A rewind
-   * needs the write lock, and a busy writer frees it only between a commit
-   * and its next BEGIN, too briefly for SQLite's sleeping busy handler.
+   * Called before a transaction of its own begins: if the worker is about
+   * to rewind the log, waits (at most {@link rewindWaitMs}) while it does,
+   * holding the event loop. A rewind needs the write lock, and a busy writer
+   * frees it only between a commit and its next BEGIN, too briefly for
+   * SQLite's sleeping busy handler.
    */
   letRewind(): void;
+  /** Whether the worker wants the write lock for a rewind: the next group should wait. */
+  rewindWanted(): boolean;
+  /**
+   * Parks the connection between transactions for the rewind without
+   * holding the event loop: resolves once the rewind is done, or after
+   * {@link rewindWaitMs}.
+   */
+  parkForRewind(): Promise<void>;
   /** Closes the worker's connection (waiting up to a second), then ends it. */
   close(): void;
 }
@@ -90,6 +99,14 @@ export function startCheckpointer(
       Atomics.store(rewind, rewindSignal.parked, 1);
       Atomics.notify(rewind, rewindSignal.parked);
       Atomics.wait(rewind, rewindSignal.wanted, 1, rewindWaitMs);
+      Atomics.store(rewind, rewindSignal.parked, 0);
+    },
+    rewindWanted: () => Atomics.load(rewind, rewindSignal.wanted) === 1,
+    async parkForRewind() {
+      Atomics.store(rewind, rewindSignal.parked, 1);
+      Atomics.notify(rewind, rewindSignal.parked);
+      const waiting = Atomics.waitAsync(rewind, rewindSignal.wanted, 1, rewindWaitMs);
+      if (waiting.async) await waiting.value;
       Atomics.store(rewind, rewindSignal.parked, 0);
     },
     close() {
