@@ -77,8 +77,8 @@ export function createOutboxRelay(deps: {
     endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
   ): Promise<RelayCount> {
     const keyOf = (holder: HolderDoc) => `${name}/${holder._id}`;
-    // Those waiting for attempts come first in the index as they did when
-    // read: read past them.
+    // Documents whose outbox waits for first attempts are still flagged,
+    // and found again: read past them.
     const found = await findOutboxHolders(collection, batchSize + awaitingAttempts.size);
     const holders = found
       .filter((holder) => !awaitingAttempts.has(keyOf(holder)))
