@@ -1,3 +1,4 @@
+import { spawnSync } from "node:child_process";
 import { closeSync, existsSync, mkdtempSync, openSync, readSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -120,4 +121,19 @@ test("writes wait for a rewind of the log without holding the event loop, and ke
   t.like(await things.findOne({ _id: "a" }), { order: 2 }, "run in the order they came");
   await things.insertOne({ _id: "c" });
   t.is(parks.length, 1, "no rewind wanted: no wait");
+});
+
+test("a process whose only work is its writes answers them all across rewinds of the log", (t) => {
+  // A write waiting for a rewind keeps the process alive: V8's wait for the
+  // worker's signal alone does not, and a seeding script exited with its
+  // writes parked (`Detected unsettled top-level await`).
+  const dir = mkdtempSync(join(tmpdir(), "referral-wal-"));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const script = new URL("../helpers/rewinding-writer.ts", import.meta.url).pathname;
+  const run = spawnSync(process.execPath, ["--import", "tsx", script, dir, "6000"], {
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  t.is(run.status, 0, run.stderr);
+  t.is(run.stdout.trim(), "answered 6000");
 });

@@ -105,8 +105,20 @@ export function startCheckpointer(
     async parkForRewind() {
       Atomics.store(rewind, rewindSignal.parked, 1);
       Atomics.notify(rewind, rewindSignal.parked);
-      const waiting = Atomics.waitAsync(rewind, rewindSignal.wanted, 1, rewindWaitMs);
-      if (waiting.async) await waiting.value;
+      const waiting = Atomics.waitAsync(rewind, rewindSignal.wanted, 1);
+      if (waiting.async) {
+        // The wait's end is a timer of ours, not V8's: a pending waitAsync
+        // keeps no event loop alive, and a process with nothing else to do
+        // (a script seeding a store) would exit with its writes parked.
+        let timer: NodeJS.Timeout | undefined;
+        await Promise.race([
+          waiting.value,
+          new Promise((resolve) => {
+            timer = setTimeout(resolve, rewindWaitMs);
+          }),
+        ]);
+        clearTimeout(timer);
+      }
       Atomics.store(rewind, rewindSignal.parked, 0);
     },
     close() {
