@@ -88,6 +88,38 @@ async function killOnce(child: ChildProcess, what: string, ready: () => boolean)
   return exit;
 }
 
+/**
+ * Eight writers identifying new customers (`<prefix>_<n>`) until the service
+ * is gone, or answers off the OpenAPI document: the ids acknowledged (201),
+ * how many were sent, and the drift if any.
+ */
+function identifyBurst(port: number, prefix: string) {
+  const burst = {
+    acknowledged: [] as string[],
+    sent: 0,
+    mismatch: undefined as OpenApiMismatch | undefined,
+    ended: Promise.resolve(),
+  };
+  const writer = async () => {
+    for (;;) {
+      const externalUserId = `${prefix}_${burst.sent++}`;
+      try {
+        const response = await validatedFetch(`http://127.0.0.1:${port}/customers/identify`, {
+          method: "POST",
+          headers: { authorization: keys.public, "content-type": "application/json" },
+          body: JSON.stringify({ externalUserId, name: "D" }),
+        });
+        if (response.status === 201) burst.acknowledged.push(externalUserId);
+      } catch (error) {
+        if (error instanceof OpenApiMismatch) burst.mismatch = error;
+        return; // the process is gone, or its answer drifted from the OpenAPI document
+      }
+    }
+  };
+  burst.ended = Promise.all(Array.from({ length: 8 }, writer)).then(() => undefined);
+  return burst;
+}
+
 // The kill -9 tests run on one process, and on a primary (the store's one
 // writer) with two workers serving the port, the primary killed.
 for (const workers of [1, 2]) {
@@ -116,27 +148,16 @@ test("every acknowledged write's webhook event is delivered after kill -9 in the
       }),
     });
     t.is(subscribed.status, 201);
-    const acknowledged: string[] = [];
-    let sent = 0;
-    const writer = async () => {
-      for (;;) {
-        const externalUserId = `hooked_${sent++}`;
-        try {
-          const response = await fetch(`http://127.0.0.1:${port}/customers/identify`, {
-            method: "POST",
-            headers: { authorization: keys.public, "content-type": "application/json" },
-            body: JSON.stringify({ externalUserId, name: "W" }),
-          });
-          if (response.status === 201) acknowledged.push(externalUserId);
-        } catch {
-          return; // the process is gone
-        }
-      }
-    };
-    const writers = Array.from({ length: 8 }, writer);
+    const burst = identifyBurst(port, "hooked");
+    const { acknowledged } = burst;
     // Killed with first attempts in flight and events in outboxes.
-    await killOnce(child, "300 acknowledged writes", () => acknowledged.length >= 300);
-    await Promise.all(writers);
+    await killOnce(
+      child,
+      "300 acknowledged writes",
+      () => acknowledged.length >= 300 || !!burst.mismatch,
+    );
+    await burst.ended;
+    if (burst.mismatch) throw burst.mismatch;
     const deliveredTo = () =>
       new Set(
         receiver.received.map(
@@ -170,37 +191,19 @@ async function killDuringBurst(t: ExecutionContext, workers: number): Promise<vo
   try {
     const { child, port } = await startService(dataDir, workers);
     if (workers > 1) t.is(workerPidsOf(child.pid ?? 0).length, workers, "the workers serve");
-    const acknowledged: string[] = [];
-    let sent = 0;
-    let mismatch: OpenApiMismatch | undefined;
-    const writer = async () => {
-      for (;;) {
-        const externalUserId = `durable_${sent++}`;
-        try {
-          const response = await validatedFetch(`http://127.0.0.1:${port}/customers/identify`, {
-            method: "POST",
-            headers: { authorization: keys.public, "content-type": "application/json" },
-            body: JSON.stringify({ externalUserId, name: "D" }),
-          });
-          if (response.status === 201) acknowledged.push(externalUserId);
-        } catch (error) {
-          if (error instanceof OpenApiMismatch) mismatch = error;
-          return; // the process is gone, or its answer drifted from the OpenAPI document
-        }
-      }
-    };
-    const writers = Array.from({ length: 8 }, writer);
+    const burst = identifyBurst(port, "durable");
+    const { acknowledged } = burst;
     // Kill once writes are flowing, with requests in flight.
     const exited = await killOnce(
       child,
       "300 acknowledged writes",
-      () => acknowledged.length >= 300 || !!mismatch,
+      () => acknowledged.length >= 300 || !!burst.mismatch,
     );
-    await Promise.all(writers);
-    if (mismatch) throw mismatch;
+    await burst.ended;
+    if (burst.mismatch) throw burst.mismatch;
     // Reaped, so its lock on the directory is seen to be stale.
     await exited;
-    t.true(sent > acknowledged.length, "some requests were in flight when the process died");
+    t.true(burst.sent > acknowledged.length, "some requests were in flight when the process died");
 
     t.deepEqual(
       await customersMissing(dataDir, acknowledged),

@@ -513,13 +513,9 @@ export class SqliteDatabase implements SqliteConnection {
       closeSync(this.logFd);
       this.logFd = undefined;
     }
-    if (error) {
-      // Committed, and perhaps not durable: each caller hears the failure
-      // (as of a cut connection: a retry with its idempotency key is safe).
-      for (const writer of batch) writer.reject(error);
-    } else {
-      for (const writer of batch) writer.resolve();
-    }
+    // Failed, committed and perhaps not durable: each caller hears the
+    // failure (as of a cut connection: a retry with its idempotency key is safe).
+    answerSynced(batch, error);
     if (this.group && this.reads.isOpen) this.commitGroup();
     if (!this.syncing && this.unsynced.length > 0) this.syncUnsynced();
   }
@@ -700,10 +696,7 @@ export class SqliteDatabase implements SqliteConnection {
       } catch (failed) {
         error = failed;
       }
-      for (const writer of last) {
-        if (error) writer.reject(error);
-        else writer.resolve();
-      }
+      answerSynced(last, error);
     }
     // First the other connections, so the writer's is the last and its
     // close checkpoints the whole WAL and removes it.
@@ -740,6 +733,14 @@ function readOnlyError(file: string): Error {
 interface Waiter {
   resolve(): void;
   reject(error: unknown): void;
+}
+
+/** Answers the writes a sync of the log covered: each resolved, or refused with its error. */
+function answerSynced(batch: readonly Waiter[], error: unknown): void {
+  for (const writer of batch) {
+    if (error) writer.reject(error);
+    else writer.resolve();
+  }
 }
 
 /** Syncs the log's data to the disk, off the event loop (`fs.fdatasync`; tests pass their own). */
