@@ -132,6 +132,12 @@ export async function buildApp(
     ...(link && "dataDir" in config.store ? { forwardWrites: link.writes } : {}),
   });
   const part = partOf(cluster, store);
+  if (store.engine === "embedded" && store.role === "writer" && store.upgradedRows > 0) {
+    logger.info(
+      { rows: store.upgradedRows },
+      "upgraded the stored documents to the current format",
+    );
+  }
   let jobs: BackgroundJobs | undefined;
   let draining = false;
   const readiness = createReadiness();

@@ -90,6 +90,8 @@ export interface EmbeddedWriter extends EmbeddedBase {
   queuedWrites(): number;
   /** The group commits so far and the writes in them. */
   commits(): { groups: number; writes: number };
+  /** Rows this start wrote again in the current stored format (an upgrade); 0 after it. */
+  readonly upgradedRows: number;
 }
 
 /** A cluster worker's view of the embedded engine: it reads the file and forwards its writes to the writer. */
@@ -310,6 +312,7 @@ function openEmbedded(
       },
       statsChanged: (listener) => stats.onChange(listener),
       queuedWrites: () => db.queuedWrites,
+      upgradedRows: db.upgradedRows,
       commits: () => ({
         groups: db.groupsCommitted,
         writes: db.writesCommitted,

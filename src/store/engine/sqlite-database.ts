@@ -11,6 +11,7 @@ import {
   startCheckpointer,
   type WalPolicy,
 } from "./sqlite-wal.js";
+import { upgradeStoredFormat } from "./stored-format.js";
 import { WalIndexWatch } from "./wal-index-watch.js";
 
 /**
@@ -52,6 +53,8 @@ export class SqliteDatabase implements SqliteConnection {
   private dataVersion = -1;
   /** A reader's cheap look at the writer's commits, before the PRAGMA (see `WalIndexWatch`). */
   private walIndex: WalIndexWatch | undefined;
+  /** Rows this open wrote again in the current format (see `upgradeStoredFormat`); 0 once upgraded. */
+  upgradedRows = 0;
 
   private constructor(
     db: DatabaseSync | undefined,
@@ -118,6 +121,13 @@ export class SqliteDatabase implements SqliteConnection {
         "CREATE TABLE IF NOT EXISTS write_probe (id INTEGER PRIMARY KEY, at INTEGER NOT NULL) STRICT;" +
         "CREATE TABLE IF NOT EXISTS versions (name TEXT PRIMARY KEY NOT NULL, v INTEGER NOT NULL) STRICT",
     );
+    let upgradedRows: number;
+    try {
+      upgradedRows = upgradeStoredFormat(db, file);
+    } catch (error) {
+      db.close();
+      throw error;
+    }
     // An 8 MiB page cache: it holds the upper levels of every index, and the
     // rest of the file is a read from the operating system's cache away. At
     // 1M customers 32 MiB added about 25 MiB of RSS and served no lookup,
@@ -148,6 +158,7 @@ export class SqliteDatabase implements SqliteConnection {
       options.syncLog ?? fdatasync,
     );
     database.loadVersions();
+    database.upgradedRows = upgradedRows;
     return database;
   }
 

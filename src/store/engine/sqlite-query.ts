@@ -96,16 +96,57 @@ function jsonPath(path: string): string {
 }
 
 // Dates and strings are both strings in JSON. A date is stored as a tagged
-// ISO 8601 string, which sorts and compares in time order; a user's string
-// that happens to start with the tag character is escaped, so nothing a
-// caller sends can read back as a date.
+// string of fixed width that sorts in time order (see `encodeDate`); a
+// caller's string that starts with the tag is escaped, so nothing a caller
+// sends can read back as a date.
+//
+// Stores written before format 1 (see `upgradeStoredFormat`) tagged a date
+// as U+0001, 'D' and its ISO 8601 text, and escaped with U+0001 'S', as
+// this format still does: the second character tells every form apart (a
+// date's is a base-36 digit, '#' or '~'), so a value reads back the same
+// whichever format wrote it, and an upgrade stopped part-way is safe.
 const tag = "\u0001";
-const dateTag = "\u0001D";
 const escapedTag = "\u0001S";
+const legacyDateTag = "\u0001D";
+
+// Milliseconds from the year 1 (proto's Timestamp starts there), so every
+// date a caller or the service can make is a positive number of ten base-36
+// digits (to about the year 113,000): eleven characters where the ISO text
+// took twenty-five. Dates outside that span (a query's open bound at the
+// limits of `Date`) take a longer form that still sorts below or above them.
+const yearOneMs = 62_135_596_800_000;
+const dateDigits = 10;
+const dateSpanMs = 36 ** dateDigits;
+const widest = 11; // 36 ** 11 exceeds every Date's milliseconds
+const beforeYearOne = "#"; // sorts before the digits
+const afterSpan = "~"; // sorts after them
+const maxDateMs = 8.64e15;
+
+/** A date as the fixed-width text stored for it (`Date`'s own range; an invalid date throws, as `toISOString` does). */
+export function encodeDate(date: Date): string {
+  const ms = date.getTime();
+  if (Number.isNaN(ms)) throw new RangeError("Invalid time value");
+  const fromYearOne = ms + yearOneMs;
+  if (fromYearOne < 0) {
+    return tag + beforeYearOne + (ms + maxDateMs).toString(36).padStart(widest, "0");
+  }
+  if (fromYearOne >= dateSpanMs) return tag + afterSpan + ms.toString(36).padStart(widest, "0");
+  return tag + fromYearOne.toString(36).padStart(dateDigits, "0");
+}
+
+/** A tagged value back: a date in either format's form, or an escaped string. */
+function decodeTagged(stored: string): Date | string {
+  const form = stored[1];
+  if (form === "S") return stored.slice(escapedTag.length);
+  if (form === "D") return new Date(stored.slice(legacyDateTag.length));
+  if (form === beforeYearOne) return new Date(Number.parseInt(stored.slice(2), 36) - maxDateMs);
+  if (form === afterSpan) return new Date(Number.parseInt(stored.slice(2), 36));
+  return new Date(Number.parseInt(stored.slice(1), 36) - yearOneMs);
+}
 
 /** A value as it is stored inside a document and compared in SQL. */
 export function encodeScalar(value: unknown): SQLInputValue {
-  if (value instanceof Date) return dateTag + value.toISOString();
+  if (value instanceof Date) return encodeDate(value);
   if (typeof value === "string") return value.startsWith(tag) ? escapedTag + value : value;
   if (typeof value === "boolean") return value ? 1 : 0; // json_extract reads true as 1
   if (typeof value === "number") return value;
@@ -125,7 +166,7 @@ export function decodeValue(value: unknown): unknown {
 function storable(value: unknown): unknown {
   if (typeof value === "string") return value.startsWith(tag) ? escapedTag + value : value;
   if (typeof value !== "object" || value === null) return value;
-  if (value instanceof Date) return dateTag + value.toISOString();
+  if (value instanceof Date) return encodeDate(value);
   if (Array.isArray(value)) return value.map(storable);
   const out: Document = {};
   for (const [key, child] of Object.entries(value)) {
@@ -136,12 +177,7 @@ function storable(value: unknown): unknown {
 
 /** Turns tagged strings back into dates and strings, in place (the object is JSON.parse's). */
 function revive(value: unknown): unknown {
-  if (typeof value === "string") {
-    if (!value.startsWith(tag)) return value;
-    return value.startsWith(dateTag)
-      ? new Date(value.slice(dateTag.length))
-      : value.slice(escapedTag.length);
-  }
+  if (typeof value === "string") return value.startsWith(tag) ? decodeTagged(value) : value;
   if (typeof value !== "object" || value === null) return value;
   if (Array.isArray(value)) {
     for (let i = 0; i < value.length; i++) value[i] = revive(value[i]);
@@ -161,6 +197,15 @@ function revive(value: unknown): unknown {
     }
   }
   return object;
+}
+
+/**
+ * A column's JSON text written again in this format: the old format's
+ * dates and escapes read back, then stored as new ones (see
+ * `upgradeStoredFormat`).
+ */
+export function reencodeColumn(json: string): string {
+  return JSON.stringify(storable(revive(JSON.parse(json))));
 }
 
 /** Sets an own property, even one named `__proto__` (plain assignment would set the prototype). */
