@@ -83,7 +83,11 @@ function delivery(id: string, nextAttemptAt: Date | null, createdAt: Date): Deli
   };
 }
 
-/** Writes a store's documents as the format before this one did: the state an upgrade starts from. */
+/**
+ * Writes a store as the first format did, the state an upgrade starts from:
+ * dates as ISO text (in the rows `rows` picks), side fields in the
+ * document's row, their indexes on the collection's table.
+ */
 function writeInOldFormat(
   file: string,
   rows: (table: string, index: number) => boolean = () => true,
@@ -95,6 +99,18 @@ function writeInOldFormat(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND sql LIKE '%doc BLOB NOT NULL, side BLOB%'",
       )
       .all() as { name: string }[];
+    for (const { name } of tables) {
+      const sideIndexes = db
+        .prepare("SELECT name, sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = ?")
+        .all(`${name}_side`) as { name: string; sql: string | null }[];
+      db.exec(
+        `UPDATE "${name}" SET side = (SELECT side FROM "${name}_side" AS s WHERE s.id = "${name}".id)`,
+      );
+      db.exec(`DROP TABLE "${name}_side"`);
+      for (const index of sideIndexes) {
+        if (index.sql) db.exec(index.sql.replace(`ON "${name}_side"`, `ON "${name}"`));
+      }
+    }
     for (const { name } of tables) {
       const all = db
         .prepare(
@@ -128,6 +144,26 @@ function oldFormat(value: unknown): unknown {
     return Object.fromEntries(Object.entries(value).map(([key, child]) => [key, oldFormat(child)]));
   }
   return value;
+}
+
+/** Where the customers' side fields are: document rows still holding any, side rows, the outbox index's table. */
+function sideFieldsOf(file: string) {
+  const db = new DatabaseSync(file, { readOnly: true });
+  try {
+    const count = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
+    const outboxIndex = db
+      .prepare("SELECT tbl_name FROM sqlite_schema WHERE name = 'customers_outboxPending_1'")
+      .get() as { tbl_name: string };
+    return {
+      leftInDocumentRows: count(
+        "SELECT count(*) AS n FROM customers WHERE side IS NOT NULL AND side != jsonb('{}')",
+      ),
+      sideRows: count("SELECT count(*) AS n FROM customers_side"),
+      outboxIndexOn: outboxIndex.tbl_name,
+    };
+  } finally {
+    db.close();
+  }
 }
 
 function storedFormatOf(file: string): number {
@@ -178,7 +214,10 @@ async function seededStore(): Promise<{ dataDir: string; file: string }> {
       deletedAt: null,
       createdAt: now,
       updatedAt: now,
-    });
+      // An event the relay has not taken yet: it must still be found and relayed after the upgrade.
+      outbox: [{ id: "evt_1", type: "customer.created", occurredAt: now }],
+      outboxPending: true,
+    } as never);
   } finally {
     await store.close();
   }
@@ -199,7 +238,9 @@ async function readBack(dataDir: string) {
       )
       .toArray();
     const customer = await store.system.customers.findOne({ _id: "cus_1" });
+    const waiting = await store.system.customers.find({ outboxPending: true }).toArray();
     return {
+      outboxes: waiting.map((doc) => [doc._id, doc.outbox]),
       upgradedRows: upgradedRowsOf(store),
       due: due.map((doc) => doc._id),
       newest: newest.map((doc) => doc._id),
@@ -211,10 +252,11 @@ async function readBack(dataDir: string) {
   }
 }
 
-test("a store written in the format before is upgraded at start: documents read back the same, and due dates compare in time order again", async (t) => {
+test("a store written in the first format is upgraded at start: documents read back the same, due dates compare in time order again, and side fields move to their table", async (t) => {
   const { dataDir, file } = await seededStore();
   try {
     const expected = {
+      outboxes: [["cus_1", [{ id: "evt_1", type: "customer.created", occurredAt: now }]]],
       due: ["whd_due"],
       newest: ["whd_done", "whd_later"],
       customerProperties: { ...tricky, nested: [{ at: "x", list: [tricky.oldEscape] }] },
@@ -233,6 +275,11 @@ test("a store written in the format before is upgraded at start: documents read 
     // Every row holds a date, and the upgrade skips tables' rows without the old tag: all of these have one.
     t.true(upgraded.upgradedRows >= 4, `rows upgraded: ${upgraded.upgradedRows}`);
     t.is(storedFormatOf(file), storedFormat);
+    t.deepEqual(sideFieldsOf(file), {
+      leftInDocumentRows: 0,
+      sideRows: 1,
+      outboxIndexOn: "customers_side",
+    });
     t.like(
       await readBack(dataDir),
       { ...expected, upgradedRows: 0 },
@@ -250,6 +297,9 @@ test("an upgrade stopped part-way goes on at the next start, whichever rows it h
     writeInOldFormat(file, (_table, index) => index % 2 === 0);
     const upgraded = await readBack(dataDir);
     t.deepEqual(upgraded.due, ["whd_due"]);
+    t.deepEqual(upgraded.outboxes, [
+      ["cus_1", [{ id: "evt_1", type: "customer.created", occurredAt: now }]],
+    ]);
     t.deepEqual(upgraded.newest, ["whd_done", "whd_later"]);
     t.deepEqual(upgraded.customerProperties, {
       ...tricky,

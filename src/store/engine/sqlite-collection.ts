@@ -33,6 +33,7 @@ import {
   isSidePath,
   project,
   sideFieldsRemoved,
+  sideTableOf,
   UnsupportedQueryError,
 } from "./sqlite-query.js";
 
@@ -59,6 +60,8 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
   private readonly indexes: {
     name: string;
+    /** The collection's table, or its side table for an index of side fields. */
+    table: string;
     key: Record<string, 1 | -1>;
     unique: boolean;
     sparse: boolean;
@@ -74,11 +77,15 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   /** The totals this table keeps, and the counts and aggregations they answer. */
   private readonly counters: SqliteCounters;
 
+  /** Where the documents' side fields are (see `sideTableOf`). */
+  private readonly sideTable: string;
+
   constructor(
     private readonly database: SqliteConnection,
     readonly name: string,
   ) {
     this.counters = new SqliteCounters(database, name);
+    this.sideTable = sideTableOf(name);
   }
 
   /** Sets the collection's watcher (see {@link watcher}). */
@@ -139,7 +146,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     // statement (see `countStatement`).
     const params: SQLInputValue[] = [];
     const counts = filters.map((filter, i) => {
-      const where = compileFilter(filter as Document);
+      const where = compileFilter(filter as Document, this.name);
       params.push(...where.params);
       return `(SELECT count(*) FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ${sqlLimit(limit)})) AS n${i}`;
     });
@@ -207,7 +214,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   deleteOne(filter: Filter<T>): Promise<DeleteResult> {
     return this.database.write(() => {
       this.database.touch(this.name);
-      const where = compileFilter(filter);
+      const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
       this.database.noteQuery(sql, this.name, filter);
       const result = this.database.statement(sql).run(...where.params);
@@ -218,7 +225,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   deleteMany(filter: Filter<T>): Promise<DeleteResult> {
     return this.database.write(() => {
       this.database.touch(this.name);
-      const where = compileFilter(filter);
+      const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE ${where.sql}`;
       this.database.noteQuery(sql, this.name, filter);
       const result = this.database.statement(sql).run(...where.params);
@@ -254,17 +261,24 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     // at its front, where each page split leaves half a page empty: the
     // deliveries' list index was half empty that way. A database created
     // before keeps its descending indexes (same names), which work alike.
-    const columns = Object.keys(key).map((path) => `${fieldExpression(path)} ASC`);
+    const paths = Object.keys(key);
+    // An index of side fields is the side table's (see `sideTableOf`).
+    const onSide = paths.every(isSidePath);
+    if (!onSide && paths.some(isSidePath)) {
+      throw new UnsupportedQueryError(`an index of side and document fields (${name})`);
+    }
+    const columns = paths.map((path) => `${fieldExpression(path)} ASC`);
     const partial = options.sparse
       ? ` WHERE ${Object.keys(key)
           .map((path) => `${fieldExpression(path)} IS NOT NULL`)
           .join(" OR ")}`
       : "";
     this.database.exec(
-      `CREATE ${options.unique ? "UNIQUE " : ""}INDEX IF NOT EXISTS "${name}" ON "${this.name}" (${columns.join(", ")})${partial}`,
+      `CREATE ${options.unique ? "UNIQUE " : ""}INDEX IF NOT EXISTS "${name}" ON "${onSide ? this.sideTable : this.name}" (${columns.join(", ")})${partial}`,
     );
     this.indexes.push({
       name,
+      table: onSide ? this.sideTable : this.name,
       key,
       unique: options.unique ?? false,
       sparse: options.sparse ?? false,
@@ -279,9 +293,16 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
    */
   statistics(): { table: string; index: string | null; stat: string }[] {
     const rows = nominalRows;
+    const sideRows = Math.ceil(rows / 10_000);
     const stats = [
       { table: this.name, index: null, stat: String(rows) },
       { table: this.name, index: `sqlite_autoindex_${this.name}_1`, stat: `${rows} 1` },
+      // Documents whose events or grants wait: a few at any time.
+      {
+        table: this.sideTable,
+        index: `sqlite_autoindex_${this.sideTable}_1`,
+        stat: `${sideRows} 1`,
+      },
     ];
     for (const index of this.indexes) {
       // A sparse index holds the few documents that have the field.
@@ -292,7 +313,11 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
         const last = position === fields.length - 1;
         return index.unique && last ? 1 : Math.max(1, Math.round(indexed / groups));
       });
-      stats.push({ table: this.name, index: index.name, stat: [indexed, ...perPrefix].join(" ") });
+      stats.push({
+        table: index.table,
+        index: index.name,
+        stat: [indexed, ...perPrefix].join(" "),
+      });
     }
     return stats;
   }
@@ -314,13 +339,13 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     filter: Filter<T>,
     options: FindOptions = {},
   ): { sql: string; params: SQLInputValue[] } {
-    const where = compileFilter(filter);
+    const where = compileFilter(filter, this.name);
     const params = [...where.params];
     // Only ids asked for (a rule counting up to a limit, a set of matches):
     // the documents are neither read out as JSON nor parsed.
     const columns = isIdsOnly(options.projection)
       ? "id"
-      : "id, json(doc) AS doc, json(side) AS side";
+      : `id, json(doc) AS doc, (SELECT json(side) FROM "${this.sideTable}" WHERE id = "${this.name}".id) AS side`;
     let sql = `SELECT ${columns} FROM "${this.name}" WHERE ${where.sql}${compileSort(options.sort)}`;
     if (options.limit || options.skip) {
       // The limit is written into the statement: bound as a parameter, it
@@ -339,7 +364,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     filter: Filter<T>,
     limit?: number,
   ): { sql: string; params: SQLInputValue[] } {
-    const where = compileFilter(filter);
+    const where = compileFilter(filter, this.name);
     if (limit === undefined) {
       return {
         sql: `SELECT count(*) AS n FROM "${this.name}" WHERE ${where.sql}`,
@@ -415,19 +440,24 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     filter: Filter<T>,
     fields: readonly string[],
   ): { matched: number; modified: number } {
-    const where = compileFilter(filter);
+    const where = compileFilter(filter, this.name);
     const present = fields.map((field) => `${fieldExpression(field)} IS NOT NULL`).join(" OR ");
-    const sql = `SELECT rowid AS row, (${present}) AS present FROM "${this.name}" WHERE ${where.sql} LIMIT 1`;
+    const sql =
+      `SELECT id, (SELECT ${present} FROM "${this.sideTable}" WHERE id = "${this.name}".id) AS present ` +
+      `FROM "${this.name}" WHERE ${where.sql} LIMIT 1`;
     this.database.noteQuery(sql, this.name, filter);
     const found = this.database.statement(sql).get(...where.params) as
-      | { row: number; present: number }
+      | { id: string; present: number | null }
       | undefined;
     if (!found) return { matched: 0, modified: 0 };
     if (!found.present) return { matched: 1, modified: 0 };
     const paths = fields.map((field) => `'$.${field}'`).join(", ");
     this.database
-      .statement(`UPDATE "${this.name}" SET side = jsonb_remove(side, ${paths}) WHERE rowid = ?`)
-      .run(found.row);
+      .statement(`UPDATE "${this.sideTable}" SET side = jsonb_remove(side, ${paths}) WHERE id = ?`)
+      .run(found.id);
+    this.database
+      .statement(`DELETE FROM "${this.sideTable}" WHERE id = ? AND side = jsonb('{}')`)
+      .run(found.id);
     return { matched: 1, modified: 1 };
   }
 
@@ -439,35 +469,50 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     this.database.touch(this.name);
     translateConstraintErrors(() =>
       this.database
-        .statement(`INSERT INTO "${this.name}" (id, doc, side) VALUES (?, jsonb(?), jsonb(?))`)
-        .run(id, columns.doc, columns.side),
+        .statement(`INSERT INTO "${this.name}" (id, doc) VALUES (?, jsonb(?))`)
+        .run(id, columns.doc),
     );
+    if (columns.side !== null) this.writeSide(id, columns.side);
     this.watcher?.(null, _id === undefined ? { ...doc, _id: id } : doc);
     return id;
   }
 
-  /** Writes a changed document; only its side column when only side fields were modified. */
+  /**
+   * Writes a changed document: its row when document fields were modified,
+   * its side row when side fields were.
+   */
   private writeRow(
     doc: WithId<T>,
     modifiedPaths: readonly string[],
     before: Document | null,
   ): void {
     const { _id, ...fields } = doc;
+    const id = String(_id);
     const columns = encodeColumns(fields);
     const sideOnly = modifiedPaths.every(isSidePath);
-    if (!sideOnly) this.database.touch(this.name);
-    translateConstraintErrors(() => {
-      if (sideOnly) {
+    if (!sideOnly) {
+      this.database.touch(this.name);
+      translateConstraintErrors(() =>
         this.database
-          .statement(`UPDATE "${this.name}" SET side = jsonb(?) WHERE id = ?`)
-          .run(columns.side, String(_id));
-      } else {
-        this.database
-          .statement(`UPDATE "${this.name}" SET doc = jsonb(?), side = jsonb(?) WHERE id = ?`)
-          .run(columns.doc, columns.side, String(_id));
-      }
-    });
+          .statement(`UPDATE "${this.name}" SET doc = jsonb(?) WHERE id = ?`)
+          .run(columns.doc, id),
+      );
+    }
+    if (modifiedPaths.some(isSidePath)) this.writeSide(id, columns.side);
     if (!sideOnly && before) this.watcher?.(before, doc);
+  }
+
+  /** A document's side row: written, or removed with its last side field. */
+  private writeSide(id: string, side: string | null): void {
+    if (side === null) {
+      this.database.statement(`DELETE FROM "${this.sideTable}" WHERE id = ?`).run(id);
+      return;
+    }
+    this.database
+      .statement(
+        `INSERT INTO "${this.sideTable}" (id, side) VALUES (?, jsonb(?)) ON CONFLICT (id) DO UPDATE SET side = excluded.side`,
+      )
+      .run(id, side);
   }
 }
 

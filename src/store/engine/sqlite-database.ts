@@ -4,6 +4,7 @@ import type { Document, Sort } from "mongodb";
 import { StoreOpenError } from "../errors.js";
 import { SqliteCollection } from "./sqlite-collection.js";
 import type { SqliteConnection } from "./sqlite-connection.js";
+import { sideTableSchema } from "./sqlite-query.js";
 import {
   type Checkpointer,
   defaultWalPolicy,
@@ -205,7 +206,8 @@ export class SqliteDatabase implements SqliteConnection {
   /** The table of a collection, created on first use. */
   collection<T extends Document>(name: string): SqliteCollection<T> {
     (this.db ?? this.reads).exec(
-      `CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY NOT NULL, doc BLOB NOT NULL, side BLOB) STRICT`,
+      // The `side` column is no longer written (format 2 keeps side fields in the side table).
+      `CREATE TABLE IF NOT EXISTS "${name}" (id TEXT PRIMARY KEY NOT NULL, doc BLOB NOT NULL, side BLOB) STRICT;${sideTableSchema(name)}`,
     );
     const collection = new SqliteCollection<T>(this, name);
     this.collections.set(name, collection as unknown as SqliteCollection<Document>);

@@ -3,9 +3,9 @@ import type { Document, Sort } from "mongodb";
 
 /**
  * The translation of the MongoDB query language the repositories use into
- * SQL over tables of JSON documents (`id TEXT PRIMARY KEY, doc BLOB, side
- * BLOB` in SQLite's JSONB form; see {@link sideFields}), and the document
- * encoding that keeps BSON's types apart inside JSON.
+ * SQL over tables of JSON documents (`id TEXT PRIMARY KEY, doc BLOB` in
+ * SQLite's JSONB form, with a side table for {@link sideFields}), and the
+ * document encoding that keeps BSON's types apart inside JSON.
  *
  * Every field is read through one expression, `json_extract(doc, '$.path')`,
  * written by {@link fieldExpression} for queries and indexes alike: SQLite
@@ -23,11 +23,13 @@ export class UnsupportedQueryError extends Error {
 const pathSegment = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
- * Fields kept beside the document, in a `side` column of their own: the
- * webhook outbox, which the relay empties soon after nearly every write,
- * and the reward ledger's flags and plans, set by a write and removed right
- * after it. A change to them alone rewrites neither the document nor its
- * indexes, and removing them does not even read the document.
+ * Fields kept beside the document, in a side table of their own (see
+ * `sideTableOf`): the webhook outbox, which the relay empties soon after
+ * nearly every write, and the reward ledger's flags and plans, set by a
+ * write and removed right after it. A change to them alone rewrites neither
+ * the document nor its indexes, and removing them does not even read the
+ * document. A condition on one is answered from the side table (see
+ * `sideCondition`).
  */
 const sideFields: ReadonlySet<string> = new Set([
   "outbox",
@@ -50,13 +52,33 @@ export function sideFieldsRemoved(update: Document): string[] | undefined {
   return fields.length > 0 && fields.every((field) => sideFields.has(field)) ? fields : undefined;
 }
 
-/** Whether a field path lies in the `side` column (see {@link sideFields}). */
+/**
+ * The table holding a collection's side fields: one row per document that
+ * has any, removed with the last of them. Apart from the document's row,
+ * which the outbox would otherwise grow at its insert and leave with a
+ * hole when the relay empties it (a third of the customers table was
+ * such holes), and small enough to stay in memory.
+ */
+export function sideTableOf(table: string): string {
+  return `${table}_side`;
+}
+
+/** The side table of a collection's table, and the trigger that removes a document's side row with it. */
+export function sideTableSchema(table: string): string {
+  const side = sideTableOf(table);
+  return (
+    `CREATE TABLE IF NOT EXISTS "${side}" (id TEXT PRIMARY KEY NOT NULL, side BLOB NOT NULL) WITHOUT ROWID, STRICT;` +
+    `CREATE TRIGGER IF NOT EXISTS "${side}_delete" AFTER DELETE ON "${table}" BEGIN DELETE FROM "${side}" WHERE id = OLD.id; END`
+  );
+}
+
+/** Whether a field path lies in the side table (see {@link sideFields}). */
 export function isSidePath(path: string): boolean {
   const dot = path.indexOf(".");
   return sideFields.has(dot === -1 ? path : path.slice(0, dot));
 }
 
-/** The column that holds a field: `doc`, or `side` for {@link sideFields}. */
+/** The column that holds a field: `doc`, or the side table's `side` for {@link sideFields}. */
 function columnOf(path: string): "doc" | "side" {
   return isSidePath(path) ? "side" : "doc";
 }
@@ -234,13 +256,16 @@ export interface SqlCondition {
  * missing fields, `$size` matches arrays only. Anything else is refused
  * loudly rather than answered differently.
  */
-export function compileFilter(filter: Document): SqlCondition {
+export function compileFilter(filter: Document, table?: string): SqlCondition {
   const clauses: string[] = [];
   const params: SQLInputValue[] = [];
+  // One document (by id): its side row is looked up by its id; any other
+  // filter reads the side table's matches, through its own index.
+  const oneDocument = filter._id !== undefined && !isOperatorObject(filter._id);
   for (const [key, condition] of Object.entries(filter)) {
     if (condition === undefined) continue;
     if (key === "$and" || key === "$or") {
-      const parts = (condition as Document[]).map(compileFilter);
+      const parts = (condition as Document[]).map((part) => compileFilter(part, table));
       if (parts.length === 0) throw new UnsupportedQueryError(`an empty ${key}`);
       clauses.push(`(${parts.map((part) => part.sql).join(key === "$and" ? " AND " : " OR ")})`);
       for (const part of parts) params.push(...part.params);
@@ -248,6 +273,18 @@ export function compileFilter(filter: Document): SqlCondition {
     }
     if (key.startsWith("$")) throw new UnsupportedQueryError(`the operator ${key}`);
     const expression = fieldExpression(key);
+    if (isSidePath(key)) {
+      if (table === undefined) throw new UnsupportedQueryError(`the side field ${key} here`);
+      const operators = isOperatorObject(condition)
+        ? Object.entries(condition)
+        : [["$eq", condition]];
+      for (const [operator, operand] of operators) {
+        const clause = compileOperator(key, expression, operator as string, operand, params);
+        const meetsMissing = matchesMissing(operator as string, operand);
+        clauses.push(sideCondition(table, clause, meetsMissing, oneDocument));
+      }
+      continue;
+    }
     if (isOperatorObject(condition)) {
       for (const [operator, operand] of Object.entries(condition)) {
         clauses.push(compileOperator(key, expression, operator, operand, params));
@@ -307,6 +344,48 @@ function compileOperator(
   }
 }
 
+/**
+ * A condition on a side field, over the side table (see `sideTableOf`):
+ * the documents whose side row matches, or, for a condition a missing field
+ * meets (`null`, `$ne`, `$exists: false`), those without a side row that
+ * fails it.
+ */
+function sideCondition(
+  table: string,
+  clause: string,
+  meetsMissing: boolean,
+  oneDocument: boolean,
+): string {
+  const side = sideTableOf(table);
+  if (oneDocument) {
+    const rows = `SELECT 1 FROM "${side}" AS s WHERE s.id = "${table}".id AND`;
+    return meetsMissing
+      ? `NOT EXISTS (${rows} NOT coalesce(${clause}, 0))`
+      : `EXISTS (${rows} ${clause})`;
+  }
+  return meetsMissing
+    ? `id NOT IN (SELECT id FROM "${side}" WHERE NOT coalesce(${clause}, 0))`
+    : `id IN (SELECT id FROM "${side}" WHERE ${clause})`;
+}
+
+/** Whether an operator matches a document without the field, as MongoDB's do. */
+function matchesMissing(operator: string, operand: unknown): boolean {
+  switch (operator) {
+    case "$eq":
+      return operand === null;
+    case "$ne":
+      return operand !== null;
+    case "$in":
+      return Array.isArray(operand) && operand.includes(null);
+    case "$nin":
+      return Array.isArray(operand) && !operand.includes(null);
+    case "$exists":
+      return !operand;
+    default:
+      return false;
+  }
+}
+
 function equality(expression: string, value: unknown, params: SQLInputValue[]): string {
   if (value === null) return `${expression} IS NULL`;
   params.push(encodeScalar(value));
@@ -332,6 +411,7 @@ export function compileSort(sort: Sort | undefined): string {
     if (direction !== 1 && direction !== -1) {
       throw new UnsupportedQueryError(`the sort direction ${String(direction)}`);
     }
+    if (isSidePath(path)) throw new UnsupportedQueryError(`sorting by the side field ${path}`);
     return `${fieldExpression(path)} ${direction === 1 ? "ASC" : "DESC"}`;
   });
   return terms.length > 0 ? ` ORDER BY ${terms.join(", ")}` : "";

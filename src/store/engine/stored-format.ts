@@ -1,13 +1,14 @@
 import type { DatabaseSync } from "node:sqlite";
 import { StoreOpenError } from "../errors.js";
-import { reencodeColumn } from "./sqlite-query.js";
+import { reencodeColumn, sideTableOf, sideTableSchema } from "./sqlite-query.js";
 
 /**
  * The format of the documents in an embedded database, kept in SQLite's
  * `user_version`: 0 for stores written before dates took their compact form
- * (see `encodeDate`), 1 since.
+ * (see `encodeDate`), 1 with it, 2 with side fields in side tables of their
+ * own (see `sideTableOf`).
  */
-export const storedFormat = 1;
+export const storedFormat = 2;
 
 /** Rows rewritten per transaction: the upgrade of a large store commits as it goes. */
 const rowsPerCommit = 2_000;
@@ -17,7 +18,8 @@ const legacyDateInJson = Buffer.from("\\u0001D");
 
 /**
  * Brings an embedded database to this version's format before anything
- * reads it: the documents' dates are written again in the compact form. A
+ * reads it: the documents' dates are written again in the compact form,
+ * and their side fields moved to the side tables. A
  * date's order is the order of its stored text, and the old text sorts
  * below every new one, so an index or a comparison mixing the two would
  * put a reward's approval or a delivery's retry due before its time: every
@@ -40,7 +42,10 @@ export function upgradeStoredFormat(db: DatabaseSync, file: string): number {
     );
   }
   let upgraded = 0;
-  for (const table of documentTables(db)) upgraded += upgradeTable(db, table);
+  for (const table of documentTables(db)) {
+    if (found < 1) upgraded += upgradeDates(db, table);
+    upgraded += moveSideFields(db, table);
+  }
   db.exec(`PRAGMA user_version = ${storedFormat}`);
   return upgraded;
 }
@@ -55,7 +60,7 @@ function documentTables(db: DatabaseSync): string[] {
   return rows.map((row) => row.name);
 }
 
-function upgradeTable(db: DatabaseSync, table: string): number {
+function upgradeDates(db: DatabaseSync, table: string): number {
   const pending = db.prepare(
     `SELECT rowid AS row, json(doc) AS doc, json(side) AS side FROM "${table}" ` +
       "WHERE rowid > ? AND (instr(doc, ?) > 0 OR instr(side, ?) > 0) ORDER BY rowid LIMIT ?",
@@ -84,5 +89,40 @@ function upgradeTable(db: DatabaseSync, table: string): number {
     }
     upgraded += rows.length;
     after = rows[rows.length - 1]?.row ?? after;
+  }
+}
+
+/**
+ * Format 2: the side fields a document still holds (events its outbox has
+ * not relayed, grants or reversals under way) move to the side table, and
+ * the indexes of side fields go with them (dropped here, made on the side
+ * table by `ensureIndexes` as the service starts). The document's own
+ * `side` column is emptied where it held anything, so no copy of an
+ * outbox's data stays behind; an empty one (`{}`) is left as it is.
+ */
+function moveSideFields(db: DatabaseSync, table: string): number {
+  const side = sideTableOf(table);
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    db.exec(sideTableSchema(table));
+    const sideIndexes = db
+      .prepare(
+        "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = ? AND sql LIKE '%json_extract(side,%'",
+      )
+      .all(table) as { name: string }[];
+    for (const { name } of sideIndexes) db.exec(`DROP INDEX "${name}"`);
+    const moved = db
+      .prepare(
+        `INSERT INTO "${side}" (id, side) SELECT id, side FROM "${table}" ` +
+          "WHERE side IS NOT NULL AND side != jsonb('{}') " +
+          "ON CONFLICT (id) DO UPDATE SET side = excluded.side",
+      )
+      .run();
+    db.exec(`UPDATE "${table}" SET side = NULL WHERE side IS NOT NULL AND side != jsonb('{}')`);
+    db.exec("COMMIT");
+    return Number(moved.changes);
+  } catch (error) {
+    db.exec("ROLLBACK");
+    throw error;
   }
 }
