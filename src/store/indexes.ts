@@ -220,15 +220,30 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       options: { unique: true },
       serves: "one delivery per event and endpoint, so relaying an event twice queues it once",
     },
-    { key: { status: 1, nextAttemptAt: 1 }, serves: "the workers' due deliveries" },
+    {
+      key: { nextAttemptAt: 1 },
+      // Pending deliveries only: nearly every delivery succeeds at its
+      // first attempt and never enters the index.
+      options: { partialFilterExpression: { status: "pending" } },
+      serves: "the workers' due deliveries; the first due, which they sleep until",
+    },
     {
       key: { webhookId: 1, createdAt: -1, _id: -1 },
-      serves: "ListWebhookDeliveries, newest first",
+      serves: "ListWebhookDeliveries, newest first; by status succeeded (nearly all of them)",
     },
-    {
-      key: { webhookId: 1, status: 1, createdAt: -1, _id: -1 },
-      serves: "ListWebhookDeliveries by status",
-    },
+    // By any other status, one partial index each: they hold the few
+    // deliveries not succeeded, and an endpoint's failed ones are listed
+    // without walking its succeeded ones.
+    ...(["pending", "failed", "skipped"] as const).map(
+      (status): IndexDeclaration => ({
+        key: { webhookId: 1, createdAt: -1, _id: -1 },
+        options: {
+          name: `${status}_webhookId_1_createdAt_-1__id_-1`,
+          partialFilterExpression: { status },
+        },
+        serves: `ListWebhookDeliveries by status ${status}; the catch-up of an endpoint's pending ones`,
+      }),
+    ),
     {
       key: { createdAt: 1 },
       // Finished deliveries only (nextAttemptAt is null unless pending): one
@@ -444,6 +459,9 @@ export const retiredIndexes: { [C in CollectionName]?: readonly string[] } = {
   referrals: ["referrerId_1_attributedAt_-1"],
   // Widened to applicationId_1_referrerId_1_networkHash_1_createdAt_1, which also counts a network's clicks.
   clicks: ["applicationId_1_referrerId_1"],
+  // Replaced by partial indexes of the deliveries not succeeded (nextAttemptAt_1 and
+  // pending_/failed_/skipped_webhookId_1_createdAt_-1__id_-1), which a succeeded one never enters.
+  deliveries: ["status_1_nextAttemptAt_1", "webhookId_1_status_1_createdAt_-1__id_-1"],
 };
 
 /** MongoDB's IndexOptionsConflict: the index exists with other options. */

@@ -6,6 +6,7 @@ import { generateWebhookSecret } from "../../src/domain/webhook-secret.js";
 import {
   bringForwardWaitingDeliveries,
   claimDueDelivery,
+  findDeliveries,
   queueDelivery,
   recordAttempt,
   requeueDelivery,
@@ -334,9 +335,47 @@ for (const engine of engineNames) {
         query?.plan.join("; "),
       );
       t.true(
-        query?.plan.some((step) => step.includes("deliveries_webhookId_1_status_1_createdAt")),
+        query?.plan.some((step) => step.includes("deliveries_pending_webhookId_1_createdAt")),
         query?.plan.join("; "),
       );
     });
+
+    storeTest(
+      "an endpoint's failed deliveries are listed from the index of failed ones, not by walking its succeeded ones",
+      async (t, store) => {
+        await store.system.deliveries.insertOne(
+          waiting("whd_f", at(-20_000), { status: "failed", nextAttemptAt: null }),
+        );
+        await store.system.deliveries.insertOne(
+          waiting("whd_s", at(-10_000), { status: "succeeded", nextAttemptAt: null }),
+        );
+        const page = { limit: 10, offset: 0 };
+        const failed = await findDeliveries(store.system, tenant, "whk_1", "failed", page);
+        t.deepEqual(
+          failed.docs.map((doc) => doc._id),
+          ["whd_f"],
+        );
+        // One statement for every status: SQLite plans it again for each value bound.
+        const succeeded = await findDeliveries(store.system, tenant, "whk_1", "succeeded", page);
+        t.deepEqual(
+          succeeded.docs.map((doc) => doc._id),
+          ["whd_s"],
+        );
+        const again = await findDeliveries(store.system, tenant, "whk_1", "failed", page);
+        t.deepEqual(
+          again.docs.map((doc) => doc._id),
+          ["whd_f"],
+        );
+        const [query] = queryPlansOf(store).filter(
+          (plan) => plan.collection === "deliveries" && plan.filter.status === "failed",
+        );
+        t.true(
+          query?.plan.some((step) =>
+            step.includes("INDEX deliveries_failed_webhookId_1_createdAt"),
+          ),
+          query?.plan.join("; "),
+        );
+      },
+    );
   }
 }

@@ -64,6 +64,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     table: string;
     key: Record<string, 1 | -1>;
     unique: boolean;
+    /** Sparse, or partial on equalities: it holds a few of the documents. */
     sparse: boolean;
   }[] = [];
 
@@ -135,7 +136,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const kept = this.counters.total(filter as Document);
     if (kept !== undefined) return limit === undefined ? kept : Math.min(kept, limit);
     const { sql, params } = this.countStatement(filter, limit);
-    this.database.noteQuery(sql, this.name, filter);
+    this.database.noteQuery(sql, this.name, filter, undefined, params);
     const row = this.database.statement(sql).get(...params) as { n: number };
     return row.n;
   }
@@ -151,7 +152,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       return `(SELECT count(*) FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ${sqlLimit(limit)})) AS n${i}`;
     });
     const sql = `SELECT ${counts.join(", ")}`;
-    this.database.noteQuery(sql, this.name, (filters[0] ?? {}) as Document);
+    this.database.noteQuery(sql, this.name, (filters[0] ?? {}) as Document, undefined, params);
     const row = this.database.statement(sql).get(...params) as Record<string, number>;
     return filters.map((_, i) => row[`n${i}`] ?? 0);
   }
@@ -216,7 +217,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       this.database.touch(this.name);
       const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
-      this.database.noteQuery(sql, this.name, filter);
+      this.database.noteQuery(sql, this.name, filter, undefined, where.params);
       const result = this.database.statement(sql).run(...where.params);
       return { acknowledged: true, deletedCount: Number(result.changes) };
     });
@@ -227,7 +228,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       this.database.touch(this.name);
       const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE ${where.sql}`;
-      this.database.noteQuery(sql, this.name, filter);
+      this.database.noteQuery(sql, this.name, filter, undefined, where.params);
       const result = this.database.statement(sql).run(...where.params);
       return { acknowledged: true, deletedCount: Number(result.changes) };
     });
@@ -247,14 +248,19 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 
   /**
    * A real SQLite index on the same expressions queries use: unique stays
-   * unique, and a sparse index becomes a partial one over documents that
-   * have the field, as MongoDB's sparse index leaves the others out.
+   * unique, a sparse index becomes a partial one over documents that have
+   * the field, as MongoDB's sparse index leaves the others out, and a
+   * partial filter of equalities (`{ status: "pending" }`) becomes the same
+   * partial index, which SQLite uses for a query that binds those values
+   * (see `equalityPartial`). Other partial filters are left out: the index
+   * holds every document, and serves the same queries.
    */
   async createIndex(spec: IndexSpecification, options: CreateIndexesOptions = {}): Promise<string> {
     const key = spec as Record<string, 1 | -1>;
-    const name = `${this.name}_${Object.entries(key)
+    const keyName = Object.entries(key)
       .map(([path, direction]) => `${path}_${direction}`)
-      .join("_")}`.replaceAll(/[^A-Za-z0-9_]/g, "_");
+      .join("_");
+    const name = `${this.name}_${options.name ?? keyName}`.replaceAll(/[^A-Za-z0-9_]/g, "_");
     // Built ascending whatever the declared direction: SQLite reads an index
     // backwards as fast as forwards (each declared index sorts its trailing
     // fields one way), and a descending index filled in time order inserts
@@ -268,11 +274,12 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       throw new UnsupportedQueryError(`an index of side and document fields (${name})`);
     }
     const columns = paths.map((path) => `${fieldExpression(path)} ASC`);
+    const equalities = equalityPartial(options.partialFilterExpression);
     const partial = options.sparse
-      ? ` WHERE ${Object.keys(key)
-          .map((path) => `${fieldExpression(path)} IS NOT NULL`)
-          .join(" OR ")}`
-      : "";
+      ? ` WHERE ${paths.map((path) => `${fieldExpression(path)} IS NOT NULL`).join(" OR ")}`
+      : equalities
+        ? ` WHERE ${equalities}`
+        : "";
     this.database.exec(
       `CREATE ${options.unique ? "UNIQUE " : ""}INDEX IF NOT EXISTS "${name}" ON "${onSide ? this.sideTable : this.name}" (${columns.join(", ")})${partial}`,
     );
@@ -281,7 +288,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       table: onSide ? this.sideTable : this.name,
       key,
       unique: options.unique ?? false,
-      sparse: options.sparse ?? false,
+      sparse: (options.sparse ?? false) || equalities !== undefined,
     });
     return name;
   }
@@ -305,7 +312,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       },
     ];
     for (const index of this.indexes) {
-      // A sparse index holds the few documents that have the field.
+      // A sparse or partial index holds the few documents that have the field, or match.
       const indexed = index.sparse ? Math.ceil(rows / 10_000) : rows;
       let groups = 1;
       const perPrefix = Object.keys(index.key).map((field, position, fields) => {
@@ -383,7 +390,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 
   private select(filter: Filter<T>, options: FindOptions): WithId<T>[] {
     const { sql, params } = this.findStatement(filter, options);
-    this.database.noteQuery(sql, this.name, filter, options.sort);
+    this.database.noteQuery(sql, this.name, filter, options.sort, params);
     const rows = this.database.statement(sql).all(...params) as unknown as Row[];
     if (isIdsOnly(options.projection))
       return rows.map((row) => ({ _id: row.id }) as unknown as WithId<T>);
@@ -445,19 +452,26 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const sql =
       `SELECT id, (SELECT ${present} FROM "${this.sideTable}" WHERE id = "${this.name}".id) AS present ` +
       `FROM "${this.name}" WHERE ${where.sql} LIMIT 1`;
-    this.database.noteQuery(sql, this.name, filter);
+    this.database.noteQuery(sql, this.name, filter, undefined, where.params);
     const found = this.database.statement(sql).get(...where.params) as
       | { id: string; present: number | null }
       | undefined;
     if (!found) return { matched: 0, modified: 0 };
     if (!found.present) return { matched: 1, modified: 0 };
     const paths = fields.map((field) => `'$.${field}'`).join(", ");
-    this.database
-      .statement(`UPDATE "${this.sideTable}" SET side = jsonb_remove(side, ${paths}) WHERE id = ?`)
+    // Nearly always the last of the document's side fields: the row goes in one statement.
+    const removedRow = this.database
+      .statement(
+        `DELETE FROM "${this.sideTable}" WHERE id = ? AND jsonb_remove(side, ${paths}) = jsonb('{}')`,
+      )
       .run(found.id);
-    this.database
-      .statement(`DELETE FROM "${this.sideTable}" WHERE id = ? AND side = jsonb('{}')`)
-      .run(found.id);
+    if (removedRow.changes === 0) {
+      this.database
+        .statement(
+          `UPDATE "${this.sideTable}" SET side = jsonb_remove(side, ${paths}) WHERE id = ?`,
+        )
+        .run(found.id);
+    }
     return { matched: 1, modified: 1 };
   }
 
@@ -514,6 +528,28 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       )
       .run(id, side);
   }
+}
+
+/**
+ * A partial filter of field equalities to literal strings or numbers (as the
+ * index declarations write them) in SQL, or undefined for any other filter.
+ * A query naming the same fields equal to bound parameters of those values
+ * uses the index: SQLite plans a statement again when the values bound to
+ * a partial index's terms change.
+ */
+function equalityPartial(filter: Document | undefined): string | undefined {
+  if (filter === undefined) return undefined;
+  const terms = Object.entries(filter).map(([path, value]) => {
+    if (typeof value === "string" && !path.startsWith("$")) {
+      return `${fieldExpression(path)} = '${value.replaceAll("'", "''")}'`;
+    }
+    if (typeof value === "number" && Number.isFinite(value) && !path.startsWith("$")) {
+      return `${fieldExpression(path)} = ${value}`;
+    }
+    return undefined;
+  });
+  if (terms.length === 0 || terms.some((term) => term === undefined)) return undefined;
+  return terms.join(" AND ");
 }
 
 /** The update's operators as mingo takes them; a replacement document is refused. */

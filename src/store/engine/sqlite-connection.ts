@@ -1,4 +1,4 @@
-import type { StatementSync } from "node:sqlite";
+import type { SQLInputValue, StatementSync } from "node:sqlite";
 import type { Document, Sort } from "mongodb";
 
 /**
@@ -24,5 +24,11 @@ export interface SqliteConnection {
   /** The committed version of `name`. */
   versionOf(name: string): number;
   /** Remembers the first query behind each distinct SQL text, for the query plans. */
-  noteQuery(sql: string, collection: string, filter: Document, sort?: Sort): void;
+  noteQuery(
+    sql: string,
+    collection: string,
+    filter: Document,
+    sort?: Sort,
+    params?: readonly SQLInputValue[],
+  ): void;
 }

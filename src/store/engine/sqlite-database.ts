@@ -1,5 +1,5 @@
 import { closeSync, fdatasync, fdatasyncSync, openSync, statSync } from "node:fs";
-import { DatabaseSync, type StatementSync } from "node:sqlite";
+import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlite";
 import type { Document, Sort } from "mongodb";
 import { StoreOpenError } from "../errors.js";
 import { SqliteCollection } from "./sqlite-collection.js";
@@ -302,10 +302,22 @@ export class SqliteDatabase implements SqliteConnection {
   }
 
   /** Remembers the first query behind each distinct SQL text, for {@link queryPlans}. */
-  noteQuery(sql: string, collection: string, filter: Document, sort?: Sort): void {
+  noteQuery(
+    sql: string,
+    collection: string,
+    filter: Document,
+    sort?: Sort,
+    params?: readonly SQLInputValue[],
+  ): void {
     // On every query: allocate only the first time a text is seen.
     if (this.queries.has(sql)) return;
-    this.queries.set(sql, { sql, collection, filter, ...(sort ? { sort } : {}) });
+    this.queries.set(sql, {
+      sql,
+      collection,
+      filter,
+      ...(sort ? { sort } : {}),
+      ...(params ? { params } : {}),
+    });
   }
 
   /**
@@ -315,9 +327,13 @@ export class SqliteDatabase implements SqliteConnection {
   queryPlans(): QueryPlan[] {
     return [...this.queries.values()].map((sample) => ({
       ...sample,
-      plan: (
-        this.reads.prepare(`EXPLAIN QUERY PLAN ${sample.sql}`).all() as { detail: string }[]
-      ).map((row) => row.detail),
+      plan:
+        // With the values it first ran with: a partial index is used for the values it names.
+        (
+          this.reads.prepare(`EXPLAIN QUERY PLAN ${sample.sql}`).all(...(sample.params ?? [])) as {
+            detail: string;
+          }[]
+        ).map((row) => row.detail),
     }));
   }
 
@@ -791,6 +807,8 @@ export interface QuerySample {
   readonly sql: string;
   readonly filter: Document;
   readonly sort?: Sort;
+  /** The values bound the first time it ran. */
+  readonly params?: readonly SQLInputValue[];
 }
 
 /** A query and the steps of SQLite's plan for it (`EXPLAIN QUERY PLAN`). */
