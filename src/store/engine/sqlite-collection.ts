@@ -439,9 +439,10 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   /**
-   * `$unset` of whole side fields, in SQL: the first match's side column
-   * loses them, its document is neither read nor rewritten (the relay and
-   * the reward ledger clear their marks so after nearly every write).
+   * `$unset` of whole side fields, in SQL: the first match's side row
+   * loses them (and goes with the last), its document is neither read nor
+   * rewritten (the relay and the reward ledger clear their marks so after
+   * nearly every write).
    */
   private removeSideFields(
     filter: Filter<T>,

@@ -89,7 +89,7 @@ export function fieldExpression(path: string): string {
   return `json_extract(${columnOf(path)}, '${jsonPath(path)}')`;
 }
 
-/** A document's fields as the JSON of its two columns; `side` is null when it has none. */
+/** A document's fields as the JSON of its row and of its side row; `side` is null when it has none. */
 export function encodeColumns(fields: Document): { doc: string; side: string | null } {
   // One walk copies each value into its column's object (then a plain
   // stringify, several times faster than a replacer).
