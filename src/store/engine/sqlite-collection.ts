@@ -81,12 +81,16 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   /** Where the documents' side fields are (see `sideTableOf`). */
   private readonly sideTable: string;
 
+  /** What a find reads of each document: its id, its row and its side row. */
+  private readonly documentColumns: string;
+
   constructor(
     private readonly database: SqliteConnection,
     readonly name: string,
   ) {
     this.counters = new SqliteCounters(database, name);
     this.sideTable = sideTableOf(name);
+    this.documentColumns = `id, json(doc) AS doc, (SELECT json(side) FROM "${this.sideTable}" WHERE id = "${name}".id) AS side`;
   }
 
   /** Sets the collection's watcher (see {@link watcher}). */
@@ -136,7 +140,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const kept = this.counters.total(filter as Document);
     if (kept !== undefined) return limit === undefined ? kept : Math.min(kept, limit);
     const { sql, params } = this.countStatement(filter, limit);
-    this.database.noteQuery(sql, this.name, filter, undefined, params);
+    this.database.noteQuery(sql, this.name, filter, params);
     const row = this.database.statement(sql).get(...params) as { n: number };
     return row.n;
   }
@@ -152,7 +156,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       return `(SELECT count(*) FROM (SELECT 1 FROM "${this.name}" WHERE ${where.sql} LIMIT ${sqlLimit(limit)})) AS n${i}`;
     });
     const sql = `SELECT ${counts.join(", ")}`;
-    this.database.noteQuery(sql, this.name, (filters[0] ?? {}) as Document, undefined, params);
+    this.database.noteQuery(sql, this.name, (filters[0] ?? {}) as Document, params);
     const row = this.database.statement(sql).get(...params) as Record<string, number>;
     return filters.map((_, i) => row[`n${i}`] ?? 0);
   }
@@ -217,7 +221,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       this.database.touch(this.name);
       const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
-      this.database.noteQuery(sql, this.name, filter, undefined, where.params);
+      this.database.noteQuery(sql, this.name, filter, where.params);
       const result = this.database.statement(sql).run(...where.params);
       return { acknowledged: true, deletedCount: Number(result.changes) };
     });
@@ -228,7 +232,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       this.database.touch(this.name);
       const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE ${where.sql}`;
-      this.database.noteQuery(sql, this.name, filter, undefined, where.params);
+      this.database.noteQuery(sql, this.name, filter, where.params);
       const result = this.database.statement(sql).run(...where.params);
       return { acknowledged: true, deletedCount: Number(result.changes) };
     });
@@ -300,7 +304,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
    */
   statistics(): { table: string; index: string | null; stat: string }[] {
     const rows = nominalRows;
-    const sideRows = Math.ceil(rows / 10_000);
+    const few = Math.ceil(rows / 10_000);
     const stats = [
       { table: this.name, index: null, stat: String(rows) },
       { table: this.name, index: `sqlite_autoindex_${this.name}_1`, stat: `${rows} 1` },
@@ -308,12 +312,12 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       {
         table: this.sideTable,
         index: `sqlite_autoindex_${this.sideTable}_1`,
-        stat: `${sideRows} 1`,
+        stat: `${few} 1`,
       },
     ];
     for (const index of this.indexes) {
       // A sparse or partial index holds the few documents that have the field, or match.
-      const indexed = index.sparse ? Math.ceil(rows / 10_000) : rows;
+      const indexed = index.sparse ? few : rows;
       let groups = 1;
       const perPrefix = Object.keys(index.key).map((field, position, fields) => {
         groups *= field === "_id" ? rows : (fieldFanout[field] ?? rows);
@@ -350,9 +354,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const params = [...where.params];
     // Only ids asked for (a rule counting up to a limit, a set of matches):
     // the documents are neither read out as JSON nor parsed.
-    const columns = isIdsOnly(options.projection)
-      ? "id"
-      : `id, json(doc) AS doc, (SELECT json(side) FROM "${this.sideTable}" WHERE id = "${this.name}".id) AS side`;
+    const columns = isIdsOnly(options.projection) ? "id" : this.documentColumns;
     let sql = `SELECT ${columns} FROM "${this.name}" WHERE ${where.sql}${compileSort(options.sort)}`;
     if (options.limit || options.skip) {
       // The limit is written into the statement: bound as a parameter, it
@@ -390,7 +392,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 
   private select(filter: Filter<T>, options: FindOptions): WithId<T>[] {
     const { sql, params } = this.findStatement(filter, options);
-    this.database.noteQuery(sql, this.name, filter, options.sort, params);
+    this.database.noteQuery(sql, this.name, filter, params, options.sort);
     const rows = this.database.statement(sql).all(...params) as unknown as Row[];
     if (isIdsOnly(options.projection))
       return rows.map((row) => ({ _id: row.id }) as unknown as WithId<T>);
@@ -453,7 +455,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const sql =
       `SELECT id, (SELECT ${present} FROM "${this.sideTable}" WHERE id = "${this.name}".id) AS present ` +
       `FROM "${this.name}" WHERE ${where.sql} LIMIT 1`;
-    this.database.noteQuery(sql, this.name, filter, undefined, where.params);
+    this.database.noteQuery(sql, this.name, filter, where.params);
     const found = this.database.statement(sql).get(...where.params) as
       | { id: string; present: number | null }
       | undefined;
@@ -541,12 +543,11 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 function equalityPartial(filter: Document | undefined): string | undefined {
   if (filter === undefined) return undefined;
   const terms = Object.entries(filter).map(([path, value]) => {
-    if (typeof value === "string" && !path.startsWith("$")) {
+    if (path.startsWith("$")) return undefined;
+    if (typeof value === "string")
       return `${fieldExpression(path)} = '${value.replaceAll("'", "''")}'`;
-    }
-    if (typeof value === "number" && Number.isFinite(value) && !path.startsWith("$")) {
+    if (typeof value === "number" && Number.isFinite(value))
       return `${fieldExpression(path)} = ${value}`;
-    }
     return undefined;
   });
   if (terms.length === 0 || terms.some((term) => term === undefined)) return undefined;

@@ -28,7 +28,7 @@ export interface SqliteConnection {
     sql: string,
     collection: string,
     filter: Document,
+    params: readonly SQLInputValue[],
     sort?: Sort,
-    params?: readonly SQLInputValue[],
   ): void;
 }

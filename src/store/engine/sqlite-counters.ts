@@ -194,7 +194,7 @@ export class SqliteCounters {
     const sql =
       `SELECT ${columns.join(", ")} FROM "${this.table}" WHERE ${where.sql}` +
       (groupBy.length > 0 ? ` GROUP BY ${groupBy.join(", ")}` : "");
-    this.database.noteQuery(sql, this.table, grouping.match, undefined, where.params);
+    this.database.noteQuery(sql, this.table, grouping.match, where.params);
     const rows = this.database.statement(sql).all(...where.params) as Record<string, unknown>[];
     return rows
       .filter((row) => Number(row.n) > 0)

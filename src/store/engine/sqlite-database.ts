@@ -306,8 +306,8 @@ export class SqliteDatabase implements SqliteConnection {
     sql: string,
     collection: string,
     filter: Document,
+    params: readonly SQLInputValue[],
     sort?: Sort,
-    params?: readonly SQLInputValue[],
   ): void {
     // On every query: allocate only the first time a text is seen.
     if (this.queries.has(sql)) return;
@@ -315,8 +315,8 @@ export class SqliteDatabase implements SqliteConnection {
       sql,
       collection,
       filter,
+      params,
       ...(sort ? { sort } : {}),
-      ...(params ? { params } : {}),
     });
   }
 
@@ -327,13 +327,12 @@ export class SqliteDatabase implements SqliteConnection {
   queryPlans(): QueryPlan[] {
     return [...this.queries.values()].map((sample) => ({
       ...sample,
-      plan:
-        // With the values it first ran with: a partial index is used for the values it names.
-        (
-          this.reads.prepare(`EXPLAIN QUERY PLAN ${sample.sql}`).all(...(sample.params ?? [])) as {
-            detail: string;
-          }[]
-        ).map((row) => row.detail),
+      // With the values it first ran with: a partial index is used for the values it names.
+      plan: (
+        this.reads.prepare(`EXPLAIN QUERY PLAN ${sample.sql}`).all(...sample.params) as {
+          detail: string;
+        }[]
+      ).map((row) => row.detail),
     }));
   }
 
@@ -808,7 +807,7 @@ export interface QuerySample {
   readonly filter: Document;
   readonly sort?: Sort;
   /** The values bound the first time it ran. */
-  readonly params?: readonly SQLInputValue[];
+  readonly params: readonly SQLInputValue[];
 }
 
 /** A query and the steps of SQLite's plan for it (`EXPLAIN QUERY PLAN`). */

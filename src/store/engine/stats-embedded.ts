@@ -280,7 +280,7 @@ export class EmbeddedStats implements StatsStore {
 
   /** A statement, noted for the query-plan test (see `SqliteDatabase.noteQuery`). */
   private query(sql: string) {
-    this.database.noteQuery(sql, "stats", {});
+    this.database.noteQuery(sql, "stats", {}, []);
     return this.database.statement(sql);
   }
 

@@ -19,16 +19,16 @@ const legacyDateInJson = Buffer.from("\\u0001D");
 /**
  * Brings an embedded database to this version's format before anything
  * reads it: the documents' dates are written again in the compact form,
- * and their side fields moved to the side tables. A
- * date's order is the order of its stored text, and the old text sorts
- * below every new one, so an index or a comparison mixing the two would
- * put a reward's approval or a delivery's retry due before its time: every
- * stored row is upgraded before the service serves. Each batch commits on
- * its own (the WAL stays small, progress survives a stop); the version is
- * written after the last, and a start interrupted before it goes on where
- * the last committed batch ended (rows already written again no longer
- * hold the old dates, and either format's values read back the same). A store written by a later format is refused rather
- * than misread. Returns the rows written again.
+ * and their side fields moved to the side tables. A date's order is the
+ * order of its stored text, and the old text sorts below every new one, so
+ * an index or a comparison mixing the two would put a reward's approval or
+ * a delivery's retry due before its time: every stored row is upgraded
+ * before the service serves. Each batch commits on its own (the WAL stays
+ * small, progress survives a stop); the version is written after the last,
+ * and a start interrupted before it goes on where the last committed batch
+ * ended (rows already written again no longer hold the old dates, and
+ * either format's values read back the same). A store written by a later
+ * format is refused rather than misread. Returns the rows written again.
  */
 export function upgradeStoredFormat(db: DatabaseSync, file: string): number {
   const { user_version: found } = db.prepare("PRAGMA user_version").get() as {
