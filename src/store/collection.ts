@@ -111,3 +111,33 @@ export interface Collections {
   readonly idempotencyKeys: StoreCollection<IdempotencyKeyDoc>;
   readonly clicks: StoreCollection<ClickDoc>;
 }
+
+/** The writes a group made together may hold (see {@link WriteTogether}). */
+export type JointOperation = "insertOne" | "updateOne" | "findOneAndUpdate";
+
+/** One write of a group made together: a collection write, as its call would be made. */
+export interface JointWrite {
+  readonly collection: keyof Collections;
+  readonly operation: JointOperation;
+  readonly args: readonly unknown[];
+  /** The group stands only if this update matched a document: else none of it is written. */
+  readonly mustMatch?: true;
+}
+
+/**
+ * What a group made together gave: each write's result as its own call
+ * would return it, or the first update marked `mustMatch` that matched
+ * nothing (and then nothing was written).
+ */
+export type JointOutcome =
+  | { readonly results: readonly unknown[] }
+  | { readonly missed: number; readonly results?: undefined };
+
+/**
+ * Writes documents of any collections atomically: every one committed, or
+ * none (a unique index one of them violates refuses the group with the
+ * duplicate-key error). The embedded engine's (one savepoint in its
+ * writer); absent on MongoDB, where it would take a multi-document
+ * transaction.
+ */
+export type WriteTogether = (writes: readonly JointWrite[]) => Promise<JointOutcome>;

@@ -77,6 +77,26 @@ test("a write that fails rolls back alone, answers its own error after the commi
   t.is(await things.findOne({ _id: "c" }), null, "the failed write left nothing");
 });
 
+test("a write that fails part-way keeps nothing of what it wrote before (its savepoint is the writer's)", async (t) => {
+  const { database, things } = openDatabase(t);
+  await things.insertMany([
+    { _id: "a", name: "a" },
+    { _id: "b", name: "b" },
+  ]);
+  // One write of two statements: "a" takes the name "c", then "b" takes it too (unique).
+  const renamedThenRefused = database.write(() => {
+    things.writeInside("updateOne", [{ _id: "a" }, { $set: { name: "c" } }]);
+    things.writeInside("updateOne", [{ _id: "b" }, { $set: { name: "c" } }]);
+  });
+  const error = await t.throwsAsync(renamedThenRefused);
+  t.true(error instanceof DuplicateKeyError);
+  t.like(await things.findOne({ _id: "a" }), { name: "a" }, "its first statement was undone");
+  t.like(await things.findOne({ _id: "b" }), { name: "b" });
+  // The connection goes on: the next write commits.
+  await things.updateOne({ _id: "a" }, { $set: { name: "c" } });
+  t.like(await things.findOne({ _id: "a" }), { name: "c" });
+});
+
 test("a version moves when a write to its collection commits, not before", async (t) => {
   const { database, things } = openDatabase(t);
   const version = things.version;

@@ -18,7 +18,7 @@ import type {
   UpdateResult,
   WithId,
 } from "mongodb";
-import type { StoreCollection } from "../collection.js";
+import type { JointOperation, StoreCollection } from "../collection.js";
 import { DuplicateKeyError } from "../errors.js";
 import { type CounterDeclaration, fieldFanout } from "../indexes.js";
 import type { SqliteConnection } from "./sqlite-connection.js";
@@ -99,10 +99,11 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
   }
 
   insertOne(doc: OptionalUnlessRequiredId<T>): Promise<InsertOneResult<T>> {
-    return this.database.write(() => ({
-      acknowledged: true,
-      insertedId: this.insertRow(doc as Document) as never,
-    }));
+    return this.database.write(() => this.insertOneNow(doc));
+  }
+
+  private insertOneNow(doc: OptionalUnlessRequiredId<T>): InsertOneResult<T> {
+    return { acknowledged: true, insertedId: this.insertRow(doc as Document) as never };
   }
 
   async insertMany(docs: readonly OptionalUnlessRequiredId<T>[]): Promise<InsertManyResult<T>> {
@@ -161,21 +162,25 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     return filters.map((_, i) => row[`n${i}`] ?? 0);
   }
 
-  async updateOne(
+  updateOne(
     filter: Filter<T>,
     update: UpdateFilter<T>,
     options: UpdateOptions = {},
   ): Promise<UpdateResult<T>> {
+    return this.database.write(() => this.updateOneNow(filter, update, options));
+  }
+
+  private updateOneNow(
+    filter: Filter<T>,
+    update: UpdateFilter<T>,
+    options: UpdateOptions,
+  ): UpdateResult<T> {
     const removed = options.upsert ? undefined : sideFieldsRemoved(update as Document);
     if (removed) {
-      const { matched, modified } = await this.database.write(() =>
-        this.removeSideFields(filter, removed),
-      );
+      const { matched, modified } = this.removeSideFields(filter, removed);
       return updatedWithoutUpsert(matched, modified);
     }
-    const result = await this.database.write(() =>
-      this.updateFirst(filter, update, options.upsert ?? false, undefined),
-    );
+    const result = this.updateFirst(filter, update, options.upsert ?? false, undefined);
     return {
       acknowledged: true,
       matchedCount: result.upserted ? 0 : result.matched,
@@ -210,10 +215,41 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     if (options.returnDocument !== "after") {
       throw new UnsupportedQueryError("findOneAndUpdate without returnDocument 'after'");
     }
-    const result = await this.database.write(() =>
-      this.updateFirst(filter, update, options.upsert ?? false, options.sort),
-    );
-    return result.doc;
+    return this.database.write(() => this.findOneAndUpdateNow(filter, update, options));
+  }
+
+  private findOneAndUpdateNow(
+    filter: Filter<T>,
+    update: UpdateFilter<T>,
+    options: FindOneAndUpdateOptions,
+  ): WithId<T> | null {
+    if (options.returnDocument !== "after") {
+      throw new UnsupportedQueryError("findOneAndUpdate without returnDocument 'after'");
+    }
+    return this.updateFirst(filter, update, options.upsert ?? false, options.sort).doc;
+  }
+
+  /**
+   * One write of a group made together (see `WriteTogether`), run inside
+   * the group's open write: it stands or falls with the others.
+   */
+  writeInside(operation: JointOperation, args: readonly unknown[]): unknown {
+    switch (operation) {
+      case "insertOne":
+        return this.insertOneNow(args[0] as OptionalUnlessRequiredId<T>);
+      case "updateOne":
+        return this.updateOneNow(
+          args[0] as Filter<T>,
+          args[1] as UpdateFilter<T>,
+          (args[2] ?? {}) as UpdateOptions,
+        );
+      case "findOneAndUpdate":
+        return this.findOneAndUpdateNow(
+          args[0] as Filter<T>,
+          args[1] as UpdateFilter<T>,
+          args[2] as FindOneAndUpdateOptions,
+        );
+    }
   }
 
   deleteOne(filter: Filter<T>): Promise<DeleteResult> {

@@ -356,15 +356,18 @@ export class SqliteDatabase implements SqliteConnection {
     }
     const group = this.group;
     let result: R;
+    // The savepoint's statements go to the write connection too: on the
+    // read connection they would open and undo a savepoint there, and a
+    // write failing half-way would keep its first statements.
+    this.inWrite = true;
     try {
       this.statement("SAVEPOINT write").run();
-      this.inWrite = true;
       result = work();
-      this.inWrite = false;
       this.statement("RELEASE write").run();
-    } catch (error) {
       this.inWrite = false;
+    } catch (error) {
       this.undoWrite(error);
+      this.inWrite = false;
       // Refused after the group's commit, like any answer: a caller that
       // reads again and retries (another write took the unique key) then
       // reads the write it lost to, which reads see once it is committed.
