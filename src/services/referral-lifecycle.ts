@@ -36,6 +36,7 @@ import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
 import { type EvidenceDeps, gatherEvidence, policyOfCampaign } from "./evidence.js";
 import {
+  acceptWithGrants,
   confirmConversion,
   makePlannedGrants,
   prepareEarnedGrants,
@@ -314,9 +315,10 @@ async function sentTrigger(
 }
 
 /**
- * Accepts a referral with the grants it earns, planned in the same write
- * (so a crash after it loses none: the sweep makes them), then makes them.
- * Null when a concurrent change came first.
+ * Accepts a referral with the grants it earns: in the same atomic write
+ * where the engine writes several documents together, else planned in the
+ * acceptance's write (so a crash after it loses none: the sweep makes
+ * them) and made after it. Null when a concurrent change came first.
  */
 async function accept(
   store: TenantStore,
@@ -328,15 +330,20 @@ async function accept(
   heldFor: GrantHoldReason | null = null,
 ): Promise<ReferralDoc | null> {
   const grantIds = plan.map((entry) => entry.grant._id);
-  const events = referralStatusChanged(after, referralView(after), grantIds);
+  const events = () => referralStatusChanged(after, referralView(after), grantIds);
   const work: ReferralRewardWork = {
-    ...(plan.length > 0 ? { grantPlan: [...plan], grantPlanPending: true as const } : {}),
     // Accepted by an unverified checkpoint under `hold`: waits for a trusted one.
     ...(heldFor === unverifiedConversion ? { awaitsConfirmation: true as const } : {}),
     // Accepted by a reviewer: the review a held reward waits for.
     ...(current.rewardsHeld && heldFor !== fraudReview ? { releasesRewards: true as const } : {}),
   };
-  const moved = await store.referrals.transition(current, change, events, work);
+  const together = store.referrals.transitionWithGrants;
+  if (plan.length > 0 && together) {
+    return acceptWithGrants(store, together, current, change, events, plan, work);
+  }
+  const planned: ReferralRewardWork =
+    plan.length > 0 ? { ...work, grantPlan: [...plan], grantPlanPending: true } : work;
+  const moved = await store.referrals.transition(current, change, events, planned);
   if (moved && plan.length > 0) {
     await makePlannedGrants(store, { referralId: moved._id }, plan, change.changedAt);
   }

@@ -1,4 +1,5 @@
 import { type GrantHoldReason, unverifiedConversion } from "../domain/conversion.js";
+import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { StatusChange } from "../domain/referral-transitions.js";
 import {
   type GrantFulfillment,
@@ -24,8 +25,9 @@ import {
 import { grantCreated, grantMoved, grantView } from "../events/events.js";
 import type { CampaignDoc, ReferralDoc, RewardGrantDoc, StoredReward } from "../store/documents.js";
 import { isDuplicateKeyError } from "../store/errors.js";
-import { referralGrants } from "../store/reward-grants.js";
-import type { TenantStore } from "../store/tenant-store.js";
+import type { ReferralRewardWork } from "../store/referrals.js";
+import { type PlacedGrant, referralGrants } from "../store/reward-grants.js";
+import type { Outbox, TenantStore } from "../store/tenant-store.js";
 
 /**
  * The reward ledger's steps, each written once for the calls that take them
@@ -123,28 +125,92 @@ async function makeInSlot(
   insert: (made: RewardGrantDoc) => Promise<{ doc: RewardGrantDoc }>,
 ): Promise<RewardGrantDoc> {
   for (let round = 0; round < slotRounds; round++) {
-    let slot: number | undefined;
-    if (round === 0) {
-      const held = await store.rewards.countSlotsHeld(limit.key);
-      slot = held < limit.max ? held + 1 : undefined;
-    } else {
-      const held = await store.rewards.findSlotsHeld(limit.key);
-      slot = Array.from({ length: limit.max }, (_, i) => i + 1).find(
-        (n) => !held.has(`${limit.key}#${n}`),
-      );
-    }
-    const candidate =
-      slot === undefined
-        ? withRoom(grant, limit, 0)
-        : { ...grant, limitSlot: `${limit.key}#${slot}` };
     try {
-      return (await insert(candidate)).doc;
+      return (await insert(await inFreeSlot(store, grant, limit, round))).doc;
     } catch (error) {
       // Another grant took the slot (the grant itself would have been found).
       if (!isDuplicateKeyError(error)) throw error;
     }
   }
   throw new Error(`the slots of ${limit.key} kept changing`);
+}
+
+/**
+ * The grant in the lowest slot of its count limit free as read now, or
+ * capped when none is: the first round assumes the slots are held from
+ * the first (none given back), and reads which are when that lost a race.
+ */
+async function inFreeSlot(
+  store: TenantStore,
+  grant: RewardGrantDoc,
+  limit: PlannedLimit,
+  round: number,
+): Promise<RewardGrantDoc> {
+  let slot: number | undefined;
+  if (round === 0) {
+    const held = await store.rewards.countSlotsHeld(limit.key);
+    slot = held < limit.max ? held + 1 : undefined;
+  } else {
+    const held = await store.rewards.findSlotsHeld(limit.key);
+    slot = Array.from({ length: limit.max }, (_, i) => i + 1).find(
+      (n) => !held.has(`${limit.key}#${n}`),
+    );
+  }
+  return slot === undefined
+    ? withRoom(grant, limit, 0)
+    : { ...grant, limitSlot: `${limit.key}#${slot}` };
+}
+
+/**
+ * Accepts a referral and stores the grants it earns in one atomic write,
+ * where the engine writes several documents together (see
+ * `transitionWithGrants`): each grant is placed (its slot or room read),
+ * then the acceptance, the rooms taken and the grants are written as one;
+ * a grant that lost its slot or room to another in between places them
+ * all again. The grants' `reward_grant.created` events ride in the
+ * referral's outbox, after its own. Null when another change to the
+ * referral came first.
+ */
+export async function acceptWithGrants(
+  store: TenantStore,
+  transitionWithGrants: NonNullable<TenantStore["referrals"]["transitionWithGrants"]>,
+  current: ReferralDoc,
+  change: StatusChange & { fromStatus: ReferralStatusName },
+  events: Outbox,
+  planned: readonly PlannedGrant[],
+  work: ReferralRewardWork,
+): Promise<ReferralDoc | null> {
+  const now = change.changedAt;
+  const rewards = await store.rewards.snapshots(
+    planned.map((entry) => entry.grant.rewardSnapshotId),
+  );
+  for (let round = 0; round < slotRounds; round++) {
+    const placed = await Promise.all(planned.map((entry) => placeGrant(store, entry, round, now)));
+    const outbox = () => [
+      ...(typeof events === "function" ? events() : events),
+      ...placed.flatMap(({ doc }) =>
+        grantCreated(doc, grantView(doc, rewards.get(doc.rewardSnapshotId ?? "") ?? null)),
+      ),
+    ];
+    const outcome = await transitionWithGrants(current, change, outbox, placed, work);
+    if (outcome === "referral changed") return null;
+    if (outcome !== "room changed") return outcome;
+  }
+  throw new Error(`the rooms of referral ${current._id}'s grants kept changing`);
+}
+
+/** A planned grant placed under its limit as the store reads now (see `acceptWithGrants`). */
+async function placeGrant(
+  store: TenantStore,
+  planned: PlannedGrant,
+  round: number,
+  now: Date,
+): Promise<PlacedGrant> {
+  const { grant, limit } = planned;
+  if (!limit) return { doc: grant };
+  if (limit.unit === "rewards") return { doc: await inFreeSlot(store, grant, limit, round) };
+  const { take, write } = await store.rewards.roomToTake(limit, grant, grant.amountMinor ?? 0, now);
+  return { doc: withRoom(grant, limit, take), ...(write ? { room: write } : {}) };
 }
 
 // A round is lost only to a grant that took the slot, so a few rounds more

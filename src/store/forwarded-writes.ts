@@ -1,5 +1,5 @@
 import type { Document } from "mongodb";
-import type { StoreCollection } from "./collection.js";
+import type { JointWrite, StoreCollection } from "./collection.js";
 import { DuplicateKeyError, WriterLostError } from "./errors.js";
 
 /**
@@ -32,6 +32,7 @@ export type StoreCommand =
       readonly operation: WriteOperation;
       readonly args: unknown[];
     }
+  | { readonly kind: "together"; readonly writes: readonly JointWrite[] }
   | { readonly kind: "probeWrite" }
   | { readonly kind: "forgetFreed" }
   | { readonly kind: "replaceStats"; readonly args: unknown[] };

@@ -2,7 +2,7 @@ import type { Filter, UpdateFilter } from "mongodb";
 import type { ReferralStatusName } from "../domain/referral-status.js";
 import type { ReferralParties, RuledStatus, StatusChange } from "../domain/referral-transitions.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
-import type { Collections } from "./collection.js";
+import type { Collections, JointWrite } from "./collection.js";
 import type { CustomerDoc, OutboxEntryDoc, ReferralDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { outboxOf, withOutbox } from "./events.js";
@@ -117,6 +117,28 @@ export function transitionReferral(
   outbox: readonly OutboxEntryDoc[],
   rewards: ReferralRewardWork = {},
 ): Promise<ReferralDoc | null> {
+  const [filter, update, options] = transitionWrite(tenant, current, change, outbox, rewards).args;
+  return db.referrals.findOneAndUpdate(filter, update, options);
+}
+
+/**
+ * {@link transitionReferral}'s write, to make with others (see
+ * `WriteTogether`): the group stands only if the referral is still as
+ * `current` was read.
+ */
+export function transitionWrite(
+  tenant: Tenant,
+  current: ReferralDoc,
+  change: StatusChange & { fromStatus: ReferralStatusName },
+  outbox: readonly OutboxEntryDoc[],
+  rewards: ReferralRewardWork = {},
+): JointWrite & {
+  readonly args: readonly [
+    Filter<ReferralDoc>,
+    UpdateFilter<ReferralDoc>,
+    { readonly returnDocument: "after" },
+  ];
+} {
   const { releasesRewards, ...work } = rewards;
   const fields = { ...work, status: change.toStatus, updatedAt: change.changedAt };
   const update = withOutbox({ $set: fields, $push: { statusHistory: change } }, outbox);
@@ -127,11 +149,16 @@ export function transitionReferral(
   }
   if (releasesRewards && current.rewardsHeld) unset.rewardsHeld = "";
   if (Object.keys(unset).length > 0) update.$unset = unset;
-  return db.referrals.findOneAndUpdate(
-    { ...unchangedSince(tenant, current), status: change.fromStatus },
-    update as UpdateFilter<ReferralDoc>,
-    { returnDocument: "after" },
-  );
+  return {
+    collection: "referrals",
+    operation: "findOneAndUpdate",
+    args: [
+      { ...unchangedSince(tenant, current), status: change.fromStatus },
+      update as UpdateFilter<ReferralDoc>,
+      { returnDocument: "after" },
+    ],
+    mustMatch: true,
+  };
 }
 
 function unchangedSince(tenant: Tenant, current: ReferralDoc): Filter<ReferralDoc> {

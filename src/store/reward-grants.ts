@@ -1,5 +1,7 @@
 import type { Filter, UpdateFilter } from "mongodb";
 import type { CurrencyName } from "../domain/money.js";
+import type { ReferralStatusName } from "../domain/referral-status.js";
+import type { StatusChange } from "../domain/referral-transitions.js";
 import type { GrantMove, PlannedGrant, PlannedLimit } from "../domain/reward-grant.js";
 import {
   type RewardGrantKindName,
@@ -7,11 +9,12 @@ import {
   roomFor,
 } from "../domain/reward-ledger.js";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
-import type { Collections, StoreCollection } from "./collection.js";
+import type { Collections, JointWrite, StoreCollection, WriteTogether } from "./collection.js";
 import type {
   GrantPlanHolder,
   OutboxEntryDoc,
   ReferralDoc,
+  RewardAllowanceDoc,
   RewardGrantDoc,
   RewardSnapshotDoc,
   StoredReward,
@@ -19,6 +22,7 @@ import type {
 import { isDuplicateKeyError } from "./errors.js";
 import { type EntryList, outboxOf, removeEntries, withOutbox } from "./events.js";
 import { findNewestFirst, type PageRequest } from "./paging.js";
+import { type ReferralRewardWork, transitionWrite } from "./referrals.js";
 import { ownedBy } from "./tenant.js";
 
 /** One grant of the application by id. */
@@ -259,45 +263,124 @@ export async function takeRoom(
   requested: number,
   now: Date,
 ): Promise<number> {
-  const allowances = db.rewardAllowances;
   for (let round = 0; round < maxRounds; round++) {
-    const current = await allowances.findOne({ ...ownedBy(tenant), _id: limit.key });
-    const held = current?.holds[grant._id];
-    if (held !== undefined) return held;
-    const take = roomFor(limit.unit, limit.max, current?.used ?? 0, requested);
-    if (take === 0) return 0;
-    if (!current) {
+    const { take, write } = await roomToTake(db, tenant, limit, grant, requested, now);
+    if (!write) return take;
+    if (write.operation === "insertOne") {
       try {
-        await allowances.insertOne({
-          _id: limit.key,
-          organizationId: tenant.organizationId,
-          applicationId: tenant.applicationId,
-          rewardId: limit.rewardId,
-          customerId: grant.customerId,
-          unit: limit.unit,
-          window: limit.window,
-          used: take,
-          holds: { [grant._id]: take },
-          version: 1,
-          createdAt: now,
-          updatedAt: now,
-        });
+        await db.rewardAllowances.insertOne(write.args[0] as RewardAllowanceDoc);
         return take;
       } catch (error) {
         if (!isDuplicateKeyError(error)) throw error;
         continue;
       }
     }
-    const { matchedCount } = await allowances.updateOne(
-      { _id: current._id, version: current.version },
-      {
-        $inc: { used: take, version: 1 },
-        $set: { [`holds.${grant._id}`]: take, updatedAt: now },
-      },
-    );
+    const [filter, update] = write.args as [
+      Filter<RewardAllowanceDoc>,
+      UpdateFilter<RewardAllowanceDoc>,
+    ];
+    const { matchedCount } = await db.rewardAllowances.updateOne(filter, update);
     if (matchedCount === 1) return take;
   }
   throw new Error(`allowance ${limit.key} kept changing`);
+}
+
+/**
+ * The room a grant would take under its amount limit as the allowance
+ * reads now, and the write that takes it: an insert of the allowance, or
+ * an update that applies only while no other took room since the read
+ * (a `mustMatch` of the group it is written in). No write when the grant
+ * holds room already or the limit is reached.
+ */
+export async function roomToTake(
+  db: Collections,
+  tenant: Tenant,
+  limit: PlannedLimit,
+  grant: Pick<RewardGrantDoc, "_id" | "customerId">,
+  requested: number,
+  now: Date,
+): Promise<{ take: number; write?: JointWrite }> {
+  const current = await db.rewardAllowances.findOne({ ...ownedBy(tenant), _id: limit.key });
+  const held = current?.holds[grant._id];
+  if (held !== undefined) return { take: held };
+  const take = roomFor(limit.unit, limit.max, current?.used ?? 0, requested);
+  if (take === 0) return { take };
+  if (!current) {
+    const allowance: RewardAllowanceDoc = {
+      _id: limit.key,
+      organizationId: tenant.organizationId,
+      applicationId: tenant.applicationId,
+      rewardId: limit.rewardId,
+      customerId: grant.customerId,
+      unit: limit.unit,
+      window: limit.window,
+      used: take,
+      holds: { [grant._id]: take },
+      version: 1,
+      createdAt: now,
+      updatedAt: now,
+    };
+    return {
+      take,
+      write: { collection: "rewardAllowances", operation: "insertOne", args: [allowance] },
+    };
+  }
+  const update: UpdateFilter<RewardAllowanceDoc> = {
+    $inc: { used: take, version: 1 },
+    $set: { [`holds.${grant._id}`]: take, updatedAt: now },
+  };
+  return {
+    take,
+    write: {
+      collection: "rewardAllowances",
+      operation: "updateOne",
+      args: [{ _id: current._id, version: current.version }, update],
+      mustMatch: true,
+    },
+  };
+}
+
+/** A grant ready to be stored with its acceptance: its room decided, and the write that takes it. */
+export interface PlacedGrant {
+  readonly doc: RewardGrantDoc;
+  /** The allowance's write, for a grant taking room under an amount limit. */
+  readonly room?: JointWrite;
+}
+
+/**
+ * Moves a referral as {@link transitionReferral} does, and stores the
+ * grants it earns, in one atomic write: nothing to finish after a crash,
+ * so no plan is written. `"referral changed"` when another change came
+ * first; `"room changed"` when another grant took a slot or room since
+ * the grants were placed (place them again). Nothing is written then.
+ */
+export async function transitionWithGrants(
+  together: WriteTogether,
+  tenant: Tenant,
+  current: ReferralDoc,
+  change: StatusChange & { fromStatus: ReferralStatusName },
+  outbox: readonly OutboxEntryDoc[],
+  grants: readonly PlacedGrant[],
+  rewards: ReferralRewardWork = {},
+): Promise<ReferralDoc | "referral changed" | "room changed"> {
+  const writes: JointWrite[] = [transitionWrite(tenant, current, change, outbox, rewards)];
+  for (const { doc, room } of grants) {
+    if (room) writes.push(room);
+    writes.push({
+      collection: "rewardGrants",
+      operation: "insertOne",
+      args: [{ ...doc, ...ownedBy(tenant) }],
+    });
+  }
+  try {
+    const outcome = await together(writes);
+    if (outcome.results) return outcome.results[0] as ReferralDoc;
+    return outcome.missed === 0 ? "referral changed" : "room changed";
+  } catch (error) {
+    // A slot another grant took since it was counted (grant ids are new with their acceptance).
+    if (isDuplicateKeyError(error)) return "room changed";
+    throw error;
+  }
 }
 
 /** Gives back the room a grant holds, if it holds any; giving it back again does nothing. */

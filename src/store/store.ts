@@ -8,9 +8,15 @@ import {
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
-import { type Db, type Document, MongoClient } from "mongodb";
+import { type Db, type Document, MongoClient, type UpdateResult } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
-import type { Collections, StoreCollection } from "./collection.js";
+import type {
+  Collections,
+  JointOutcome,
+  JointWrite,
+  StoreCollection,
+  WriteTogether,
+} from "./collection.js";
 import { createCustomerViews } from "./customer-views.js";
 import { embeddedDatabaseFile } from "./embedded-file.js";
 import { startServerClock } from "./engine/server-clock.js";
@@ -290,8 +296,9 @@ function openEmbedded(
       string,
       Record<string, (...args: unknown[]) => unknown>
     >;
+    const together = writeTogetherOn(db, collections);
     const store: EmbeddedWriter = {
-      ...tenantAccess(system, stats, kept),
+      ...tenantAccess(system, stats, kept, together),
       engine: "embedded",
       role: "writer",
       stats,
@@ -302,6 +309,8 @@ function openEmbedded(
             if (!write) throw new Error(`no ${command.operation} on ${command.collection}`);
             return write.apply(raw[command.collection], command.args);
           }
+          case "together":
+            return together(command.writes);
           case "probeWrite":
             return db.probeWrite(Date.now());
           case "forgetFreed":
@@ -333,6 +342,46 @@ function openEmbedded(
     database?.close();
     releaseLock();
     throw error;
+  }
+}
+
+/**
+ * The embedded engine's writes made together: one write of the database
+ * (one savepoint in the open group), so they are committed, or undone, as
+ * one.
+ */
+function writeTogetherOn(
+  db: SqliteDatabase,
+  collections: Record<CollectionName, SqliteCollection<Document>>,
+): WriteTogether {
+  return async (writes) => {
+    try {
+      const results = await db.write(() =>
+        writes.map((write, index) => {
+          const result = collections[write.collection].writeInside(write.operation, write.args);
+          if (write.mustMatch && !matchedOne(write, result)) throw new MissedJointWrite(index);
+          return result;
+        }),
+      );
+      return { results };
+    } catch (error) {
+      if (error instanceof MissedJointWrite) return { missed: error.index };
+      throw error;
+    }
+  };
+}
+
+/** Whether a write of a group matched a document (see `JointWrite.mustMatch`). */
+function matchedOne(write: JointWrite, result: unknown): boolean {
+  if (write.operation === "updateOne") return (result as UpdateResult).matchedCount === 1;
+  if (write.operation === "findOneAndUpdate") return result !== null;
+  return true;
+}
+
+/** Undoes a group made together at its first update that matched nothing. */
+class MissedJointWrite extends Error {
+  constructor(readonly index: number) {
+    super(`write ${index} of a group matched nothing`);
   }
 }
 
@@ -394,8 +443,10 @@ function openEmbeddedReader(
     const kept = keptInMemory(db, system, () =>
       writes.run({ kind: "forgetFreed" }).then(() => undefined),
     );
+    const together: WriteTogether = (group) =>
+      writes.run({ kind: "together", writes: group }) as Promise<JointOutcome>;
     return {
-      ...tenantAccess(system, stats, kept),
+      ...tenantAccess(system, stats, kept, together),
       engine: "embedded",
       role: "reader",
       stats,
@@ -482,6 +533,7 @@ function tenantAccess(
   system: Collections,
   stats: StatsStore,
   kept?: KeptInMemory,
+  together?: WriteTogether,
 ): Pick<Store, "system" | "forTenant"> {
   const tenantStores = new WeakMap<Tenant, TenantStore>();
   return {
@@ -489,7 +541,7 @@ function tenantAccess(
     forTenant(tenant) {
       let tenantStore = tenantStores.get(tenant);
       if (!tenantStore) {
-        tenantStore = createTenantStore(system, tenant, stats, kept);
+        tenantStore = createTenantStore(system, tenant, stats, kept, together);
         tenantStores.set(tenant, tenantStore);
       }
       return tenantStore;

@@ -11,7 +11,7 @@ import {
 } from "./campaigns.js";
 import { findCheckpointsOfCustomer, insertCheckpoint } from "./checkpoints.js";
 import { countClicksFromNetwork, findClick } from "./clicks.js";
-import type { Collections } from "./collection.js";
+import type { Collections, WriteTogether } from "./collection.js";
 import { customerMessages, customerPage, customerView } from "./customer-records.js";
 import type { CustomerViews } from "./customer-views.js";
 import {
@@ -66,12 +66,15 @@ import {
   giveRoomBack,
   insertRewardGrant,
   moveRewardGrant,
+  type PlacedGrant,
   planCustomerGrants,
   removeFromCustomerPlan,
   removeFromReferralPlan,
   rewardBalanceOf,
+  roomToTake,
   storeRewardSnapshot,
   takeRoom,
+  transitionWithGrants,
 } from "./reward-grants.js";
 import type { StatsStore } from "./stats.js";
 import { ensureNetworkKey, findApplicationCached } from "./tenants.js";
@@ -114,6 +117,8 @@ export function createTenantStore(
   tenant: Tenant,
   stats: StatsStore,
   kept?: KeptInMemory,
+  /** Writes made together, where the engine makes them (see `WriteTogether`). */
+  together?: WriteTogether,
 ) {
   // biome-ignore lint/suspicious/noExplicitAny: binding is checked by the Bound type above.
   const bind = <F extends (db: Collections, tenant: Tenant, ...rest: any[]) => unknown>(
@@ -204,12 +209,30 @@ export function createTenantStore(
       transition: (
         current: ReferralDoc,
         change: StatusChange & { fromStatus: ReferralStatusName },
-        outbox: readonly OutboxEntryDoc[],
+        outbox: Outbox,
         rewards?: ReferralRewardWork,
       ) =>
         listened(current.environment, outbox, (events) =>
           transitionReferral(db, tenant, current, change, events, rewards),
         ),
+      /**
+       * `transition` with the grants the change earns, in one atomic write
+       * (see `transitionWithGrants`). Absent where the engine cannot write
+       * several documents together (MongoDB): the grants are planned there
+       * (see `makePlannedGrants`).
+       */
+      transitionWithGrants: together
+        ? (
+            current: ReferralDoc,
+            change: StatusChange & { fromStatus: ReferralStatusName },
+            outbox: Outbox,
+            grants: readonly PlacedGrant[],
+            rewards?: ReferralRewardWork,
+          ) =>
+            listened(current.environment, outbox, (events) =>
+              transitionWithGrants(together, tenant, current, change, events, grants, rewards),
+            )
+        : undefined,
     },
     rewards: {
       find: bind(findRewardGrant),
@@ -224,6 +247,7 @@ export function createTenantStore(
       clearReleasePending: bind(clearReleasePending),
       balance: bind(rewardBalanceOf),
       takeRoom: bind(takeRoom),
+      roomToTake: bind(roomToTake),
       countSlotsHeld: bind(countSlotsHeld),
       findSlotsHeld: bind(findSlotsHeld),
       giveRoomBack: bind(giveRoomBack),

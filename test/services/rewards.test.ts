@@ -1,4 +1,8 @@
+import { join } from "node:path";
+import { DatabaseSync } from "node:sqlite";
 import test from "ava";
+import { embeddedDatabaseFile } from "../../src/store/embedded-file.js";
+import { engineNames } from "../helpers/engines.js";
 import { discount, payout } from "../helpers/rewards.js";
 import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 
@@ -7,7 +11,7 @@ import { type Json, keys, rest, startServer, useServer } from "../helpers/server
  * grants earned by conversion and by review, limits in the campaign's
  * calendar (exact under concurrency), holds, approval, expiry, review and
  * fulfilment, reversal with clawbacks, manual grants, balances, the checks
- * campaigns get, and a crash between an acceptance and its grants. The
+ * campaigns get, and a failure or crash between an acceptance and its grants. The
  * tests share the clock, so they run serially.
  */
 const start = new Date("2026-11-10T12:00:00.000Z").getTime();
@@ -217,6 +221,28 @@ test.serial("an amount limit clamps the grant to what is left, then caps", async
   t.is(grants[0].limitWindow, "2026");
   t.like((await balanceOf(referrer)).balances, [{ approved: { amount: 50, count: 3 } }]);
 });
+
+test.serial(
+  "30 conversions at once under an amount limit of 50 for payouts of 20.50: 50 granted in all, exactly",
+  async (t) => {
+    const campaign = await campaignWith([
+      payout({ payoutAmount: 20.5, limit: 50, limitUnit: "amount", limitInterval: "year" }),
+    ]);
+    const referrer = await identify(fresh("amounts"));
+    const referees = await Promise.all(Array.from({ length: 30 }, () => identify(fresh("pal"))));
+    for (const referee of referees) await refer(campaign, referrer, referee);
+    await Promise.all(referees.map((referee) => purchase(referee)));
+    const grants = await grantsOf(`customerId=${referrer.id}`);
+    t.is(grants.length, 30);
+    const granted = grants
+      .filter((grant) => grant.status === "approved")
+      .map((grant) => grant.value.amount)
+      .sort((a, b) => b - a);
+    t.deepEqual(granted, [20.5, 20.5, 9]);
+    t.is(grants.filter((grant) => grant.status === "capped").length, 27);
+    t.like((await balanceOf(referrer)).balances, [{ approved: { amount: 50, count: 3 } }]);
+  },
+);
 
 test.serial("limit windows follow the campaign's time zone", async (t) => {
   const campaign = await campaignWith(
@@ -712,19 +738,19 @@ test.serial("campaigns are checked for the terms the ledger relies on", async (t
   t.like(saved, { timeZone: "UTC", rewards: [{ approval: "automatic", holdPeriod: null }] });
 });
 
-test("a crash between an acceptance and its grants loses none: the sweep makes them, once", async (t) => {
-  let now = start;
-  const crashing = await startServer({ clock: () => new Date(now) });
+test("a write failing at a grant undoes its acceptance: the referral stays pending, and the checkpoint sent again accepts it with both grants", async (t) => {
+  // On the embedded engine the acceptance and its grants are one write.
+  const failing = await startServer({ clock: () => new Date(start) });
   try {
     const call = (method: string, path: string, body?: unknown, key = keys.secret) =>
-      rest(crashing, method, path, { key, body });
+      rest(failing, method, path, { key, body });
     const identifyHere = async (name: string) =>
       expectOk(
         await call("POST", "/customers/identify", { externalUserId: name, name }, keys.public),
         201,
       );
-    const referrer = await identifyHere("crash-referrer");
-    const referee = await identifyHere("crash-referee");
+    const referrer = await identifyHere("failing-referrer");
+    const referee = await identifyHere("failing-referee");
     const referral = expectOk(
       await call("POST", "/referrals", {
         referralCode: referrer.referralCode,
@@ -732,45 +758,111 @@ test("a crash between an acceptance and its grants loses none: the sweep makes t
       }),
       201,
     );
-    // The process "dies" after the acceptance is written: every grant write fails.
-    const grants = crashing.app.store.system.rewardGrants;
-    const insertOne = grants.insertOne;
-    grants.insertOne = () => Promise.reject(new Error("simulated crash"));
-    const ingest = await call(
-      "POST",
-      "/checkpoints/ingest",
-      { name: "purchase", externalUserId: "crash-referee", environment: "production" },
-      keys.secret,
-    );
-    grants.insertOne = insertOne;
-    t.is(ingest.status, 500);
-    const accepted = expectOk(await call("GET", `/referrals?refereeId=${referee.id}`)).data[0];
-    t.is(accepted.status, "accepted", "the acceptance was written");
-    t.is(expectOk(await call("GET", "/reward-grants")).total, 0, "its grants were not");
-
-    // Restarted on the same data, the sweep makes them once the plan is settled.
-    await crashing.stop({ keepData: true });
-    const restarted = await startServer({ dataDir: crashing.dataDir, clock: () => new Date(now) });
+    const purchase = () =>
+      call("POST", "/checkpoints/ingest", {
+        name: "purchase",
+        externalUserId: "failing-referee",
+        environment: "production",
+      });
+    // Any insert of a grant fails, inside the acceptance's write, as a full disk would.
+    const file = new DatabaseSync(join(failing.dataDir, embeddedDatabaseFile));
+    const failGrants = (on: boolean) =>
+      file.exec(
+        on
+          ? `CREATE TRIGGER fail_grants BEFORE INSERT ON "rewardGrants" BEGIN SELECT RAISE(ABORT, 'simulated failure'); END`
+          : "DROP TRIGGER fail_grants",
+      );
     try {
-      t.is((await restarted.app.sweepRewards()).made, 0, "too recent: its call may still run");
+      failGrants(true);
+      t.is((await purchase()).status, 500);
+      failGrants(false);
+    } finally {
+      file.close();
+    }
+    const [after] = expectOk(await call("GET", `/referrals?refereeId=${referee.id}`)).data;
+    t.is(after.status, "pending", "the acceptance went with its grants");
+    t.is(after.statusHistory.length, 1);
+    t.is(expectOk(await call("GET", "/reward-grants")).total, 0);
+    t.is((await failing.app.sweepRewards()).made, 0, "nothing planned for the sweep");
+
+    t.is((await purchase()).status, 201);
+    const [accepted] = expectOk(await call("GET", `/referrals?refereeId=${referee.id}`)).data;
+    t.is(accepted.status, "accepted");
+    const made = expectOk(await call("GET", "/reward-grants")).data;
+    t.deepEqual(made.map((grant: Json) => grant.party).sort(), ["referee", "referrer"]);
+    t.true(made.every((grant: Json) => grant.referralId === referral.id));
+    t.deepEqual(accepted.statusHistory.at(-1).toStatus, "accepted");
+    // The demo campaign limits both rewards: each grant holds the first slot of its limit.
+    const stored = await failing.app.store.system.rewardGrants.find({}).toArray();
+    t.deepEqual(
+      stored.map((grant) => grant.limitSlot?.split("#")[1]),
+      ["1", "1"],
+    );
+    const [stillAccepted] = expectOk(await call("GET", `/referrals?refereeId=${referee.id}`)).data;
+    t.false("grantPlan" in stillAccepted);
+    t.is(
+      (await failing.app.store.system.referrals.findOne({ _id: referral.id }))?.grantPlanPending,
+      undefined,
+      "no plan written",
+    );
+  } finally {
+    await failing.stop();
+  }
+});
+
+// MongoDB writes no documents together: the acceptance plans its grants and the sweep makes what a crash left.
+for (const engine of engineNames.filter((name) => name === "mongodb")) {
+  test(`${engine}: a crash between an acceptance and its grants loses none: the sweep makes them, once`, async (t) => {
+    let now = start;
+    const crashing = await startServer({ engine, clock: () => new Date(now) });
+    try {
+      const call = (method: string, path: string, body?: unknown, key = keys.secret) =>
+        rest(crashing, method, path, { key, body });
+      const identifyHere = async (name: string) =>
+        expectOk(
+          await call("POST", "/customers/identify", { externalUserId: name, name }, keys.public),
+          201,
+        );
+      const referrer = await identifyHere("crash-referrer");
+      const referee = await identifyHere("crash-referee");
+      const referral = expectOk(
+        await call("POST", "/referrals", {
+          referralCode: referrer.referralCode,
+          refereeId: referee.id,
+        }),
+        201,
+      );
+      // The process "dies" after the acceptance is written: every grant write fails.
+      const grants = crashing.app.store.system.rewardGrants;
+      const insertOne = grants.insertOne;
+      grants.insertOne = () => Promise.reject(new Error("simulated crash"));
+      const ingest = await call(
+        "POST",
+        "/checkpoints/ingest",
+        { name: "purchase", externalUserId: "crash-referee", environment: "production" },
+        keys.secret,
+      );
+      grants.insertOne = insertOne;
+      t.is(ingest.status, 500);
+      const accepted = expectOk(await call("GET", `/referrals?refereeId=${referee.id}`)).data[0];
+      t.is(accepted.status, "accepted", "the acceptance was written");
+      t.is(expectOk(await call("GET", "/reward-grants")).total, 0, "its grants were not");
+
+      // The sweep makes them once the plan is settled.
+      t.is((await crashing.app.sweepRewards()).made, 0, "too recent: its call may still run");
       now += 10_000;
-      t.is((await restarted.app.sweepRewards()).made, 1);
-      t.is((await restarted.app.sweepRewards()).made, 0, "once");
-      const made = expectOk(
-        await rest(restarted, "GET", "/reward-grants", { key: keys.secret }),
-      ).data;
+      t.is((await crashing.app.sweepRewards()).made, 1);
+      t.is((await crashing.app.sweepRewards()).made, 0, "once");
+      const made = expectOk(await call("GET", "/reward-grants")).data;
       t.deepEqual(made.map((grant: Json) => grant.party).sort(), ["referee", "referrer"]);
       t.true(made.every((grant: Json) => grant.referralId === referral.id));
-      // The demo campaign limits both rewards: each grant holds the first slot of its limit.
-      const stored = await restarted.app.store.system.rewardGrants.find({}).toArray();
+      const stored = await crashing.app.store.system.rewardGrants.find({}).toArray();
       t.deepEqual(
         stored.map((grant) => grant.limitSlot?.split("#")[1]),
         ["1", "1"],
       );
     } finally {
-      await restarted.stop();
+      await crashing.stop();
     }
-  } finally {
-    await crashing.stop().catch(() => {});
-  }
-});
+  });
+}
