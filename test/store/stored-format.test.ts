@@ -325,3 +325,58 @@ test("a store written by a later format is refused with its file named, not misr
     rmSync(dataDir, { recursive: true, force: true });
   }
 });
+
+test("a store of format 2 keeps its totals: the triggers that kept them go at start, and each later write counts once", async (t) => {
+  const { dataDir, file } = await seededStore();
+  try {
+    // Format 2 kept each total by triggers; one as it was, counting every insert.
+    const db = new DatabaseSync(file);
+    try {
+      db.exec(
+        `CREATE TRIGGER "customers_applicationId_null_deletedAt_insert" AFTER INSERT ON "customers" BEGIN ` +
+          `INSERT INTO counters (name, key, n) SELECT 'customers|applicationId|null:deletedAt', ` +
+          `json_array(json_extract(NEW.doc, '$.applicationId')), 1 ` +
+          `WHERE json_extract(NEW.doc, '$.deletedAt') IS NULL ` +
+          `ON CONFLICT (name, key) DO UPDATE SET n = n + excluded.n; END`,
+      );
+      db.exec("PRAGMA user_version = 2");
+    } finally {
+      db.close();
+    }
+    const store = await openStore({ dataDir });
+    try {
+      const live = { applicationId: "app_1", deletedAt: null };
+      t.is(await store.system.customers.countDocuments(live), 1);
+      await store.system.customers.insertOne({
+        _id: "cus_2",
+        organizationId: "org_1",
+        applicationId: "app_1",
+        environment: "production",
+        externalUserId: "u2",
+        referralCode: "CODE2",
+        deletedAt: null,
+        createdAt: now,
+        updatedAt: now,
+      } as never);
+      t.is(await store.system.customers.countDocuments(live), 2, "counted once, not twice");
+    } finally {
+      await store.close();
+    }
+    t.is(storedFormatOf(file), storedFormat);
+    const after = new DatabaseSync(file, { readOnly: true });
+    try {
+      t.deepEqual(
+        after
+          .prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'trigger' AND sql LIKE '%counters%'",
+          )
+          .all(),
+        [],
+      );
+    } finally {
+      after.close();
+    }
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+});

@@ -22,7 +22,7 @@ import type { JointOperation, StoreCollection } from "../collection.js";
 import { DuplicateKeyError } from "../errors.js";
 import { type CounterDeclaration, fieldFanout } from "../indexes.js";
 import type { SqliteConnection } from "./sqlite-connection.js";
-import { SqliteCounters } from "./sqlite-counters.js";
+import { type Place, SqliteCounters } from "./sqlite-counters.js";
 import {
   compileFilter,
   compileSort,
@@ -197,9 +197,10 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       let changed = 0;
       for (const doc of matches) {
         const before = this.watcher ? { ...doc } : null;
+        const places = this.counters.kept ? this.counters.placesOf(doc) : null;
         const modified = applyUpdate(doc, operators);
         if (modified.length === 0) continue;
-        this.writeRow(doc, modified, before);
+        this.writeRow(doc, modified, before, places);
         changed += 1;
       }
       return { matched: matches.length, modified: changed };
@@ -258,8 +259,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE rowid = (SELECT rowid FROM "${this.name}" WHERE ${where.sql} LIMIT 1)`;
       this.database.noteQuery(sql, this.name, filter, where.params);
-      const result = this.database.statement(sql).run(...where.params);
-      return { acknowledged: true, deletedCount: Number(result.changes) };
+      return { acknowledged: true, deletedCount: this.deleteRows(sql, where.params) };
     });
   }
 
@@ -269,9 +269,18 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
       const where = compileFilter(filter, this.name);
       const sql = `DELETE FROM "${this.name}" WHERE ${where.sql}`;
       this.database.noteQuery(sql, this.name, filter, where.params);
-      const result = this.database.statement(sql).run(...where.params);
-      return { acknowledged: true, deletedCount: Number(result.changes) };
+      return { acknowledged: true, deletedCount: this.deleteRows(sql, where.params) };
     });
+  }
+
+  /** Runs a DELETE; the documents it removes leave the kept totals. Returns how many. */
+  private deleteRows(sql: string, params: readonly SQLInputValue[]): number {
+    if (!this.counters.kept) return Number(this.database.statement(sql).run(...params).changes);
+    const rows = this.database.statement(`${sql} RETURNING json(doc) AS doc`).all(...params) as {
+      doc: string;
+    }[];
+    for (const row of rows) this.counters.removed(decodeDocument<Document>(row.doc));
+    return rows.length;
   }
 
   /** Removes an index by its MongoDB name, which is this engine's after the table's name. */
@@ -459,8 +468,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     const [current] = this.select(filter, { limit: 1, sort });
     if (current) {
       const before = this.watcher ? { ...current } : null;
+      const places = this.counters.kept ? this.counters.placesOf(current) : null;
       const modified = applyUpdate(current, updateOperators(rest));
-      if (modified.length > 0) this.writeRow(current, modified, before);
+      if (modified.length > 0) this.writeRow(current, modified, before, places);
       return { matched: 1, modified: modified.length > 0, upserted: false, doc: current };
     }
     if (!upsert) return { matched: 0, modified: false, upserted: false, doc: null };
@@ -526,6 +536,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
         .run(id, columns.doc),
     );
     if (columns.side !== null) this.writeSide(id, columns.side);
+    if (this.counters.kept) this.counters.added(doc);
     this.watcher?.(null, _id === undefined ? { ...doc, _id: id } : doc);
     return id;
   }
@@ -538,6 +549,8 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     doc: WithId<T>,
     modifiedPaths: readonly string[],
     before: Document | null,
+    /** Where the document counted in the kept totals before the change (see `SqliteCounters.placesOf`). */
+    places: readonly (Place | null)[] | null,
   ): void {
     const { _id, ...fields } = doc;
     const id = String(_id);
@@ -550,6 +563,7 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
           .statement(`UPDATE "${this.name}" SET doc = jsonb(?) WHERE id = ?`)
           .run(columns.doc, id),
       );
+      if (places) this.counters.moved(places, doc);
     }
     if (modifiedPaths.some(isSidePath)) this.writeSide(id, columns.side);
     if (!sideOnly && before) this.watcher?.(before, doc);

@@ -19,6 +19,8 @@ export interface SqliteConnection {
   write<R>(work: () => R): Promise<R>;
   /** Runs `work` in one transaction of its own: all of it is committed, or none. */
   transaction<R>(work: () => R): R;
+  /** Tells `observer` how each write and each group ends (see `WriteObserver`). */
+  observeWrites(observer: WriteObserver): void;
   /** Notes that the write in progress changed `name`: its version moves at the commit. */
   touch(name: string): void;
   /** The committed version of `name`. */
@@ -31,4 +33,16 @@ export interface SqliteConnection {
     params: readonly SQLInputValue[],
     sort?: Sort,
   ): void;
+}
+
+/** What `SqliteConnection.observeWrites` tells. */
+export interface WriteObserver {
+  /** A write's savepoint was released: what it added joins its group. */
+  released(): void;
+  /** A write's savepoint was undone: what it added goes. */
+  undone(): void;
+  /** The group is about to commit: the last statements of its transaction. */
+  committing(): void;
+  /** The group was rolled back: what it added goes. */
+  abandoned(): void;
 }

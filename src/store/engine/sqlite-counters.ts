@@ -1,3 +1,4 @@
+import type { SQLInputValue } from "node:sqlite";
 import type { Document } from "mongodb";
 import type { CounterDeclaration } from "../indexes.js";
 import type { SqliteConnection } from "./sqlite-connection.js";
@@ -6,6 +7,7 @@ import {
   decodeValue,
   encodeScalar,
   fieldExpression,
+  isSidePath,
   UnsupportedQueryError,
 } from "./sqlite-query.js";
 
@@ -16,7 +18,10 @@ import {
  */
 export class SqliteCounters {
   /** The kept totals, with their names and lookup SQL worked out once. */
-  private readonly totals: { declaration: CounterDeclaration; name: string; lookup: string }[] = [];
+  private readonly totals: KeptTotal[] = [];
+  /** What the write in progress adds to the totals, then its group (see {@link flush}). */
+  private readonly pending = new Map<string, Delta>();
+  private readonly group = new Map<string, Delta>();
 
   constructor(
     private readonly database: SqliteConnection,
@@ -24,46 +29,20 @@ export class SqliteCounters {
   ) {}
 
   /**
-   * Keeps a total per group of documents, and the declared sums: triggers
-   * adjust them in the same transaction as every insert, update and
-   * delete, so they are exact; the first declaration on existing data
+   * Keeps a total per group of documents, and the declared sums: the
+   * table's writes tell what each document adds or takes away (see
+   * {@link added}, {@link removed}, {@link moved}), gathered per write and
+   * per group and written once per group just before its commit, in its
+   * transaction, so they are exact; the first declaration on existing data
    * counts them once.
    */
   keep(counter: CounterDeclaration): void {
     const name = counterName(this.table, counter);
     const sums = counter.sums ?? [];
-    const key = (row: "NEW" | "OLD") =>
-      `json_array(${counter.groupBy.map((path) => rowField(row, path)).join(", ")})`;
-    const counted = (row: "NEW" | "OLD") =>
-      (counter.nullFields ?? []).map((path) => `${rowField(row, path)} IS NULL`).join(" AND ") ||
-      "1";
-    // The count, then each sum: a row of `counters` each, under its own name.
-    const tallies = (row: "NEW" | "OLD") => [
-      { name, value: "1" },
-      ...sums.map((path) => ({
-        name: sumCounterName(name, path),
-        value: `coalesce(${rowField(row, path)}, 0)`,
-      })),
-    ];
-    const add = (row: "NEW" | "OLD") =>
-      tallies(row)
-        .map(
-          (tally) =>
-            `INSERT INTO counters (name, key, n) SELECT '${tally.name}', ${key(row)}, ${tally.value} ` +
-            `WHERE ${counted(row)} ON CONFLICT (name, key) DO UPDATE SET n = n + excluded.n;`,
-        )
-        .join(" ");
-    const remove = (row: "NEW" | "OLD") =>
-      tallies(row)
-        .map(
-          (tally) =>
-            `UPDATE counters SET n = n - ${tally.value} WHERE ${counted(row)} ` +
-            `AND name = '${tally.name}' AND key = ${key(row)};`,
-        )
-        .join(" ");
-    const moved = (row: "NEW" | "OLD") =>
-      [counted(row), key(row), ...sums.map((path) => rowField(row, path))].join(", ");
-    const trigger = `"${name.replaceAll(/[^A-Za-z0-9_]/g, "_")}`;
+    for (const path of [...counter.groupBy, ...(counter.nullFields ?? []), ...sums]) {
+      if (isSidePath(path))
+        throw new Error(`a kept total of ${this.table} by the side field ${path}`);
+    }
     // A reader uses the counters its writer keeps.
     if (this.database.writes)
       this.database.transaction(() => {
@@ -71,14 +50,6 @@ export class SqliteCounters {
           .statement("SELECT 1 FROM counter_definitions WHERE name = ?")
           .get(name);
         if (known) return;
-        this.database.exec(
-          `CREATE TRIGGER ${trigger}_insert" AFTER INSERT ON "${this.table}" BEGIN ${add("NEW")} END;` +
-            `CREATE TRIGGER ${trigger}_delete" AFTER DELETE ON "${this.table}" BEGIN ${remove("OLD")} END;` +
-            // Most updates move no document between groups; they touch no counter.
-            `CREATE TRIGGER ${trigger}_update" AFTER UPDATE OF doc ON "${this.table}" ` +
-            `WHEN (${moved("OLD")}) IS NOT (${moved("NEW")}) ` +
-            `BEGIN ${remove("OLD")} ${add("NEW")} END;`,
-        );
         const group = counter.groupBy.map((path) => fieldExpression(path)).join(", ");
         const where = (counter.nullFields ?? []).map((path) => `${fieldExpression(path)} IS NULL`);
         const existing = [
@@ -98,12 +69,110 @@ export class SqliteCounters {
         }
         this.database.statement("INSERT INTO counter_definitions (name) VALUES (?)").run(name);
       });
+    if (this.database.writes && this.totals.length === 0) {
+      this.database.observeWrites({
+        released: () => this.mergePending(),
+        undone: () => this.pending.clear(),
+        committing: () => this.flush(),
+        abandoned: () => {
+          this.pending.clear();
+          this.group.clear();
+        },
+      });
+    }
     const keys = counter.groupBy.map(() => "?").join(", ");
     this.totals.push({
       declaration: counter,
       name,
+      sumNames: sums.map((path) => sumCounterName(name, path)),
       lookup: `SELECT n FROM counters WHERE name = ? AND key = json_array(${keys})`,
     });
+  }
+
+  /** Whether the table keeps any total: its writes then say what they move. */
+  get kept(): boolean {
+    return this.totals.length > 0;
+  }
+
+  /**
+   * Where a document counts in each kept total: its group's key values as
+   * SQL reads them out of the stored document, and its sums; null for a
+   * total that does not count it.
+   */
+  placesOf(doc: Document): (Place | null)[] {
+    return this.totals.map(({ declaration }) => {
+      for (const path of declaration.nullFields ?? []) {
+        if (valueAt(doc, path) != null) return null;
+      }
+      return {
+        values: declaration.groupBy.map((path) => keyValue(valueAt(doc, path))),
+        sums: (declaration.sums ?? []).map((path) => sumValue(valueAt(doc, path))),
+      };
+    });
+  }
+
+  /** An inserted document counts in its groups. */
+  added(doc: Document): void {
+    this.move(null, this.placesOf(doc));
+  }
+
+  /** A deleted document counts no more. */
+  removed(doc: Document): void {
+    this.move(this.placesOf(doc), null);
+  }
+
+  /** An updated document leaves the groups it was in (`before`, see {@link placesOf}) for its own. */
+  moved(before: readonly (Place | null)[], after: Document): void {
+    this.move(before, this.placesOf(after));
+  }
+
+  private move(from: readonly (Place | null)[] | null, to: readonly (Place | null)[] | null): void {
+    this.totals.forEach((total, index) => {
+      const left = from?.[index] ?? null;
+      const entered = to?.[index] ?? null;
+      if (samePlace(left, entered)) return;
+      if (left) this.tally(total, left, -1);
+      if (entered) this.tally(total, entered, 1);
+    });
+  }
+
+  private tally(total: KeptTotal, place: Place, sign: 1 | -1): void {
+    this.add(total.name, place.values, sign);
+    total.sumNames.forEach((name, index) => {
+      this.add(name, place.values, sign * (place.sums[index] ?? 0));
+    });
+  }
+
+  private add(name: string, values: readonly SQLInputValue[], n: number): void {
+    const key = `${name}\u0000${JSON.stringify(values)}`;
+    const delta = this.pending.get(key);
+    if (delta) delta.n += n;
+    else this.pending.set(key, { name, values, n });
+  }
+
+  /** A released write's additions join its group's. */
+  private mergePending(): void {
+    for (const [key, delta] of this.pending) {
+      const joined = this.group.get(key);
+      if (joined) joined.n += delta.n;
+      else this.group.set(key, delta);
+    }
+    this.pending.clear();
+  }
+
+  /** The group's additions, one statement each, in its transaction before the commit. */
+  private flush(): void {
+    for (const { name, values, n } of this.group.values()) {
+      if (n === 0) continue;
+      const keys = values.map(() => "?").join(", ");
+      this.database
+        .statement(
+          `INSERT INTO counters (name, key, n) VALUES (?, json_array(${keys}), ?) ` +
+            "ON CONFLICT (name, key) DO UPDATE SET n = n + excluded.n",
+        )
+        .run(name, ...values, n);
+    }
+    this.group.clear();
   }
 
   /**
@@ -293,15 +362,59 @@ function groupId(grouping: Grouping, values: readonly unknown[]): Document {
   return id;
 }
 
-/** A field of a trigger's NEW or OLD row, as the counted filter compares it. */
-function rowField(row: "NEW" | "OLD", path: string): string {
-  return fieldExpression(path)
-    .replace(/json_extract\((doc|side),/, `json_extract(${row}.$1,`)
-    .replace(/^id$/, `${row}.id`);
-}
-
 function isScalar(value: unknown): boolean {
   return (
     value !== null && (typeof value !== "object" || value instanceof Date) && value !== undefined
   );
+}
+
+interface KeptTotal {
+  readonly declaration: CounterDeclaration;
+  readonly name: string;
+  /** The names of its sums' rows, in the order of `declaration.sums`. */
+  readonly sumNames: readonly string[];
+  readonly lookup: string;
+}
+
+/** Where a document counts in one kept total (see `SqliteCounters.placesOf`). */
+export interface Place {
+  readonly values: readonly SQLInputValue[];
+  readonly sums: readonly number[];
+}
+
+/** What a group's writes add to one row of `counters`. */
+interface Delta {
+  readonly name: string;
+  readonly values: readonly SQLInputValue[];
+  n: number;
+}
+
+function samePlace(a: Place | null, b: Place | null): boolean {
+  if (a === null || b === null) return a === b;
+  return (
+    a.values.length === b.values.length &&
+    a.values.every((value, index) => value === b.values[index]) &&
+    a.sums.every((sum, index) => sum === b.sums[index])
+  );
+}
+
+/** The value at a dotted path of a document (undefined when a step is missing). */
+function valueAt(doc: Document, path: string): unknown {
+  if (path === "_id") return doc._id;
+  let value: unknown = doc;
+  for (const step of path.split(".")) {
+    if (value === null || typeof value !== "object") return undefined;
+    value = (value as Document)[step];
+  }
+  return value;
+}
+
+/** A key's value as `json_extract` reads it out of the stored document (null when missing). */
+function keyValue(value: unknown): SQLInputValue {
+  return value === undefined || value === null ? null : encodeScalar(value);
+}
+
+/** A summed field as `coalesce(json_extract(...), 0)` reads it. */
+function sumValue(value: unknown): number {
+  return typeof value === "number" ? value : 0;
 }

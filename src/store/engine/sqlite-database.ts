@@ -3,7 +3,7 @@ import { DatabaseSync, type SQLInputValue, type StatementSync } from "node:sqlit
 import type { Document, Sort } from "mongodb";
 import { StoreOpenError } from "../errors.js";
 import { SqliteCollection } from "./sqlite-collection.js";
-import type { SqliteConnection } from "./sqlite-connection.js";
+import type { SqliteConnection, WriteObserver } from "./sqlite-connection.js";
 import { sideTableSchema } from "./sqlite-query.js";
 import {
   type Checkpointer,
@@ -378,7 +378,7 @@ export class SqliteDatabase implements SqliteConnection {
         if (!this.limits.groupCommit) this.commitGroup();
       });
     }
-    this.writeObserver?.released();
+    for (const observer of this.writeObservers) observer.released();
     const committed = new Promise<R>((resolve, reject) => {
       group.push({ resolve: () => resolve(result), reject });
     });
@@ -417,17 +417,17 @@ export class SqliteDatabase implements SqliteConnection {
    */
   inWrite = false;
   /** Told how each write and each group ends (see {@link observeWrites}). */
-  private writeObserver: WriteObserver | undefined;
+  private readonly writeObservers: WriteObserver[] = [];
 
   /**
-   * Lets what a write adds to (the program's counters) gather its
-   * additions per group and write them once, just before the group's
+   * Lets what a write adds to (the program's numbers, the tables' kept
+   * totals) gather its additions per group and write them once, just before the group's
    * commit, inside its transaction: told when a write's savepoint is
    * released or undone, when the group is about to commit, and when it is
    * abandoned.
    */
   observeWrites(observer: WriteObserver): void {
-    this.writeObserver = observer;
+    this.writeObservers.push(observer);
   }
 
   /**
@@ -438,7 +438,7 @@ export class SqliteDatabase implements SqliteConnection {
    * error (nothing acknowledged is lost).
    */
   private undoWrite(error: unknown): void {
-    this.writeObserver?.undone();
+    for (const observer of this.writeObservers) observer.undone();
     try {
       this.statement("ROLLBACK TO write").run();
       this.statement("RELEASE write").run();
@@ -453,7 +453,7 @@ export class SqliteDatabase implements SqliteConnection {
   private abandonGroup(error: unknown): void {
     const waiting = this.group ?? [];
     this.group = undefined;
-    this.writeObserver?.abandoned();
+    for (const observer of this.writeObservers) observer.abandoned();
     this.rollbackQuietly();
     for (const writer of waiting) writer.reject(error);
   }
@@ -489,7 +489,7 @@ export class SqliteDatabase implements SqliteConnection {
     if (!waiting || (this.syncing && !force)) return;
     this.inWrite = true;
     try {
-      this.writeObserver?.committing();
+      for (const observer of this.writeObservers) observer.committing();
       const bump = this.statement(
         "INSERT INTO versions (name, v) VALUES (?, 1) ON CONFLICT (name) DO UPDATE SET v = v + 1",
       );
@@ -504,7 +504,7 @@ export class SqliteDatabase implements SqliteConnection {
     try {
       this.writer.exec("COMMIT");
     } catch (error) {
-      this.writeObserver?.abandoned();
+      for (const observer of this.writeObservers) observer.abandoned();
       this.rollbackQuietly();
       for (const writer of waiting) writer.reject(error);
       return;
@@ -790,18 +790,6 @@ const defaultWriteLimits: WriteLimits = { groupCommit: true };
 
 /** How long a write waits for the write lock before failing as busy. */
 const writeLockWaitMs = 5_000;
-
-/** What {@link SqliteDatabase.observeWrites} tells. */
-export interface WriteObserver {
-  /** A write's savepoint was released: what it added joins its group. */
-  released(): void;
-  /** A write's savepoint was undone: what it added goes. */
-  undone(): void;
-  /** The group is about to commit: the last statements of its transaction. */
-  committing(): void;
-  /** The group was rolled back: what it added goes. */
-  abandoned(): void;
-}
 
 /** A repository query as the engine ran it. */
 export interface QuerySample {

@@ -6,9 +6,12 @@ import { reencodeColumn, sideTableOf, sideTableSchema } from "./sqlite-query.js"
  * The format of the documents in an embedded database, kept in SQLite's
  * `user_version`: 0 for stores written before dates took their compact form
  * (see `encodeDate`), 1 with it, 2 with side fields in side tables of their
- * own (see `sideTableOf`).
+ * own (see `sideTableOf`), 3 with the kept totals moved by the writes
+ * themselves rather than by triggers (see `SqliteCounters`): a version of
+ * format 2 would find the totals without their triggers and let them drift,
+ * so it refuses the file.
  */
-export const storedFormat = 2;
+export const storedFormat = 3;
 
 /** Rows rewritten per transaction: the upgrade of a large store commits as it goes. */
 const rowsPerCommit = 2_000;
@@ -44,8 +47,9 @@ export function upgradeStoredFormat(db: DatabaseSync, file: string): number {
   let upgraded = 0;
   for (const table of documentTables(db)) {
     if (found < 1) upgraded += upgradeDates(db, table);
-    upgraded += moveSideFields(db, table);
+    if (found < 2) upgraded += moveSideFields(db, table);
   }
+  dropCounterTriggers(db);
   db.exec(`PRAGMA user_version = ${storedFormat}`);
   return upgraded;
 }
@@ -121,6 +125,26 @@ function moveSideFields(db: DatabaseSync, table: string): number {
     db.exec(`UPDATE "${table}" SET side = NULL WHERE side IS NOT NULL AND side != jsonb('{}')`);
     db.exec("COMMIT");
     return Number(moved.changes);
+  } catch (error) {
+    db.exec("ROLLBACK");
+    throw error;
+  }
+}
+
+/**
+ * Format 3: the triggers that kept the totals (`counters`) go; the writes
+ * keep them from now on, in the same transaction, and the totals kept so
+ * far stay as they are.
+ */
+function dropCounterTriggers(db: DatabaseSync): void {
+  const triggers = db
+    .prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger' AND sql LIKE '%counters%'")
+    .all() as { name: string }[];
+  if (triggers.length === 0) return;
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    for (const { name } of triggers) db.exec(`DROP TRIGGER "${name.replaceAll('"', '""')}"`);
+    db.exec("COMMIT");
   } catch (error) {
     db.exec("ROLLBACK");
     throw error;
