@@ -738,26 +738,35 @@ test.serial("campaigns are checked for the terms the ledger relies on", async (t
   t.like(saved, { timeZone: "UTC", rewards: [{ approval: "automatic", holdPeriod: null }] });
 });
 
+/**
+ * On a server of the test's own: a referrer and a referee (`<prefix>-referrer`,
+ * `<prefix>-referee`) identified, the referee referred; and a REST call, the secret key's by default.
+ */
+async function referredOn(target: Parameters<typeof rest>[0], prefix: string) {
+  const call = (method: string, path: string, body?: unknown, key = keys.secret) =>
+    rest(target, method, path, { key, body });
+  const identifyHere = async (name: string) =>
+    expectOk(
+      await call("POST", "/customers/identify", { externalUserId: name, name }, keys.public),
+      201,
+    );
+  const referrer = await identifyHere(`${prefix}-referrer`);
+  const referee = await identifyHere(`${prefix}-referee`);
+  const referral = expectOk(
+    await call("POST", "/referrals", {
+      referralCode: referrer.referralCode,
+      refereeId: referee.id,
+    }),
+    201,
+  );
+  return { call, referee, referral };
+}
+
 test("a write failing at a grant undoes its acceptance: the referral stays pending, and the checkpoint sent again accepts it with both grants", async (t) => {
   // On the embedded engine the acceptance and its grants are one write.
   const failing = await startServer({ clock: () => new Date(start) });
   try {
-    const call = (method: string, path: string, body?: unknown, key = keys.secret) =>
-      rest(failing, method, path, { key, body });
-    const identifyHere = async (name: string) =>
-      expectOk(
-        await call("POST", "/customers/identify", { externalUserId: name, name }, keys.public),
-        201,
-      );
-    const referrer = await identifyHere("failing-referrer");
-    const referee = await identifyHere("failing-referee");
-    const referral = expectOk(
-      await call("POST", "/referrals", {
-        referralCode: referrer.referralCode,
-        refereeId: referee.id,
-      }),
-      201,
-    );
+    const { call, referee, referral } = await referredOn(failing, "failing");
     const purchase = () =>
       call("POST", "/checkpoints/ingest", {
         name: "purchase",
@@ -816,22 +825,7 @@ for (const engine of engineNames.filter((name) => name === "mongodb")) {
     let now = start;
     const crashing = await startServer({ engine, clock: () => new Date(now) });
     try {
-      const call = (method: string, path: string, body?: unknown, key = keys.secret) =>
-        rest(crashing, method, path, { key, body });
-      const identifyHere = async (name: string) =>
-        expectOk(
-          await call("POST", "/customers/identify", { externalUserId: name, name }, keys.public),
-          201,
-        );
-      const referrer = await identifyHere("crash-referrer");
-      const referee = await identifyHere("crash-referee");
-      const referral = expectOk(
-        await call("POST", "/referrals", {
-          referralCode: referrer.referralCode,
-          refereeId: referee.id,
-        }),
-        201,
-      );
+      const { call, referee, referral } = await referredOn(crashing, "crash");
       // The process "dies" after the acceptance is written: every grant write fails.
       const grants = crashing.app.store.system.rewardGrants;
       const insertOne = grants.insertOne;

@@ -213,9 +213,6 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
     update: UpdateFilter<T>,
     options: FindOneAndUpdateOptions,
   ): Promise<WithId<T> | null> {
-    if (options.returnDocument !== "after") {
-      throw new UnsupportedQueryError("findOneAndUpdate without returnDocument 'after'");
-    }
     return this.database.write(() => this.findOneAndUpdateNow(filter, update, options));
   }
 

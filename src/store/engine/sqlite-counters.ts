@@ -1,6 +1,7 @@
 import type { SQLInputValue } from "node:sqlite";
 import type { Document } from "mongodb";
 import type { CounterDeclaration } from "../indexes.js";
+import { GroupedAdditions } from "./grouped-additions.js";
 import type { SqliteConnection } from "./sqlite-connection.js";
 import {
   compileFilter,
@@ -19,9 +20,8 @@ import {
 export class SqliteCounters {
   /** The kept totals, with their names and lookup SQL worked out once. */
   private readonly totals: KeptTotal[] = [];
-  /** What the write in progress adds to the totals, then its group (see {@link flush}). */
-  private readonly pending = new Map<string, Delta>();
-  private readonly group = new Map<string, Delta>();
+  /** What the writes add to the totals, written once per group (see {@link flush}); the writer's only. */
+  private additions: GroupedAdditions<Delta> | undefined;
 
   constructor(
     private readonly database: SqliteConnection,
@@ -69,16 +69,8 @@ export class SqliteCounters {
         }
         this.database.statement("INSERT INTO counter_definitions (name) VALUES (?)").run(name);
       });
-    if (this.database.writes && this.totals.length === 0) {
-      this.database.observeWrites({
-        released: () => this.mergePending(),
-        undone: () => this.pending.clear(),
-        committing: () => this.flush(),
-        abandoned: () => {
-          this.pending.clear();
-          this.group.clear();
-        },
-      });
+    if (this.database.writes && !this.additions) {
+      this.additions = new GroupedAdditions(this.database, (deltas) => this.flush(deltas));
     }
     const keys = counter.groupBy.map(() => "?").join(", ");
     this.totals.push({
@@ -144,36 +136,29 @@ export class SqliteCounters {
   }
 
   private add(name: string, values: readonly SQLInputValue[], n: number): void {
+    const additions = this.additions;
+    if (!additions) return;
     const key = `${name}\u0000${JSON.stringify(values)}`;
-    const delta = this.pending.get(key);
-    if (delta) delta.n += n;
-    else this.pending.set(key, { name, values, n });
+    if (!additions.addTo(key, n)) additions.start(key, { name, values, n });
   }
 
-  /** A released write's additions join its group's. */
-  private mergePending(): void {
-    for (const [key, delta] of this.pending) {
-      const joined = this.group.get(key);
-      if (joined) joined.n += delta.n;
-      else this.group.set(key, delta);
-    }
-    this.pending.clear();
-  }
-
-  /** The group's additions, one statement each, in its transaction before the commit. */
-  private flush(): void {
-    for (const { name, values, n } of this.group.values()) {
-      if (n === 0) continue;
-      const keys = values.map(() => "?").join(", ");
-      this.database
-        .statement(
+  /** A group's additions, a statement each (one text per key width), before its commit. */
+  private flush(deltas: readonly Delta[]): void {
+    for (const { name, values, n } of deltas) {
+      let sql = this.flushStatements[values.length];
+      if (!sql) {
+        const keys = values.map(() => "?").join(", ");
+        sql =
           `INSERT INTO counters (name, key, n) VALUES (?, json_array(${keys}), ?) ` +
-            "ON CONFLICT (name, key) DO UPDATE SET n = n + excluded.n",
-        )
-        .run(name, ...values, n);
+          "ON CONFLICT (name, key) DO UPDATE SET n = n + excluded.n";
+        this.flushStatements[values.length] = sql;
+      }
+      this.database.statement(sql).run(name, ...values, n);
     }
-    this.group.clear();
   }
+
+  /** The upsert of {@link flush} per number of key values. */
+  private readonly flushStatements: string[] = [];
 
   /**
    * The one aggregation the repositories run (see `StoreCollection.aggregate`):

@@ -21,6 +21,7 @@ import {
   scopeKey,
   zoneScope,
 } from "../stats.js";
+import { GroupedAdditions } from "./grouped-additions.js";
 import type { SqliteDatabase } from "./sqlite-database.js";
 import { fieldExpression } from "./sqlite-query.js";
 
@@ -114,8 +115,7 @@ export class EmbeddedStats implements StatsStore {
   private settledAt = -1;
   private scheduled = false;
   /** The counter additions of the write in progress, then of its group (see {@link flush}). */
-  private pending = new Map<string, CountRow>();
-  private group = new Map<string, CountRow>();
+  private readonly additions: GroupedAdditions<CountRow>;
   /** Campaign time zones and the zones kept per environment, while the campaigns stay as read. */
   private readonly zones = new Map<string, string | readonly string[]>();
   private zonesVersion = -1;
@@ -131,25 +131,7 @@ export class EmbeddedStats implements StatsStore {
     ) => Promise<void>,
   ) {
     for (const statement of schema) database.exec(statement);
-    database.observeWrites({
-      released: () => this.merge(),
-      undone: () => this.pending.clear(),
-      committing: () => this.flush(),
-      abandoned: () => {
-        this.pending.clear();
-        this.group.clear();
-      },
-    });
-  }
-
-  /** A released write's additions join its group's, counter by counter. */
-  private merge(): void {
-    for (const [key, row] of this.pending) {
-      const total = this.group.get(key);
-      if (total) total.n += row.n;
-      else this.group.set(key, row);
-    }
-    this.pending.clear();
+    this.additions = new GroupedAdditions(database, (rows) => this.writeCounts(rows));
   }
 
   /**
@@ -160,9 +142,11 @@ export class EmbeddedStats implements StatsStore {
    * what the writes it follows added.
    */
   private flush(): void {
-    if (this.group.size === 0) return;
-    const rows = [...this.group.values()].filter((row) => row.n !== 0);
-    this.group.clear();
+    this.writeCounts(this.additions.take());
+  }
+
+  private writeCounts(rows: readonly CountRow[]): void {
+    if (rows.length === 0) return;
     const batch = `INSERT INTO stat_counts (scope, size, bucket, metric, n) VALUES ${Array(flushBatch).fill("(?, ?, ?, ?, ?)").join(", ")} ON CONFLICT (scope, size, bucket, metric) DO UPDATE SET n = n + excluded.n`;
     let index = 0;
     for (; index + flushBatch <= rows.length; index += flushBatch) {
@@ -183,9 +167,8 @@ export class EmbeddedStats implements StatsStore {
       return;
     }
     const key = `${scope}|${size}|${bucket}|${metric}`;
-    const row = this.pending.get(key);
-    if (row) row.n += n;
-    else this.pending.set(key, { scope, size, bucket, metric, n });
+    if (!this.additions.addTo(key, n))
+      this.additions.start(key, { scope, size, bucket, metric, n });
   }
 
   /** Forgets the zones read once a campaign was written (or a write rolled back) since. */
@@ -334,7 +317,7 @@ export class EmbeddedStats implements StatsStore {
     if (timeZone === "UTC") return;
     const target = scopeKey(zoneScope(scope, timeZone));
     this.query(sql.dropZone).run(target, zoneDay);
-    for (const gathered of [this.group, this.pending]) {
+    for (const gathered of this.additions.gathered) {
       for (const [rowKey, row] of gathered) {
         if (row.scope === target) gathered.delete(rowKey);
       }
@@ -361,7 +344,7 @@ export class EmbeddedStats implements StatsStore {
       n: number;
     }[];
     for (const row of rows) addDay(row.bucket, row.metric, row.n);
-    for (const gathered of [this.group, this.pending]) {
+    for (const gathered of this.additions.gathered) {
       for (const row of gathered.values()) {
         if (row.scope === key && row.size === quarter) addDay(row.bucket, row.metric, row.n);
       }
