@@ -189,14 +189,19 @@ test.serial(
 
     // Corrupt the kept numbers behind the service's back: one counter, one leaderboard row.
     // The service's writer may be committing (the reward sweep, a checkpoint):
-    // wait for its lock rather than fail.
+    // wait for its lock rather than fail. The lock is taken before anything is
+    // read (BEGIN IMMEDIATE): an UPDATE in autocommit reads first, and a commit
+    // of the service in between makes its upgrade to a write fail at once
+    // (SQLITE_BUSY, without waiting).
     const database = new DatabaseSync(join(server.dataDir, "referrals.sqlite"), {
       timeout: 5_000,
     });
+    database.exec("BEGIN IMMEDIATE");
     database.exec(
       "UPDATE stat_counts SET n = n + 5 WHERE (scope, size, bucket, metric) = (SELECT scope, size, bucket, metric FROM stat_counts WHERE metric = 'created' AND size = 86400 LIMIT 1)",
     );
     database.exec("UPDATE stat_leaderboard SET accepted = accepted + 1");
+    database.exec("COMMIT");
     database.close();
 
     const found = await verify();
