@@ -774,12 +774,16 @@ test("a write failing at a grant undoes its acceptance: the referral stays pendi
         environment: "production",
       });
     // Any insert of a grant fails, inside the acceptance's write, as a full disk would.
-    const file = new DatabaseSync(join(failing.dataDir, embeddedDatabaseFile));
+    // The service's writer may be committing (the reward sweep): each change waits for
+    // its lock, taken before anything is read (see the insights test's corruption).
+    const file = new DatabaseSync(join(failing.dataDir, embeddedDatabaseFile), { timeout: 5_000 });
     const failGrants = (on: boolean) =>
       file.exec(
-        on
-          ? `CREATE TRIGGER fail_grants BEFORE INSERT ON "rewardGrants" BEGIN SELECT RAISE(ABORT, 'simulated failure'); END`
-          : "DROP TRIGGER fail_grants",
+        `BEGIN IMMEDIATE; ${
+          on
+            ? `CREATE TRIGGER fail_grants BEFORE INSERT ON "rewardGrants" BEGIN SELECT RAISE(ABORT, 'simulated failure'); END`
+            : "DROP TRIGGER fail_grants"
+        }; COMMIT`,
       );
     try {
       failGrants(true);
