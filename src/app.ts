@@ -398,6 +398,7 @@ function startBackgroundJobs(
     countDelivery: metrics.countDelivery,
   });
   metrics.watchDeliveryQueue(() => deliveryQueueOf(store.system));
+  metrics.watchDeliveriesInHand(() => webhooks.inHand());
   // On MongoDB the TTL indexes remove expired events and deliveries.
   const retention =
     store.engine === "embedded"

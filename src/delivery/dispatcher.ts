@@ -7,12 +7,12 @@ import {
   type AttemptOutcome,
   bringForwardWaitingDeliveries,
   claimDueDelivery,
+  type FirstAttempt,
   newDelivery,
   type QueuedLease,
   recordAttempt,
   releaseDelivery,
   skipDelivery,
-  storeAttempted,
 } from "../store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import { findEvent } from "../store/events.js";
@@ -26,16 +26,19 @@ import {
 } from "../store/webhooks.js";
 import type { WebhookSender } from "./sender.js";
 
+/** How an attempt ended (see {@link FirstAttempt}), or null when a stop cut it short. */
+type Attempted = { readonly outcome: AttemptOutcome | null } | null;
+
 /** A delivery the relay handed to this dispatcher, with its event. */
 interface HandedOver {
   readonly delivery: DeliveryDoc;
   readonly event: EventDoc;
   /**
    * Set when the delivery is not stored yet (its first attempt comes
-   * first): told whether it was stored, with its attempt, or not attempted.
-   * Otherwise it was queued leased to this dispatcher.
+   * first): told how the attempt went, for the relay to store, or null
+   * when it was not made. Otherwise it was queued leased to this dispatcher.
    */
-  readonly stored?: (stored: boolean) => void;
+  readonly attempted?: (attempt: FirstAttempt | null) => void;
 }
 
 /**
@@ -122,7 +125,7 @@ export function createDispatcher(deps: DispatcherDeps) {
       if (!next) return undefined;
       // Not stored, nobody else can take it. One stored whose lease would
       // end mid-attempt is left to expire and be claimed like any other.
-      if (next.stored || next.delivery.leaseUntil.getTime() - now.getTime() > config.timeoutMs) {
+      if (next.attempted || next.delivery.leaseUntil.getTime() - now.getTime() > config.timeoutMs) {
         return next;
       }
     }
@@ -136,12 +139,13 @@ export function createDispatcher(deps: DispatcherDeps) {
     const leaseNow = leaseClock();
     const handed = takeHandedOver(leaseNow);
     if (handed) {
-      let stored = false;
+      let attempted: Attempted = null;
       try {
         const webhook = await findWebhookById(db, handed.delivery.webhookId);
-        stored = await attempt(handed.delivery, webhook, handed.event, handed.stored !== undefined);
+        const unstored = handed.attempted !== undefined;
+        attempted = await attempt(handed.delivery, webhook, handed.event, unstored);
       } finally {
-        handed.stored?.(stored);
+        handed.attempted?.(attempted && { delivery: handed.delivery, outcome: attempted.outcome });
       }
       return true;
     }
@@ -157,21 +161,20 @@ export function createDispatcher(deps: DispatcherDeps) {
   }
 
   /**
-   * Attempts a delivery this dispatcher holds the lease of, or one not
-   * stored yet (`unstored`), which is stored with its attempt. Whether
-   * where it stands is stored (false when cut short by a stop).
+   * Attempts a delivery this dispatcher holds the lease of, and records
+   * the attempt, or one not stored yet (`unstored`), which the relay stores
+   * with its attempt. How it went; null when cut short by a stop.
    */
   async function attempt(
     delivery: DeliveryDoc,
     webhook: WebhookDoc | null,
     event: EventDoc | null,
     unstored = false,
-  ): Promise<boolean> {
+  ): Promise<Attempted> {
     if (!webhook || webhook.deletedAt || !webhook.enabled || !event) {
-      if (unstored) await storeAttempted(db, delivery, null, clock());
-      else await skipDelivery(db, delivery, owner, clock());
+      if (!unstored) await skipDelivery(db, delivery, owner, clock());
       deps.countDelivery?.("skipped");
-      return true;
+      return { outcome: null };
     }
     const attemptedAt = clock();
     const signature = signersOf(webhook, attemptedAt)
@@ -196,12 +199,11 @@ export function createDispatcher(deps: DispatcherDeps) {
       // about the endpoint. Handing the delivery back makes it due at once,
       // not when the lease ends; one not stored stays in its outbox.
       if (!unstored) await releaseDelivery(db, delivery, owner, clock());
-      return false;
+      return null;
     }
     const succeeded = response.statusCode !== null && isSuccessStatus(response.statusCode);
     const outcome = outcomeOf(delivery, succeeded, attemptedAt, response);
-    if (unstored) await storeAttempted(db, delivery, outcome, attemptedAt);
-    else await recordAttempt(db, delivery, owner, outcome);
+    if (!unstored) await recordAttempt(db, delivery, owner, outcome);
     deps.countDelivery?.(succeeded ? "succeeded" : "failed");
     if (succeeded) {
       if (!isHealthyAndFresh(webhook, attemptedAt)) {
@@ -226,7 +228,7 @@ export function createDispatcher(deps: DispatcherDeps) {
         );
       }
     }
-    return true;
+    return { outcome };
   }
 
   // Per endpoint, this instance's last catch-up step, and the steps running:
@@ -312,10 +314,14 @@ export function createDispatcher(deps: DispatcherDeps) {
      * Takes a new event's delivery to attempt before it is stored (see
      * `createOutboxRelay`); none while enough wait in this dispatcher's hands.
      */
-    attemptFirst(event: EventDoc, webhook: WebhookDoc, now: Date): Promise<boolean> | undefined {
+    attemptFirst(
+      event: EventDoc,
+      webhook: WebhookDoc,
+      now: Date,
+    ): Promise<FirstAttempt | null> | undefined {
       if (handedOver.length >= maxHandedOver) return undefined;
-      return new Promise((stored) => {
-        handedOver.push({ delivery: newDelivery(event, webhook, now), event, stored });
+      return new Promise((attempted) => {
+        handedOver.push({ delivery: newDelivery(event, webhook, now), event, attempted });
       });
     },
     /**
@@ -332,6 +338,8 @@ export function createDispatcher(deps: DispatcherDeps) {
     handOver(delivery: DeliveryDoc, event: EventDoc): void {
       handedOver.push({ delivery, event });
     },
+    /** Deliveries handed over and not attempted yet. */
+    inHand: () => handedOver.length,
     /** Aborts attempts in flight (the service is stopping); each is released, not recorded. */
     abort: () => inFlight.abort(),
     /**
@@ -340,10 +348,10 @@ export function createDispatcher(deps: DispatcherDeps) {
      */
     async releaseHandedOver(): Promise<void> {
       const left = handedOver.splice(0);
-      for (const handed of left) handed.stored?.(false);
+      for (const handed of left) handed.attempted?.(null);
       await Promise.all(
         left
-          .filter((handed) => !handed.stored)
+          .filter((handed) => !handed.attempted)
           .map(({ delivery }) => releaseDelivery(db, delivery, owner, clock())),
       );
     },

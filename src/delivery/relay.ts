@@ -1,15 +1,18 @@
 import type { Clock } from "../domain/tenancy.js";
 import { endpointWants } from "../domain/webhook-events.js";
 import { eventOf, eventTypeOf } from "../events/events.js";
-import { type QueuedLease, queueDelivery } from "../store/deliveries.js";
+import { type FirstAttempt, type QueuedLease, queueDelivery } from "../store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import { withErasedScrubbed } from "../store/erasure.js";
 import {
+  findEvent,
   findOutboxHolders,
   type HolderCollection,
   type HolderDoc,
+  type HolderName,
   removeFromOutbox,
-  storeEventOnce,
+  storeEvent,
+  storeRelayed,
 } from "../store/events.js";
 import type { Store } from "../store/store.js";
 import { findEnabledWebhooks } from "../store/webhooks.js";
@@ -30,13 +33,15 @@ const maxAttemptsFirst = 256;
  * (event ids and (event, endpoint) pairs are unique keys), so a crash at any
  * point only repeats work; the outbox entry is removed last.
  *
- * A new event's delivery is attempted before it is stored, and stored once,
- * with its attempt (`attemptFirst`): one write per delivery, where queueing
- * it and recording the attempt took two. Its event stays in the document's
- * outbox until that write, so a crash or a stop before it loses nothing:
- * the event is relayed again, its delivery queued then, and sent again
- * (deliveries are at least once). Meanwhile the document is not relayed
- * again by this relay.
+ * A new event's deliveries are attempted before anything is stored
+ * (`attemptFirst`); then the event, each delivery with its attempt (the
+ * first that succeeded kept in the event itself, see `EventDoc.delivered`)
+ * and the emptied outbox are stored in one write (see `storeRelayed`):
+ * where queueing a delivery, recording its attempt and clearing the outbox
+ * took three. The events stay in the document's outbox until that write,
+ * so a crash or a stop before it loses nothing: they are relayed again,
+ * their deliveries queued then, and sent again (deliveries are at least
+ * once). Meanwhile the document is not relayed again by this relay.
  */
 export function createOutboxRelay(deps: {
   store: Store;
@@ -49,10 +54,14 @@ export function createOutboxRelay(deps: {
   workers?: {
     /**
      * Takes a new event's delivery to attempt before it is stored; resolves
-     * once it is stored (true) or was not attempted (false: a stop). None
-     * while the workers hold enough already.
+     * with how the attempt went, or null when it was not made (a stop).
+     * None while the workers hold enough already.
      */
-    attemptFirst(event: EventDoc, webhook: WebhookDoc, now: Date): Promise<boolean> | undefined;
+    attemptFirst(
+      event: EventDoc,
+      webhook: WebhookDoc,
+      now: Date,
+    ): Promise<FirstAttempt | null> | undefined;
     leaseForQueued(): QueuedLease | undefined;
     handOver(delivery: DeliveryDoc, event: EventDoc): void;
   };
@@ -66,13 +75,29 @@ export function createOutboxRelay(deps: {
   // One relay writes the embedded store. On MongoDB every instance relays,
   // and one that finds an event another stored queues its deliveries at
   // once: a first attempt made meanwhile would be sent twice.
-  const attemptsFirstHere = store.engine === "embedded";
+  const firstHere = store.engine === "embedded" && deps.workers !== undefined;
   /** Documents whose outbox waits for first attempts, by collection and id. */
   const awaitingAttempts = new Map<string, Promise<void>>();
   let attemptsFirst = 0;
 
+  /**
+   * Queues an event's deliveries to endpoints, its event stored already;
+   * not the one the event keeps (made before a stop cut its other attempts short).
+   */
+  async function queue(event: EventDoc, endpoints: readonly WebhookDoc[], now: Date) {
+    const keptFor = event.delivered?.webhookId;
+    await Promise.all(
+      endpoints.map(async (webhook) => {
+        if (webhook._id === keptFor) return;
+        const lease = deps.workers?.leaseForQueued();
+        const delivery = await queueDelivery(db, event, webhook, now, lease);
+        if (delivery && lease) deps.workers?.handOver(delivery, event);
+      }),
+    );
+  }
+
   async function relayCollection(
-    name: string,
+    name: HolderName,
     collection: HolderCollection,
     endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
   ): Promise<RelayCount> {
@@ -89,8 +114,11 @@ export function createOutboxRelay(deps: {
     const counts = await Promise.all(
       holders.map(async (holder): Promise<RelayCount> => {
         const entries = holder.outbox ?? [];
+        const entryIds = entries.map((entry) => entry.id);
         let queued = 0;
-        const attempted: Promise<boolean>[] = [];
+        /** Events built for their first attempts, stored with them. */
+        const unstored: EventDoc[] = [];
+        const attempted: Promise<FirstAttempt | null>[] = [];
         for (const entry of entries) {
           const type = eventTypeOf(holder, entry);
           const wanted = (await endpointsOf(holder.applicationId)).filter((webhook) =>
@@ -98,59 +126,80 @@ export function createOutboxRelay(deps: {
           );
           // An event no endpoint wants is dropped here rather than stored.
           if (wanted.length === 0) continue;
-          const stored = await storeEventOnce(db, await eventOf(db, holder, entry, type));
-          const event = await withErasedScrubbed(db, stored.event);
-          const now = clock();
-          await Promise.all(
-            wanted.map(async (webhook) => {
-              // An event stored before (relayed again after a crash) may have
-              // its deliveries stored: queued, they are kept once.
-              const first =
-                stored.first && attemptsFirstHere && attemptsFirst < maxAttemptsFirst
-                  ? deps.workers?.attemptFirst(event, webhook, now)
-                  : undefined;
-              if (first) {
-                attemptsFirst += 1;
-                attempted.push(
-                  first.finally(() => {
-                    attemptsFirst -= 1;
-                  }),
-                );
-                return;
-              }
-              const lease = deps.workers?.leaseForQueued();
-              const delivery = await queueDelivery(db, event, webhook, now, lease);
-              if (delivery && lease) deps.workers?.handOver(delivery, event);
-            }),
-          );
           queued += wanted.length;
+          // Stored already when relayed again after a crash: its first
+          // payload is the one sent, and its deliveries are queued (kept once).
+          const storedBefore = firstHere ? await findEvent(db, entry.id) : null;
+          if (!firstHere || storedBefore) {
+            const stored =
+              storedBefore ?? (await storeEvent(db, await eventOf(db, holder, entry, type)));
+            await queue(await withErasedScrubbed(db, stored), wanted, clock());
+            continue;
+          }
+          // A customer erased since the event was built is not sent; one
+          // erased before it is stored is scrubbed then (see below).
+          const event = await withErasedScrubbed(db, await eventOf(db, holder, entry, type));
+          const now = clock();
+          const toQueue: WebhookDoc[] = [];
+          for (const webhook of wanted) {
+            const first =
+              attemptsFirst < maxAttemptsFirst
+                ? deps.workers?.attemptFirst(event, webhook, now)
+                : undefined;
+            if (!first) {
+              toQueue.push(webhook);
+              continue;
+            }
+            attemptsFirst += 1;
+            attempted.push(
+              first.finally(() => {
+                attemptsFirst -= 1;
+              }),
+            );
+          }
+          if (toQueue.length === 0) {
+            unstored.push(event);
+            continue;
+          }
+          // The rest wait in the store for any worker, which reads the event there.
+          const stored = await withErasedScrubbed(db, await storeEvent(db, event));
+          await queue(stored, toQueue, now);
         }
-        // Last, and all of the holder's entries at once: a crash before this
-        // only relays them again, which queues nothing new.
-        const remove = () =>
-          removeFromOutbox(
-            collection,
-            holder,
-            entries.map((entry) => entry.id),
-          );
         if (attempted.length === 0) {
-          await remove();
+          // Last, and all of the holder's entries at once: a crash before
+          // this only relays them again, which queues nothing new.
+          await removeFromOutbox(collection, holder, entryIds);
           return { relayed: entries.length, queued };
         }
-        // After every first attempt is stored; the pass goes on meanwhile.
+        // Once every first attempt is made; the pass goes on meanwhile.
         const key = keyOf(holder);
-        const removed = Promise.all(attempted)
-          .then(async (storedAll) => {
-            if (storedAll.every(Boolean)) await remove();
+        const stored = Promise.all(attempted)
+          .then(async (attempts) => {
+            const made = attempts.filter((attempt) => attempt !== null);
+            await storeRelayed(
+              db,
+              store.together,
+              {
+                collection: name,
+                holder,
+                entryIds,
+                events: unstored,
+                attempts: made,
+                done: made.length === attempts.length,
+              },
+              clock(),
+            );
+            // Read after the events are stored, as `withErasedScrubbed` requires.
+            await Promise.all(unstored.map((event) => withErasedScrubbed(db, event)));
           })
           .catch((error: unknown) =>
-            deps.log?.(error, "clearing a relayed outbox failed; its events are relayed again"),
+            deps.log?.(error, "storing relayed events failed; they are relayed again"),
           )
           .finally(() => {
             awaitingAttempts.delete(key);
             deps.wake?.();
           });
-        awaitingAttempts.set(key, removed);
+        awaitingAttempts.set(key, stored);
         return { relayed: entries.length, queued };
       }),
     );

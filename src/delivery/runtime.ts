@@ -17,6 +17,8 @@ export interface WebhookRuntime {
    * are retried at once (by another instance, or on the next start).
    */
   stop(graceMs?: number): Promise<void>;
+  /** Deliveries handed to the workers and not attempted yet (a metric). */
+  inHand(): number;
 }
 
 // Both loops also poll, for work written by other instances sharing the
@@ -112,6 +114,7 @@ export function startWebhookRuntime(deps: {
 
   return {
     notify: () => relayWake.wakeAll(),
+    inHand: () => dispatcher.inHand(),
     async stop(graceMs = 0) {
       stopped = true;
       relayWake.wakeAll();

@@ -7,12 +7,13 @@ import {
   catchUpPace,
   planCatchUp,
 } from "../domain/webhook-delivery.js";
-import type { Collections } from "./collection.js";
+import type { Collections, WriteTogether } from "./collection.js";
 import type {
   AttemptDoc,
   DeliveryDoc,
   DeliveryStatusName,
   EventDoc,
+  KeptDeliveryDoc,
   WebhookDoc,
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
@@ -97,19 +98,107 @@ export async function storeAttempted(
   now: Date,
 ): Promise<void> {
   try {
-    await db.deliveries.insertOne({
-      ...delivery,
-      status: outcome?.status ?? "skipped",
-      nextAttemptAt: outcome ? outcome.nextAttemptAt : null,
-      scheduleAttempts: outcome ? 1 : 0,
-      attempts: outcome ? [outcome.attempt] : [],
-      leaseUntil: unleased,
-      leaseOwner: null,
-      updatedAt: outcome?.attempt.attemptedAt ?? now,
-    });
+    await db.deliveries.insertOne(attemptedDelivery(delivery, outcome, now));
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
   }
+}
+
+/**
+ * A delivery attempted before it was stored, and how the attempt went
+ * (`outcome` null: skipped, its endpoint gone), for the relay to store.
+ */
+export interface FirstAttempt {
+  readonly delivery: DeliveryDoc;
+  readonly outcome: AttemptOutcome | null;
+}
+
+/**
+ * A delivery attempted before it was stored, as it is stored: with its
+ * attempt and where it stands after it, or `skipped` (`outcome` null).
+ */
+export function attemptedDelivery(
+  delivery: DeliveryDoc,
+  outcome: AttemptOutcome | null,
+  now: Date,
+): DeliveryDoc {
+  return {
+    ...delivery,
+    status: outcome?.status ?? "skipped",
+    nextAttemptAt: outcome ? outcome.nextAttemptAt : null,
+    scheduleAttempts: outcome ? 1 : 0,
+    attempts: outcome ? [outcome.attempt] : [],
+    leaseUntil: unleased,
+    leaseOwner: null,
+    updatedAt: outcome?.attempt.attemptedAt ?? now,
+  };
+}
+
+/**
+ * What its event keeps of a delivery attempted before it was stored, when
+ * that first attempt succeeded (see `EventDoc.delivered`); undefined when
+ * it did not, and the delivery is stored on its own.
+ */
+export function keptDeliveryOf(
+  delivery: DeliveryDoc,
+  outcome: AttemptOutcome | null,
+): KeptDeliveryDoc | undefined {
+  const statusCode = outcome?.attempt.statusCode;
+  if (outcome?.status !== "succeeded" || statusCode === null || statusCode === undefined) {
+    return undefined;
+  }
+  return {
+    webhookId: delivery.webhookId,
+    at: outcome.attempt.attemptedAt,
+    statusCode,
+    durationMs: outcome.attempt.durationMs,
+  };
+}
+
+/** An event that keeps its delivery to one endpoint (see `EventDoc.delivered`). */
+type EventKeepingDelivery = EventDoc & { delivered: KeptDeliveryDoc };
+
+/**
+ * The id of the delivery an event keeps: the event's own, under the
+ * deliveries' prefix, so it is found from its id without an index.
+ */
+export function keptDeliveryId(eventId: string): string {
+  return `whd_${eventId.slice(eventIdPrefix.length)}`;
+}
+
+const eventIdPrefix = "evt_";
+
+/** The event that would keep a delivery of this id, if it is one (see {@link keptDeliveryId}). */
+function eventKeepingId(deliveryId: string): string | undefined {
+  return deliveryId.startsWith("whd_") ? `${eventIdPrefix}${deliveryId.slice(4)}` : undefined;
+}
+
+/** The delivery an event keeps, as every delivery reads (succeeded at its one attempt). */
+export function deliveryKeptIn(event: EventKeepingDelivery): DeliveryDoc {
+  const { delivered } = event;
+  return {
+    _id: keptDeliveryId(event._id),
+    organizationId: event.organizationId,
+    applicationId: event.applicationId,
+    webhookId: delivered.webhookId,
+    eventId: event._id,
+    eventType: event.type,
+    status: "succeeded",
+    attempts: [
+      {
+        attemptedAt: delivered.at,
+        statusCode: delivered.statusCode,
+        durationMs: delivered.durationMs,
+        error: null,
+      },
+    ],
+    scheduleAttempts: 1,
+    nextAttemptAt: null,
+    leaseUntil: unleased,
+    leaseOwner: null,
+    createdAt: delivered.at,
+    updatedAt: delivered.at,
+  };
 }
 
 /**
@@ -288,8 +377,13 @@ export async function deliveryQueueOf(
   return { pending, oldestDueAt };
 }
 
-/** An endpoint's deliveries, newest first. */
-export function findDeliveries(
+/**
+ * An endpoint's deliveries, newest first: those stored on their own and
+ * those kept in their events (succeeded at their first attempt, see
+ * `EventDoc.delivered`), merged. Each source is read in the list's order
+ * up to the end of the page, on its own index.
+ */
+export async function findDeliveries(
   db: Collections,
   tenant: Tenant,
   webhookId: string,
@@ -298,30 +392,77 @@ export function findDeliveries(
 ): Promise<{ total: number; docs: DeliveryDoc[] }> {
   const query: Filter<DeliveryDoc> = { ...ownedBy(tenant), webhookId };
   if (status) query.status = status;
-  return findNewestFirst(db.deliveries, query, page);
+  if (status !== undefined && status !== "succeeded") {
+    return findNewestFirst(db.deliveries, query, page);
+  }
+  const keptQuery: Filter<EventDoc> = { ...ownedBy(tenant), "delivered.webhookId": webhookId };
+  const kept = await db.events.countDocuments(keptQuery);
+  if (kept === 0) return findNewestFirst(db.deliveries, query, page);
+  const end = page.offset + page.limit;
+  const [stored, storedRead, keptRead] = await Promise.all([
+    db.deliveries.countDocuments(query),
+    db.deliveries.find(query, { sort: { createdAt: -1, _id: -1 }, limit: end }).toArray(),
+    db.events.find(keptQuery, { sort: { "delivered.at": -1, _id: -1 }, limit: end }).toArray(),
+  ]);
+  const merged = [...storedRead, ...(keptRead as EventKeepingDelivery[]).map(deliveryKeptIn)].sort(
+    newestFirst,
+  );
+  return { total: stored + kept, docs: merged.slice(page.offset, end) };
 }
 
-/** One delivery of an endpoint. */
-export function findDelivery(
+/** The deliveries' list order: newest first, then by id, as their index has it. */
+function newestFirst(a: DeliveryDoc, b: DeliveryDoc): number {
+  const byTime = b.createdAt.getTime() - a.createdAt.getTime();
+  if (byTime !== 0) return byTime;
+  return a._id < b._id ? 1 : a._id > b._id ? -1 : 0;
+}
+
+/** One delivery of an endpoint, stored on its own or kept in its event. */
+export async function findDelivery(
   db: Collections,
   tenant: Tenant,
   webhookId: string,
   id: string,
 ): Promise<DeliveryDoc | null> {
-  return db.deliveries.findOne({ ...ownedBy(tenant), webhookId, _id: id });
+  const stored = await db.deliveries.findOne({ ...ownedBy(tenant), webhookId, _id: id });
+  if (stored) return stored;
+  const event = await findEventKeeping(db, tenant, webhookId, id);
+  return event && deliveryKeptIn(event);
+}
+
+/** The event keeping the endpoint's delivery of this id, if one does. */
+async function findEventKeeping(
+  db: Collections,
+  tenant: Tenant,
+  webhookId: string,
+  deliveryId: string,
+): Promise<EventKeepingDelivery | null> {
+  const eventId = eventKeepingId(deliveryId);
+  if (eventId === undefined) return null;
+  const event = await db.events.findOne({
+    ...ownedBy(tenant),
+    _id: eventId,
+    "delivered.webhookId": webhookId,
+  });
+  return event as EventKeepingDelivery | null;
 }
 
 /**
  * Makes a delivery due now with a fresh schedule, keeping its attempts; a
- * catch-up may bring it forward again.
+ * catch-up may bring it forward again. One kept in its event is stored on
+ * its own from now on, under the same id: its document is written and the
+ * event's copy removed together (`together`, the embedded engine's; on
+ * MongoDB no event keeps a delivery, as only the embedded engine attempts
+ * a delivery before storing it).
  */
-export function requeueDelivery(
+export async function requeueDelivery(
   db: Collections,
   tenant: Tenant,
   delivery: DeliveryDoc,
   now: Date,
+  together?: WriteTogether,
 ): Promise<DeliveryDoc | null> {
-  return db.deliveries.findOneAndUpdate(
+  const requeued = await db.deliveries.findOneAndUpdate(
     { ...ownedBy(tenant), _id: delivery._id },
     {
       $set: {
@@ -334,4 +475,30 @@ export function requeueDelivery(
     },
     { returnDocument: "after" },
   );
+  if (requeued || !together) return requeued;
+  const event = await findEventKeeping(db, tenant, delivery.webhookId, delivery._id);
+  if (!event) return null;
+  const stored: DeliveryDoc = {
+    ...deliveryKeptIn(event),
+    status: "pending",
+    nextAttemptAt: now,
+    scheduleAttempts: 0,
+    updatedAt: now,
+  };
+  // The event's copy is removed first: of two requeues at once, the second
+  // finds it gone and requeues the document the first stored.
+  const outcome = await together([
+    {
+      collection: "events",
+      operation: "updateOne",
+      args: [
+        { _id: event._id, "delivered.webhookId": delivery.webhookId },
+        { $unset: { delivered: "" } },
+      ],
+      mustMatch: true,
+    },
+    { collection: "deliveries", operation: "insertOne", args: [stored] },
+  ]);
+  if (outcome.results === undefined) return requeueDelivery(db, tenant, delivery, now, together);
+  return stored;
 }

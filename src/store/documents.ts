@@ -351,6 +351,23 @@ export interface EventDoc {
    * too, whoever refers the customer since.
    */
   referredById?: string;
+  /**
+   * Its delivery to one endpoint, kept here rather than in a delivery
+   * document of its own when it succeeded at its first attempt (see
+   * `deliveryKeptIn`): nearly every event is delivered so, and the
+   * delivery's own document and index entries took more room than the event.
+   */
+  delivered?: KeptDeliveryDoc;
+}
+
+/** A delivery that succeeded at its first attempt, kept in its event (see `EventDoc.delivered`). */
+export interface KeptDeliveryDoc {
+  /** The endpoint. */
+  webhookId: string;
+  /** When it was attempted, the one attempt. */
+  at: Date;
+  statusCode: number;
+  durationMs: number;
 }
 
 /** The REST words of `referral.v1.WebhookDeliveryStatus`. */

@@ -1,5 +1,12 @@
+import type { UpdateResult } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
-import type { Collections, StoreCollection } from "./collection.js";
+import type { Collections, JointWrite, StoreCollection, WriteTogether } from "./collection.js";
+import {
+  attemptedDelivery,
+  type FirstAttempt,
+  keptDeliveryOf,
+  storeAttempted,
+} from "./deliveries.js";
 import type {
   CheckpointDoc,
   CustomerDoc,
@@ -118,17 +125,135 @@ export async function removeEntries(
   ids: readonly string[],
   options: { wholeListRead: boolean },
 ): Promise<void> {
-  const { list, flag, idPath } = entries;
-  const holder = { ...ownedBy(tenant), _id: holderId };
   if (options.wholeListRead) {
-    const emptied = await collection.updateOne(
-      { ...holder, [list]: { $size: ids.length } },
-      { $unset: { [list]: "", [flag]: "" } },
-    );
+    const [filter, update] = emptying(tenant, holderId, entries, ids.length);
+    const emptied = await collection.updateOne(filter as never, update as never);
     if (emptied.matchedCount === 1) return;
   }
+  await pullEntries(collection, tenant, holderId, entries, ids);
+}
+
+/**
+ * The update that empties a list its caller read whole, and clears its
+ * flag: it matches only while the list still holds the `count` entries
+ * read (see {@link removeEntries}).
+ */
+function emptying(
+  tenant: Tenant,
+  holderId: string,
+  entries: EntryList,
+  count: number,
+): [Record<string, unknown>, Record<string, unknown>] {
+  return [
+    { ...ownedBy(tenant), _id: holderId, [entries.list]: { $size: count } },
+    { $unset: { [entries.list]: "", [entries.flag]: "" } },
+  ];
+}
+
+/** Removes entries by id, then the flag if nothing is left (see {@link removeEntries}). */
+async function pullEntries(
+  collection: HolderCollection,
+  tenant: Tenant,
+  holderId: string,
+  entries: EntryList,
+  ids: readonly string[],
+): Promise<void> {
+  const { list, flag, idPath } = entries;
+  const holder = { ...ownedBy(tenant), _id: holderId };
   await collection.updateOne(holder, { $pull: { [list]: { [idPath]: { $in: [...ids] } } } });
   await collection.updateOne({ ...holder, [list]: { $size: 0 } }, { $unset: { [flag]: "" } });
+}
+
+/** The collections whose documents hold an outbox, by name (see {@link HolderCollection}). */
+export type HolderName = "customers" | "referrals" | "checkpoints" | "rewardGrants";
+
+/** What the relay did with one document's events (see {@link storeRelayed}). */
+export interface Relayed {
+  readonly collection: HolderName;
+  readonly holder: OutboxHolder;
+  /** The ids of the outbox entries relayed: all of the outbox as it was read. */
+  readonly entryIds: readonly string[];
+  /** Its events not stored yet, their payloads as JSON. */
+  readonly events: readonly EventDoc[];
+  /** Deliveries attempted before they were stored. */
+  readonly attempts: readonly FirstAttempt[];
+  /** Whether every delivery was attempted or stored, so the outbox is emptied. */
+  readonly done: boolean;
+}
+
+/**
+ * Stores what the relay did with a document's events whose deliveries it
+ * attempted before storing anything: the events not stored yet, each
+ * keeping its first delivery that succeeded at once (see
+ * `EventDoc.delivered`), the other deliveries with their attempt, and the
+ * outbox emptied once every delivery is attempted or stored (`done`). One
+ * write where the engine makes writes together (`together`), so a
+ * delivery that succeeds costs no write of its own; a crash before it
+ * leaves the events in the outbox, to be relayed and sent again.
+ */
+export async function storeRelayed(
+  db: Collections,
+  together: WriteTogether | undefined,
+  relayed: Relayed,
+  now: Date,
+): Promise<void> {
+  const { holder, entryIds, events, attempts } = relayed;
+  const collection = db[relayed.collection] as HolderCollection;
+  if (together) {
+    const kept = new Map<string, FirstAttempt>();
+    for (const event of events) {
+      const first = attempts.find(
+        ({ delivery, outcome }) =>
+          delivery.eventId === event._id && keptDeliveryOf(delivery, outcome) !== undefined,
+      );
+      if (first) kept.set(event._id, first);
+    }
+    const keptAttempts = new Set(kept.values());
+    const writes: JointWrite[] = [
+      ...events.map((event): JointWrite => {
+        const first = kept.get(event._id);
+        const delivered = first && keptDeliveryOf(first.delivery, first.outcome);
+        return {
+          collection: "events",
+          operation: "insertOne",
+          args: [{ ...packed(event), ...(delivered ? { delivered } : {}) }],
+        };
+      }),
+      ...attempts
+        .filter((attempt) => !keptAttempts.has(attempt))
+        .map(
+          ({ delivery, outcome }): JointWrite => ({
+            collection: "deliveries",
+            operation: "insertOne",
+            args: [attemptedDelivery(delivery, outcome, now)],
+          }),
+        ),
+    ];
+    if (relayed.done) {
+      writes.push({
+        collection: relayed.collection,
+        operation: "updateOne",
+        args: emptying(holder, holder._id, outboxList, entryIds.length),
+      });
+    }
+    try {
+      const { results } = await together(writes);
+      const emptied = results?.at(-1) as UpdateResult | undefined;
+      // An event appended meanwhile stays: only the relayed ones are removed.
+      if (relayed.done && emptied?.matchedCount !== 1) {
+        await pullEntries(collection, holder, holder._id, outboxList, entryIds);
+      }
+      return;
+    } catch (error) {
+      // Stored in part already (relayed again): each is stored once, below.
+      if (!isDuplicateKeyError(error)) throw error;
+    }
+  }
+  for (const event of events) await storeEventOnce(db, event);
+  await Promise.all(
+    attempts.map(({ delivery, outcome }) => storeAttempted(db, delivery, outcome, now)),
+  );
+  if (relayed.done) await removeFromOutbox(collection, holder, entryIds);
 }
 
 /**
@@ -149,12 +274,17 @@ export async function storeEventOnce(
   event: EventDoc,
 ): Promise<{ event: EventDoc; first: boolean }> {
   try {
-    await db.events.insertOne({ ...event, payload: packPayload(event.payload, event.type) });
+    await db.events.insertOne(packed(event));
     return { event, first: true };
   } catch (error) {
     if (!isDuplicateKeyError(error)) throw error;
     return { event: (await findEvent(db, event._id)) ?? event, first: false };
   }
+}
+
+/** An event as it is stored, its payload packed (see `packPayload`). */
+function packed(event: EventDoc): EventDoc {
+  return { ...event, payload: packPayload(event.payload, event.type) };
 }
 
 /** One event by id, its payload as JSON (see `packPayload` for how it is stored). */

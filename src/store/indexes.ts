@@ -213,6 +213,12 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       options: { sparse: true },
       serves: "erasure: the stored events whose referredBy holds a referrer's data",
     },
+    {
+      key: { "delivered.webhookId": 1, "delivered.at": -1, _id: -1 },
+      // Events whose delivery is kept in them only (see `EventDoc.delivered`).
+      options: { partialFilterExpression: { "delivered.webhookId": { $exists: true } } },
+      serves: "ListWebhookDeliveries, newest first: the deliveries kept in their events",
+    },
   ],
   deliveries: [
     {
@@ -313,6 +319,7 @@ export const fieldFanout: Readonly<Record<string, number>> = {
   isLive: 2,
   campaignId: 10,
   webhookId: 10,
+  "delivered.webhookId": 10,
   outboxPending: 1,
   // A referrer brings a handful of referees, not one.
   referrerId: 100_000,
@@ -320,7 +327,7 @@ export const fieldFanout: Readonly<Record<string, number>> = {
 
 /**
  * A total the embedded engine keeps per group of documents, in the same
- * transaction as every write that changes it (SQLite triggers), so a list's
+ * transaction as every write that changes it, so a list's
  * exact `total` is one lookup at any size. A count whose filter is exactly
  * `groupBy` equalities plus `nullFields` is answered from it; any other
  * count runs in SQL on the indexes. MongoDB counts with its indexes, and
@@ -402,6 +409,12 @@ export const counterDeclarations: { [C in CollectionName]?: readonly CounterDecl
       groupBy: ["applicationId", "customerId", "value.currency", "kind", "status"],
       sums: ["amountMinor"],
       serves: "GetCustomerRewardBalance: a customer's grants and amounts per currency and status",
+    },
+  ],
+  events: [
+    {
+      groupBy: ["applicationId", "delivered.webhookId"],
+      serves: "ListWebhookDeliveries' total: the deliveries kept in their events",
     },
   ],
   deliveries: [

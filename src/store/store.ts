@@ -55,6 +55,8 @@ interface StoreBase {
   forTenant(tenant: Tenant): TenantStore;
   /** The program's numbers (InsightsService), kept by the same writes as the records. */
   readonly stats: StatsStore;
+  /** Writes of any collections made atomically, where the engine makes them (the embedded one). */
+  readonly together?: WriteTogether;
   /** Resolves when the store answers; rejects otherwise (readiness). */
   ping(): Promise<void>;
   /** Resolves once a small write is committed: whether the store takes writes again. */
@@ -299,6 +301,7 @@ function openEmbedded(
     const together = writeTogetherOn(db, collections);
     const store: EmbeddedWriter = {
       ...tenantAccess(system, stats, kept, together),
+      together,
       engine: "embedded",
       role: "writer",
       stats,
@@ -447,6 +450,7 @@ function openEmbeddedReader(
       writes.run({ kind: "together", writes: group }) as Promise<JointOutcome>;
     return {
       ...tenantAccess(system, stats, kept, together),
+      together,
       engine: "embedded",
       role: "reader",
       stats,

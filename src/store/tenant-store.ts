@@ -27,6 +27,7 @@ import {
 import { findDeliveries, findDelivery, requeueDelivery } from "./deliveries.js";
 import type {
   CheckpointDoc,
+  DeliveryDoc,
   IdempotencyKeyDoc,
   OutboxEntryDoc,
   ReferralDoc,
@@ -304,7 +305,8 @@ export function createTenantStore(
     deliveries: {
       find: bind(findDelivery),
       findMany: bind(findDeliveries),
-      requeue: bind(requeueDelivery),
+      requeue: (delivery: DeliveryDoc, now: Date) =>
+        requeueDelivery(db, tenant, delivery, now, together),
     },
   };
 }

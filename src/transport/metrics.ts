@@ -12,6 +12,8 @@ export interface Metrics {
   countRateLimited(limit: string): void;
   /** Reports the delivery queue at each scrape: pending deliveries and the oldest one's due time. */
   watchDeliveryQueue(read: () => Promise<{ pending: number; oldestDueAt: Date | null }>): void;
+  /** Reports at each scrape the deliveries this instance's workers hold and have not attempted. */
+  watchDeliveriesInHand(read: () => number): void;
   /** Reports the store's disk at each scrape (embedded engine): free bytes and the database's size. */
   watchDisk(read: () => { freeBytes: number; storeBytes: number } | undefined): void;
   /** Reports the embedded writer's group commits at each scrape: commits and the writes in them, and the writes waiting. */
@@ -149,6 +151,15 @@ export function createMetrics(
       this.set(oldestDueAt ? Math.max(0, (Date.now() - oldestDueAt.getTime()) / 1000) : 0);
     },
   });
+  let readInHand: (() => number) | undefined;
+  new Gauge({
+    name: "webhook_deliveries_in_hand",
+    help: "Deliveries handed to this instance's webhook workers, not attempted yet; a new event's wait in its outbox meanwhile, not in the queue.",
+    registers: [registry],
+    collect() {
+      this.set(readInHand?.() ?? 0);
+    },
+  });
   let readCommits: (() => { groups: number; writes: number }) | undefined;
   let readQueued: (() => number) | undefined;
   const commitCounter = (name: string, help: string, field: "groups" | "writes") => {
@@ -222,6 +233,9 @@ export function createMetrics(
     countRateLimited: (limit) => rateLimited.inc({ limit }),
     watchDeliveryQueue(read) {
       readQueue = read;
+    },
+    watchDeliveriesInHand(read) {
+      readInHand = read;
     },
     watchDisk(read) {
       readDisk = read;

@@ -1,5 +1,6 @@
-import type { StoreCollection } from "../../src/store/collection.js";
-import type { DeliveryDoc } from "../../src/store/documents.js";
+import type { Collections, StoreCollection } from "../../src/store/collection.js";
+import { deliveryKeptIn } from "../../src/store/deliveries.js";
+import type { DeliveryDoc, EventDoc, KeptDeliveryDoc } from "../../src/store/documents.js";
 import type { TestServer } from "./server.js";
 
 /** The collections whose documents carry a webhook outbox. */
@@ -60,7 +61,23 @@ export async function waitForRelay(
 }
 
 /** Every delivery queued for one endpoint, oldest first, read from the store. */
-export async function deliveriesOf(server: TestServer, webhookId: string): Promise<DeliveryDoc[]> {
-  const found = await server.app.store.system.deliveries.find({ webhookId }).toArray();
-  return found.sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
+export function deliveriesOf(server: TestServer, webhookId: string): Promise<DeliveryDoc[]> {
+  return deliveriesIn(server.app.store.system, webhookId);
+}
+
+/**
+ * The deliveries in a store, of one endpoint or of all, oldest first: those
+ * stored on their own and those kept in their events (see `EventDoc.delivered`).
+ */
+export async function deliveriesIn(db: Collections, webhookId?: string): Promise<DeliveryDoc[]> {
+  const [stored, keeping] = await Promise.all([
+    db.deliveries.find(webhookId ? { webhookId } : {}).toArray(),
+    db.events
+      .find(webhookId ? { "delivered.webhookId": webhookId } : { delivered: { $exists: true } })
+      .toArray(),
+  ]);
+  const kept = keeping.map((event) =>
+    deliveryKeptIn(event as EventDoc & { delivered: KeptDeliveryDoc }),
+  );
+  return [...stored, ...kept].sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
 }

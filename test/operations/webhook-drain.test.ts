@@ -1,6 +1,7 @@
 import test from "ava";
 import type { WebhookResponse, WebhookSender } from "../../src/delivery/sender.js";
 import { openStore } from "../../src/store/store.js";
+import { deliveriesIn } from "../helpers/relay.js";
 import { keys, rest } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 import { isRefused, type OperationsServer, startService, waitUntil } from "./service.js";
@@ -62,7 +63,7 @@ async function leftBehind(server: OperationsServer) {
   try {
     const waiting = await store.system.customers.find({ outboxPending: true }).toArray();
     return {
-      deliveries: await store.system.deliveries.find({}).toArray(),
+      deliveries: await deliveriesIn(store.system),
       webhooks: await store.system.webhooks.find({}).toArray(),
       inOutboxes: waiting.flatMap((customer) => customer.outbox ?? []).length,
     };
@@ -93,7 +94,7 @@ async function restartAndDeliver(
   });
   cleanups.push(() => restarted.stop());
   await eventually(`${count} deliveries succeeded after the restart`, async () => {
-    const deliveries = await restarted.app.store.system.deliveries.find({}).toArray();
+    const deliveries = await deliveriesIn(restarted.app.store.system);
     return (
       deliveries.filter((delivery) => delivery.status === "succeeded").length === count &&
       deliveries.length === count
@@ -191,10 +192,11 @@ test("first attempts handed to this instance's workers but never started wait in
         body: { externalUserId, name: externalUserId, environment: "test" },
       });
     }
-    // Each event is stored as the relay hands its delivery over.
-    await eventually("three events relayed", async () => {
-      const events = await server.app.store.system.events.find({}).toArray();
-      return events.length === 3;
+    // Handed over before anything is stored: two wait in the worker's hands.
+    await eventually("two first attempts in the worker's hands", async () => {
+      const metrics = await server.app.metricsJson();
+      const inHand = metrics.find((metric) => metric.name === "webhook_deliveries_in_hand");
+      return inHand?.values[0]?.value === 2;
     });
     await server.app.close();
     const { deliveries, inOutboxes } = await leftBehind(server);
@@ -207,6 +209,76 @@ test("first attempts handed to this instance's workers but never started wait in
     t.deepEqual([...received.values()], [1, 1, 1]);
   } finally {
     endpoint.answer();
+    await server.stop({ keepData: true });
+    for (const cleanup of cleanups) await cleanup();
+  }
+});
+
+test("an event for two endpoints, one answering and one cut short by the stop: the answered delivery is kept with the event, and only the other is sent at the next start", async (t) => {
+  let answering = 0;
+  let cut = 0;
+  const send: WebhookSender = (request) => {
+    if (request.url.endsWith("/answers")) {
+      answering++;
+      return Promise.resolve({ statusCode: 200, durationMs: 1, error: null });
+    }
+    cut++;
+    return new Promise<WebhookResponse>((resolve) =>
+      request.signal?.addEventListener("abort", () =>
+        resolve({ statusCode: null, durationMs: 1, error: "aborted" }),
+      ),
+    );
+  };
+  const server = await startService({
+    sendWebhook: send,
+    env: { SHUTDOWN_GRACE: "300ms", WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_TIMEOUT: "10s" },
+  });
+  const cleanups: (() => Promise<void>)[] = [];
+  try {
+    for (const path of ["answers", "hangs"]) {
+      const created = await rest(server, "POST", "/webhooks", {
+        key: keys.secret,
+        body: {
+          url: `http://127.0.0.1:9/${path}`,
+          environment: "test",
+          eventTypes: ["customer.created"],
+        },
+      });
+      if (created.status !== 201) throw new Error(JSON.stringify(created.body));
+    }
+    await rest(server, "POST", "/customers/identify", {
+      key: keys.public,
+      body: { externalUserId: "split", name: "Split", environment: "test" },
+    });
+    await waitUntil(() => answering === 1 && cut === 1, "both attempts made");
+    await server.app.close();
+    const { deliveries, inOutboxes } = await leftBehind(server);
+    t.is(deliveries.length, 1, "the answered delivery, stored with its event");
+    t.like(deliveries[0], { status: "succeeded" });
+    t.is(inOutboxes, 1, "the event waits in its outbox for the other endpoint");
+
+    const received: string[] = [];
+    const restarted = await startService({
+      dataDir: server.dataDir,
+      sendWebhook: async (request) => {
+        received.push(new URL(request.url).pathname);
+        return { statusCode: 200, durationMs: 1, error: null };
+      },
+      env: { WEBHOOK_ALLOW_PRIVATE: "true" },
+    });
+    cleanups.push(() => restarted.stop());
+    await eventually("both deliveries succeeded after the restart", async () => {
+      const all = await deliveriesIn(restarted.app.store.system);
+      return all.length === 2 && all.every((delivery) => delivery.status === "succeeded");
+    });
+    await eventually("the outbox emptied", async () => {
+      const waiting = await restarted.app.store.system.customers
+        .find({ outboxPending: true })
+        .toArray();
+      return waiting.length === 0;
+    });
+    t.deepEqual(received, ["/hangs"], "the answered endpoint is not sent the event again");
+  } finally {
     await server.stop({ keepData: true });
     for (const cleanup of cleanups) await cleanup();
   }

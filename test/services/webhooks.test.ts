@@ -6,7 +6,7 @@ import { findEvent } from "../../src/store/events.js";
 import { call, protocols } from "../helpers/callers.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
-import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 
 /**
@@ -16,9 +16,11 @@ import { eventually } from "../helpers/wait.js";
  * state. Private addresses are allowed (the receiver is on loopback) and the
  * retry schedule is compressed to milliseconds.
  */
-const server = useServer({
-  env: { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_RETRY_SCHEDULE: "0ms,100ms,100ms,100ms" },
-});
+const serviceEnv = {
+  WEBHOOK_ALLOW_PRIVATE: "true",
+  WEBHOOK_RETRY_SCHEDULE: "0ms,100ms,100ms,100ms",
+};
+const server = useServer({ env: serviceEnv });
 let receiver: Receiver;
 test.serial.before(async () => {
   receiver = await startReceiver();
@@ -326,6 +328,115 @@ test.serial("an exhausted schedule fails the delivery; redelivery sends it again
     receiver.respond = () => 200;
   }
 });
+
+test.serial(
+  "a delivery that succeeds at its first attempt is kept in its event: listed in order with the others, paged, and redelivered like any",
+  async (t) => {
+    // A service of its own: with one endpoint, each event's delivery to it
+    // is the one its event keeps (of several, the first to succeed is).
+    const own = await startServer({ env: serviceEnv });
+    t.teardown(() => own.stop());
+    const created = await rest(own, "POST", "/webhooks", {
+      key: keys.secret,
+      body: { url: `${receiver.url}/kept`, environment: "test", eventTypes: ["customer.created"] },
+    });
+    const webhook = created.body.webhook as Json;
+    const list = async (query: string) =>
+      (
+        await rest(own, "GET", `/webhooks/${webhook.id}/deliveries?${query}`, {
+          key: keys.secret,
+        })
+      ).body as { total: number; data: Json[] };
+    // Every third customer's event fails its first attempt: that delivery is
+    // stored on its own, and succeeds at its retry.
+    const failedOnce = new Set<string>();
+    receiver.respond = (request) => {
+      if (request.path !== "/kept") return 200;
+      const { data } = JSON.parse(request.body) as { data: { externalUserId: string } };
+      const id = data.externalUserId;
+      if (!id.endsWith("-retried") || failedOnce.has(id)) return 200;
+      failedOnce.add(id);
+      return 500;
+    };
+    try {
+      const names = Array.from(
+        { length: 9 },
+        (_, i) => `kept-${i}${i % 3 === 2 ? "-retried" : ""}`,
+      );
+      for (const name of names) {
+        await rest(own, "POST", "/customers/identify", {
+          key: keys.public,
+          body: { externalUserId: name, name, environment: "test" },
+        });
+      }
+      const all = await eventually("nine deliveries succeeded", async () => {
+        const listed = await list("limit=100");
+        const done = listed.data.filter((delivery) => delivery.status === "succeeded");
+        return done.length === 9 ? listed : undefined;
+      });
+      t.is(all.total, 9);
+      const times = all.data.map((delivery) => Date.parse(delivery.createdAt as string));
+      t.deepEqual(
+        times,
+        [...times].sort((a, b) => b - a),
+        "newest first",
+      );
+      t.is(new Set(all.data.map((delivery) => delivery.id)).size, 9);
+      t.deepEqual(
+        all.data.map((delivery) => (delivery.attempts as Json[]).length).sort(),
+        [1, 1, 1, 1, 1, 1, 2, 2, 2],
+      );
+      // Only the three that failed first have a document of their own.
+      t.is(await own.app.store.system.deliveries.countDocuments({ webhookId: webhook.id }), 3);
+
+      const pages: Json[] = [];
+      for (let offset = 0; offset < 9; offset += 2) {
+        const page = await list(`limit=2&offset=${offset}`);
+        t.is(page.total, 9);
+        pages.push(...page.data);
+      }
+      t.deepEqual(
+        pages.map((delivery) => delivery.id),
+        all.data.map((delivery) => delivery.id),
+        "the pages are the list, in order",
+      );
+      t.is((await list("status=succeeded&limit=100")).total, 9);
+      t.is((await list("status=pending")).total, 0);
+
+      // A kept delivery, redelivered: the same id, stored on its own from now on.
+      const kept = all.data.find((delivery) => (delivery.attempts as Json[]).length === 1) as Json;
+      const redelivered = await rest(
+        own,
+        "POST",
+        `/webhooks/${webhook.id}/deliveries/${kept.id}/redeliver`,
+        { key: keys.secret, body: {} },
+      );
+      t.is(redelivered.status, 200);
+      t.like(redelivered.body, { id: kept.id, eventId: kept.eventId, status: "pending" });
+      await receiver.waitFor(
+        () => at("/kept").filter((r) => r.headers["webhook-id"] === kept.eventId).length === 2,
+      );
+      const after = await eventually("the redelivery recorded", async () => {
+        const listed = await list("limit=100");
+        const again = listed.data.find((delivery) => delivery.id === kept.id);
+        return again?.status === "succeeded" && (again.attempts as Json[]).length === 2
+          ? listed
+          : undefined;
+      });
+      t.is(after.total, 9, "listed once");
+      t.is(await own.app.store.system.deliveries.countDocuments({ webhookId: webhook.id }), 4);
+      const unknown = await rest(
+        own,
+        "POST",
+        `/webhooks/${webhook.id}/deliveries/whd_${"0".repeat(25)}/redeliver`,
+        { key: keys.secret, body: {} },
+      );
+      t.is(unknown.status, 404);
+    } finally {
+      receiver.respond = () => 200;
+    }
+  },
+);
 
 test.serial(
   "disabled and deleted endpoints receive nothing; filters by type and environment hold",

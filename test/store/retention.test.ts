@@ -14,6 +14,7 @@ import {
   storeTest,
 } from "../helpers/engines.js";
 import { startReceiver } from "../helpers/receiver.js";
+import { deliveriesIn } from "../helpers/relay.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 
@@ -151,10 +152,8 @@ test("the service sweeps the embedded store by its clock: old events and deliver
     await receiver.waitFor((received) => received.length >= 1);
     const db = first.app.store.system;
     await eventually("the delivery recorded as succeeded", async () => {
-      const [done] = await db.deliveries
-        .find({ webhookId: webhook.id, status: "succeeded" })
-        .toArray();
-      return done;
+      const [done] = await deliveriesIn(db, webhook.id as string);
+      return done?.status === "succeeded";
     });
     const [oldEvent] = await db.events.find({}).toArray();
     t.truthy(oldEvent);

@@ -581,8 +581,9 @@ export class SqliteCollection<T extends Document> implements StoreCollection<T> 
 }
 
 /**
- * A partial filter of field equalities to literal strings or numbers (as the
- * index declarations write them) in SQL, or undefined for any other filter.
+ * A partial filter of field equalities to literal strings or numbers, or of
+ * fields that exist (as the index declarations write them) in SQL, or
+ * undefined for any other filter.
  * A query naming the same fields equal to bound parameters of those values
  * uses the index: SQLite plans a statement again when the values bound to
  * a partial index's terms change.
@@ -595,10 +596,19 @@ function equalityPartial(filter: Document | undefined): string | undefined {
       return `${fieldExpression(path)} = '${value.replaceAll("'", "''")}'`;
     if (typeof value === "number" && Number.isFinite(value))
       return `${fieldExpression(path)} = ${value}`;
+    // Documents that have the field, which a query naming it equal to a
+    // value uses. SQL reads null as missing: declared on fields never null.
+    if (isExistsTrue(value)) return `${fieldExpression(path)} IS NOT NULL`;
     return undefined;
   });
   if (terms.length === 0 || terms.some((term) => term === undefined)) return undefined;
   return terms.join(" AND ");
+}
+
+function isExistsTrue(value: unknown): boolean {
+  if (typeof value !== "object" || value === null) return false;
+  const keys = Object.keys(value);
+  return keys.length === 1 && keys[0] === "$exists" && (value as Document).$exists === true;
 }
 
 /** The update's operators as mingo takes them; a replacement document is refused. */
