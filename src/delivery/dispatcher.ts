@@ -91,6 +91,8 @@ export interface DispatcherDeps {
   readonly countDelivery?: (outcome: "succeeded" | "failed" | "skipped") => void;
   /** Wakes the idle workers: deliveries were brought forward and are due sooner than they sleep. */
   readonly wakeWorkers?: () => void;
+  /** Wakes one idle worker: a delivery was handed over in memory. */
+  readonly wakeWorker?: () => void;
 }
 
 /**
@@ -322,6 +324,7 @@ export function createDispatcher(deps: DispatcherDeps) {
       if (handedOver.length >= maxHandedOver) return undefined;
       return new Promise((attempted) => {
         handedOver.push({ delivery: newDelivery(event, webhook, now), event, attempted });
+        deps.wakeWorker?.();
       });
     },
     /**
@@ -337,6 +340,7 @@ export function createDispatcher(deps: DispatcherDeps) {
     /** Takes a delivery queued with {@link leaseForQueued}'s lease, and its event. */
     handOver(delivery: DeliveryDoc, event: EventDoc): void {
       handedOver.push({ delivery, event });
+      deps.wakeWorker?.();
     },
     /** Deliveries handed over and not attempted yet. */
     inHand: () => handedOver.length,

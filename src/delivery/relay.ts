@@ -84,16 +84,22 @@ export function createOutboxRelay(deps: {
    * Queues an event's deliveries to endpoints, its event stored already;
    * not the one the event keeps (made before a stop cut its other attempts short).
    */
-  async function queue(event: EventDoc, endpoints: readonly WebhookDoc[], now: Date) {
+  async function queue(
+    event: EventDoc,
+    endpoints: readonly WebhookDoc[],
+    now: Date,
+  ): Promise<number> {
     const keptFor = event.delivered?.webhookId;
-    await Promise.all(
+    const forAny = await Promise.all(
       endpoints.map(async (webhook) => {
-        if (webhook._id === keptFor) return;
+        if (webhook._id === keptFor) return 0;
         const lease = deps.workers?.leaseForQueued();
         const delivery = await queueDelivery(db, event, webhook, now, lease);
         if (delivery && lease) deps.workers?.handOver(delivery, event);
+        return delivery && !lease ? 1 : 0;
       }),
     );
+    return forAny.reduce<number>((sum, count) => sum + count, 0);
   }
 
   async function relayCollection(
@@ -116,6 +122,7 @@ export function createOutboxRelay(deps: {
         const entries = holder.outbox ?? [];
         const entryIds = entries.map((entry) => entry.id);
         let queued = 0;
+        let forAnyWorker = 0;
         /** Events built for their first attempts, stored with them. */
         const unstored: EventDoc[] = [];
         const attempted: Promise<FirstAttempt | null>[] = [];
@@ -133,7 +140,7 @@ export function createOutboxRelay(deps: {
           if (!firstHere || storedBefore) {
             const stored =
               storedBefore ?? (await storeEvent(db, await eventOf(db, holder, entry, type)));
-            await queue(await withErasedScrubbed(db, stored), wanted, clock());
+            forAnyWorker += await queue(await withErasedScrubbed(db, stored), wanted, clock());
             continue;
           }
           // A customer erased since the event was built is not sent; one
@@ -163,13 +170,13 @@ export function createOutboxRelay(deps: {
           }
           // The rest wait in the store for any worker, which reads the event there.
           const stored = await withErasedScrubbed(db, await storeEvent(db, event));
-          await queue(stored, toQueue, now);
+          forAnyWorker += await queue(stored, toQueue, now);
         }
         if (attempted.length === 0) {
           // Last, and all of the holder's entries at once: a crash before
           // this only relays them again, which queues nothing new.
           await removeFromOutbox(collection, holder, entryIds);
-          return { relayed: entries.length, queued };
+          return { relayed: entries.length, queued, forAnyWorker };
         }
         // Once every first attempt is made; the pass goes on meanwhile.
         const key = keyOf(holder);
@@ -200,7 +207,7 @@ export function createOutboxRelay(deps: {
             deps.wake?.();
           });
         awaitingAttempts.set(key, stored);
-        return { relayed: entries.length, queued };
+        return { relayed: entries.length, queued, forAnyWorker };
       }),
     );
     return sumCounts(counts);
@@ -237,11 +244,14 @@ export function createOutboxRelay(deps: {
 export interface RelayCount {
   readonly relayed: number;
   readonly queued: number;
+  /** Of those, the ones queued in the store for any worker to claim (none handed over). */
+  readonly forAnyWorker: number;
 }
 
 function sumCounts(counts: readonly RelayCount[]): RelayCount {
   return {
     relayed: counts.reduce((sum, count) => sum + count.relayed, 0),
     queued: counts.reduce((sum, count) => sum + count.queued, 0),
+    forAnyWorker: counts.reduce((sum, count) => sum + count.forAnyWorker, 0),
   };
 }

@@ -43,6 +43,7 @@ export function startWebhookRuntime(deps: {
     ...deps,
     send: deps.send ?? sendWebhook,
     wakeWorkers: () => workerWake.wakeAll(),
+    wakeWorker: () => workerWake.wakeOne(),
   });
   const relay = createOutboxRelay({
     store,
@@ -68,11 +69,12 @@ export function startWebhookRuntime(deps: {
     await leasesReleased;
     while (!stopped) {
       try {
-        const { relayed, queued } = await relay.relayOnce();
-        // Workers wake only for deliveries: most events are wanted by no
-        // endpoint, and 32 idle workers polling after each pass cost more
-        // than the writes they follow.
-        if (queued > 0) workerWake.wakeAll();
+        const { relayed, forAnyWorker } = await relay.relayOnce();
+        // Workers wake for deliveries they must claim from the store; one
+        // handed over in memory wakes one worker (see `wakeWorker`). Woken
+        // for nothing, 32 idle workers each try a claim, which is a write:
+        // at every pass, that cost more than the deliveries themselves.
+        if (forAnyWorker > 0) workerWake.wakeAll();
         if (relayed > 0) continue;
       } catch (error) {
         log(error, "webhook relay failed; retrying");
@@ -153,6 +155,10 @@ function createWakeup() {
     },
     wakeAll(): void {
       for (const wake of [...sleepers]) wake();
+    },
+    /** Wakes one sleeper, if any sleeps (a busy one finds the work when it loops). */
+    wakeOne(): void {
+      sleepers[0]?.();
     },
   };
 }
