@@ -173,7 +173,11 @@ function eventKeepingId(deliveryId: string): string | undefined {
   return deliveryId.startsWith("whd_") ? `${eventIdPrefix}${deliveryId.slice(4)}` : undefined;
 }
 
-/** The delivery an event keeps, as every delivery reads (succeeded at its one attempt). */
+/**
+ * The delivery an event keeps, as every delivery reads (succeeded at its
+ * one attempt), created when its event was: an event id begins with that
+ * time, so the event's id orders such deliveries as their times do.
+ */
 export function deliveryKeptIn(event: EventKeepingDelivery): DeliveryDoc {
   const { delivered } = event;
   return {
@@ -196,7 +200,7 @@ export function deliveryKeptIn(event: EventKeepingDelivery): DeliveryDoc {
     nextAttemptAt: null,
     leaseUntil: unleased,
     leaseOwner: null,
-    createdAt: delivered.at,
+    createdAt: event.createdAt,
     updatedAt: delivered.at,
   };
 }
@@ -402,7 +406,7 @@ export async function findDeliveries(
   const [stored, storedRead, keptRead] = await Promise.all([
     db.deliveries.countDocuments(query),
     db.deliveries.find(query, { sort: { createdAt: -1, _id: -1 }, limit: end }).toArray(),
-    db.events.find(keptQuery, { sort: { "delivered.at": -1, _id: -1 }, limit: end }).toArray(),
+    db.events.find(keptQuery, { sort: { _id: -1 }, limit: end }).toArray(),
   ]);
   const merged = [...storedRead, ...(keptRead as EventKeepingDelivery[]).map(deliveryKeptIn)].sort(
     newestFirst,

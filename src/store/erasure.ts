@@ -114,10 +114,7 @@ export async function withErasedScrubbed(db: Collections, event: EventDoc): Prom
   }
   const payload = JSON.stringify(body);
   if (payload === event.payload) return event;
-  await db.events.updateOne(
-    { _id: event._id },
-    { $set: { payload: packPayload(payload, event.type) } },
-  );
+  await db.events.updateOne({ _id: event._id }, { $set: { payload: packPayload(payload, event) } });
   return { ...event, payload };
 }
 
@@ -129,7 +126,7 @@ async function rewriteEvents(
 ): Promise<void> {
   const events = await db.events.find(filter).toArray();
   for (const event of events) {
-    const json = unpackPayload(event.payload, event.type);
+    const json = unpackPayload(event.payload, event);
     const body = JSON.parse(json) as { data?: Record<string, unknown> };
     if (!body.data) continue;
     scrub(body.data);
@@ -137,7 +134,7 @@ async function rewriteEvents(
     if (rewritten === json) continue;
     await db.events.updateOne(
       { _id: event._id },
-      { $set: { payload: packPayload(rewritten, event.type) } },
+      { $set: { payload: packPayload(rewritten, event) } },
     );
   }
 }

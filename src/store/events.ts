@@ -284,13 +284,13 @@ export async function storeEventOnce(
 
 /** An event as it is stored, its payload packed (see `packPayload`). */
 function packed(event: EventDoc): EventDoc {
-  return { ...event, payload: packPayload(event.payload, event.type) };
+  return { ...event, payload: packPayload(event.payload, event) };
 }
 
 /** One event by id, its payload as JSON (see `packPayload` for how it is stored). */
 export async function findEvent(db: Collections, id: string): Promise<EventDoc | null> {
   const event = await db.events.findOne({ _id: id });
-  return event && { ...event, payload: unpackPayload(event.payload, event.type) };
+  return event && { ...event, payload: unpackPayload(event.payload, event) };
 }
 
 /**
@@ -312,7 +312,7 @@ export async function findEventsAboutCustomer(
   return {
     docs: docs
       .slice(0, page.limit)
-      .map((event) => ({ ...event, payload: unpackPayload(event.payload, event.type) })),
+      .map((event) => ({ ...event, payload: unpackPayload(event.payload, event) })),
     more: docs.length > page.limit,
   };
 }

@@ -214,8 +214,10 @@ export const indexDeclarations: { [C in CollectionName]: readonly IndexDeclarati
       serves: "erasure: the stored events whose referredBy holds a referrer's data",
     },
     {
-      key: { "delivered.webhookId": 1, "delivered.at": -1, _id: -1 },
-      // Events whose delivery is kept in them only (see `EventDoc.delivered`).
+      // Events whose delivery is kept in them only (see `EventDoc.delivered`),
+      // by id: an event id begins with its time, which such a delivery is
+      // listed by.
+      key: { "delivered.webhookId": 1, _id: -1 },
       options: { partialFilterExpression: { "delivered.webhookId": { $exists: true } } },
       serves: "ListWebhookDeliveries, newest first: the deliveries kept in their events",
     },

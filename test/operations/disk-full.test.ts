@@ -168,7 +168,9 @@ diskTest(
     const statuses = new Map<number, number>();
     let filler = "";
     try {
-      t.is((await identify(server)).status, 201);
+      const before = await identify(server);
+      t.is(before.status, 201);
+      acknowledged.push(before.body.id);
       filler = fillUntil(dir, 512 * 1024);
       const started = Date.now();
       let refusal: Awaited<ReturnType<typeof identify>> | undefined;
@@ -193,8 +195,12 @@ diskTest(
       t.regex(refusal?.body.message ?? "", /the disk (is full|failed a read or write)/);
       t.is(refusal?.headers.get("retry-after"), "5");
       t.is((await rest(server, "GET", "/readyz")).status, 503);
+      // Reads go on: the customer stored before the disk filled. How many of
+      // the writes after the fill are taken depends on the log's state at
+      // that moment, and may be none (seen once in a full run): the first of
+      // them cannot stand for a stored customer.
       t.is(
-        (await rest(server, "GET", `/customers/${acknowledged[0]}`, { key: keys.secret })).status,
+        (await rest(server, "GET", `/customers/${before.body.id}`, { key: keys.secret })).status,
         200,
       );
       // What an operator looks at while the disk is full: the store's gauges too.

@@ -28,30 +28,48 @@ const sample = JSON.stringify({
   },
 });
 
-test("a payload is stored deflated against the dictionary, a fraction of its size, and read back exactly", async (t) => {
-  const packed = packPayload(sample, "customer.created");
-  t.true(packed.startsWith("d1:"));
-  t.true(packed.length < sample.length / 2.5, `${packed.length} of ${sample.length}`);
-  t.is(unpackPayload(packed, "customer.created"), sample);
+/** The event the sample is the payload of, as far as packing reads it. */
+const sampleEvent = {
+  type: "customer.created",
+  createdAt: new Date("2026-11-26T00:00:00.000Z"),
+  organizationId: "org_1",
+  applicationId: "app_1",
+  customerId: "cus_0mwwshst38dce7ec85f4f3c0c",
+};
+
+test("a payload is stored deflated against its type's dictionary and its event's ids, a quarter of its size, and read back exactly", async (t) => {
+  const packed = packPayload(sample, sampleEvent);
+  t.true(packed.startsWith("d2:"));
+  t.true(packed.length < sample.length / 3.5, `${packed.length} of ${sample.length}`);
+  t.is(unpackPayload(packed, sampleEvent), sample);
+  // The event's own ids are what the second version adds: without them in
+  // the payload, it packs as the first did.
+  const { customerId: _, ...withoutCustomer } = sampleEvent;
+  t.true(packPayload(sample, withoutCustomer).length > packed.length + 30);
   const unicode = JSON.stringify({
     type: "customer.updated",
     data: { name: "Zoé 🦊 李", email: null, referredBy: null, referredById: null },
   });
-  t.is(unpackPayload(packPayload(unicode, "customer.updated"), "customer.updated"), unicode);
+  const updated = { ...sampleEvent, type: "customer.updated" };
+  t.is(unpackPayload(packPayload(unicode, updated), updated), unicode);
   // A type the dictionaries were made before reads back too.
-  t.is(unpackPayload(packPayload(sample, "customer.erased"), "customer.erased"), sample);
+  const erased = { ...sampleEvent, type: "customer.erased" };
+  t.is(unpackPayload(packPayload(sample, erased), erased), sample);
 });
 
-test("what version 1 stored reads back forever: the dictionary is frozen", async (t) => {
-  // Packed when version 1 was made; a changed dictionary would not read it.
-  const stored =
+test("what versions 1 and 2 stored reads back forever: the dictionaries are frozen", async (t) => {
+  // Packed when each version was made; a changed dictionary would not read them.
+  const storedV1 =
     "d1:qyYlmgwNdY3M8EdTcmlxvEFueXlxRnGJsUVKcqp5arKFaZpJmnGyQTK2OCw1RMSiUmJKokNqRWJuQU6qXnJ+rhI8Sh1TEodGrJqHRPmau0RaosYuJJVjDz6kOMenjHBKyC9KjwcFJnpySCwoAItjSRNKBTmJeUpWSgVF+Uro6QMkmFKaDEpVSrW1AA==";
-  t.is(unpackPayload(stored, "customer.created"), sample);
+  t.is(unpackPayload(storedV1, sampleEvent), sample);
+  const storedV2 =
+    "d2:qyYllrHoR49lvM7BlgRKDRGJQCkxJdEhtSIxtyAnVS85P1cJniIcUxKHRqIwD4nyNXeJtERNHEq4gl8JJcngU0Y4IYEjG0tqAsc/9iSlVJCTmKdkpVRQlK+EnrxAgimlyaBEqVRbCwA=";
+  t.is(unpackPayload(storedV2, sampleEvent), sample);
 });
 
 test("a payload stored before packing, or too small to shrink, is plain JSON and read as it is", async (t) => {
-  t.is(unpackPayload(sample, "customer.created"), sample);
-  t.is(packPayload("{}", "customer.created"), "{}");
+  t.is(unpackPayload(sample, sampleEvent), sample);
+  t.is(packPayload("{}", sampleEvent), "{}");
 });
 
 for (const engine of engineNames) {
@@ -68,7 +86,7 @@ for (const engine of engineNames) {
     };
     t.is((await storeEvent(db, event)).payload, sample);
     const raw = await db.events.findOne({ _id: "evt_packed" });
-    t.true(raw?.payload.startsWith("d1:"), "stored packed");
+    t.true(raw?.payload.startsWith("d2:"), "stored packed");
     t.is((await findEvent(db, "evt_packed"))?.payload, sample);
     // Relayed again (a crash before the outbox was cleared): the stored one, unpacked.
     t.is((await storeEvent(db, { ...event, payload: "{}" })).payload, sample);

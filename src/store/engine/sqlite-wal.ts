@@ -123,7 +123,11 @@ export function startCheckpointer(
     },
     close() {
       worker.postMessage("close");
-      Atomics.wait(new Int32Array(closed), 0, 0, 1000);
+      // Its connection closed first, the writer's close checkpoints the
+      // whole log and removes it. A checkpoint running (an fsync on a busy
+      // disk) can hold the thread for a while; past this the log stays, as
+      // safe, and the next start reads it.
+      Atomics.wait(new Int32Array(closed), 0, 0, 10_000);
       void worker.terminate();
     },
   };
