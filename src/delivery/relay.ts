@@ -8,7 +8,6 @@ import {
   findEvent,
   findOutboxHolders,
   type HolderCollection,
-  type HolderDoc,
   type HolderName,
   removeFromOutbox,
   storeEvent,
@@ -76,8 +75,8 @@ export function createOutboxRelay(deps: {
   // and one that finds an event another stored queues its deliveries at
   // once: a first attempt made meanwhile would be sent twice.
   const firstHere = store.engine === "embedded" && deps.workers !== undefined;
-  /** Documents whose outbox waits for first attempts, by collection and id. */
-  const awaitingAttempts = new Map<string, Promise<void>>();
+  /** Documents whose outbox waits for first attempts, by collection, then id. */
+  const awaitingIn = new Map<HolderName, Map<string, Promise<void>>>();
   let attemptsFirst = 0;
 
   /**
@@ -107,13 +106,14 @@ export function createOutboxRelay(deps: {
     collection: HolderCollection,
     endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
   ): Promise<RelayCount> {
-    const keyOf = (holder: HolderDoc) => `${name}/${holder._id}`;
+    let awaiting = awaitingIn.get(name);
+    if (!awaiting) {
+      awaiting = new Map();
+      awaitingIn.set(name, awaiting);
+    }
     // Documents whose outbox waits for first attempts are still flagged,
     // and found again: read past them.
-    const found = await findOutboxHolders(collection, batchSize + awaitingAttempts.size);
-    const holders = found
-      .filter((holder) => !awaitingAttempts.has(keyOf(holder)))
-      .slice(0, batchSize);
+    const holders = await findOutboxHolders(collection, batchSize, awaiting);
     // Holders are relayed concurrently: each write waits for a commit, and
     // the embedded engine commits the writes of one turn together, so a
     // batch costs a few commits rather than a few per event.
@@ -179,7 +179,7 @@ export function createOutboxRelay(deps: {
           return { relayed: entries.length, queued, forAnyWorker };
         }
         // Once every first attempt is made; the pass goes on meanwhile.
-        const key = keyOf(holder);
+        const key = holder._id;
         const stored = Promise.all(attempted)
           .then(async (attempts) => {
             const made = attempts.filter((attempt) => attempt !== null);
@@ -203,10 +203,10 @@ export function createOutboxRelay(deps: {
             deps.log?.(error, "storing relayed events failed; they are relayed again"),
           )
           .finally(() => {
-            awaitingAttempts.delete(key);
+            awaiting.delete(key);
             deps.wake?.();
           });
-        awaitingAttempts.set(key, stored);
+        awaiting.set(key, stored);
         return { relayed: entries.length, queued, forAnyWorker };
       }),
     );
@@ -216,7 +216,8 @@ export function createOutboxRelay(deps: {
   return {
     /** Resolves once no outbox waits for a first attempt (after a stop released them). */
     async settled(): Promise<void> {
-      while (awaitingAttempts.size > 0) await Promise.all(awaitingAttempts.values());
+      const all = () => [...awaitingIn.values()].flatMap((awaiting) => [...awaiting.values()]);
+      for (let left = all(); left.length > 0; left = all()) await Promise.all(left);
     },
     /** One pass over every outbox: how many events it relayed and deliveries it queued. */
     async relayOnce(): Promise<RelayCount> {

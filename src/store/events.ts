@@ -70,12 +70,25 @@ export type HolderCollection =
 /** A document of a {@link HolderCollection}. */
 export type HolderDoc = CustomerDoc | ReferralDoc | CheckpointDoc | RewardGrantDoc;
 
-/** Documents with events waiting, a few at a time. */
-export function findOutboxHolders(
+/**
+ * Documents with events waiting, a few at a time, but for those `passed`
+ * (the relay's, whose first attempts are still out: flagged until then).
+ * Those are read past by id alone: read whole on every pass, a few hundred
+ * of them cost a busy relay more than the documents it had to relay.
+ */
+export async function findOutboxHolders(
   collection: HolderCollection,
   limit: number,
+  passed: Pick<ReadonlySet<string>, "has" | "size"> = new Set(),
 ): Promise<HolderDoc[]> {
-  return collection.find({ outboxPending: true }, { limit }).toArray();
+  const pending = { outboxPending: true as const };
+  if (passed.size === 0) return collection.find(pending, { limit }).toArray();
+  const flagged = await collection
+    .find(pending, { projection: { _id: 1 }, limit: limit + passed.size })
+    .toArray();
+  const ids = flagged.map((doc) => doc._id).filter((id) => !passed.has(id));
+  if (ids.length === 0) return [];
+  return collection.find({ ...pending, _id: { $in: ids.slice(0, limit) } }).toArray();
 }
 
 /**
