@@ -31,6 +31,12 @@ export interface WebhookPeakRow {
   /** With over without (median req/s). */
   readonly kept: number;
   readonly runs: { readonly without: LoadResult[]; readonly with: LoadResult[] };
+  /**
+   * Events the receiver got per second during each run with the webhook:
+   * whether the deliveries kept up with the writes, or were left for after
+   * (absent in results written before it was measured).
+   */
+  readonly eventsPerSecond?: number[];
 }
 
 /** Identifies at a fixed rate with a webhook: how long after the last write the last event came. */
@@ -74,9 +80,19 @@ export async function runWebhooks(context: BenchContext): Promise<WebhookResults
     for (const kind of peakKinds.filter((name) => selected(context.options, name))) {
       const without = await peakWrites(context, kind, "rest");
       const withRuns: LoadResult[] = [];
+      const eventsPerSecond: number[] = [];
       for (let repeat = 0; repeat < context.options.repeats; repeat++) {
         await receiver.reset();
-        const result = await writeRun(context, kind, "rest", { env, prepare });
+        const result = await writeRun(context, kind, "rest", {
+          env,
+          prepare,
+          around: async (_target, measure) => {
+            const before = (await receiver.stats()).events;
+            const measured = await measure();
+            eventsPerSecond.push(((await receiver.stats()).events - before) / measured.seconds);
+            return measured;
+          },
+        });
         withRuns.push(result);
         context.log(
           `webhooks ${kind} peak ${repeat + 1}/${context.options.repeats}: ` +
@@ -91,6 +107,7 @@ export async function runWebhooks(context: BenchContext): Promise<WebhookResults
         with: withWebhook,
         kept: withWebhook.rps / withoutWebhook.rps,
         runs: { without, with: withRuns },
+        eventsPerSecond,
       });
     }
     const runs: DelayRun[] = [];
@@ -219,6 +236,7 @@ export function webhookTables(results: WebhookResults): string {
       "req/s with webhook",
       "kept",
       `goal ≥ ${formatPercent(keptRateGoal)}`,
+      "events received per s meanwhile",
     ],
     results.peaks.map((row) => [
       row.kind,
@@ -226,6 +244,7 @@ export function webhookTables(results: WebhookResults): string {
       formatRate(row.with.rps),
       formatPercent(row.kept),
       row.kept >= keptRateGoal ? "met" : "missed",
+      row.eventsPerSecond ? formatRate(median(row.eventsPerSecond)) : "not measured",
     ]),
   );
   const delay = markdownTable(
