@@ -163,14 +163,17 @@ type EventKeepingDelivery = EventDoc & { delivered: KeptDeliveryDoc };
  * deliveries' prefix, so it is found from its id without an index.
  */
 export function keptDeliveryId(eventId: string): string {
-  return `whd_${eventId.slice(eventIdPrefix.length)}`;
+  return `${deliveryIdPrefix}${eventId.slice(eventIdPrefix.length)}`;
 }
 
 const eventIdPrefix = "evt_";
+const deliveryIdPrefix = "whd_";
 
 /** The event that would keep a delivery of this id, if it is one (see {@link keptDeliveryId}). */
 function eventKeepingId(deliveryId: string): string | undefined {
-  return deliveryId.startsWith("whd_") ? `${eventIdPrefix}${deliveryId.slice(4)}` : undefined;
+  return deliveryId.startsWith(deliveryIdPrefix)
+    ? `${eventIdPrefix}${deliveryId.slice(deliveryIdPrefix.length)}`
+    : undefined;
 }
 
 /**

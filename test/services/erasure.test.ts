@@ -252,18 +252,22 @@ test.serial(
     await receiver.waitFor(() =>
       receiver.received.some((r) => r.path === "/reattributed" && r.body.includes(referrer.email)),
     );
-    const deliveries = await secret(
-      "GET",
-      `/webhooks/${hook.body.webhook.id}/deliveries?limit=100`,
-    );
     const sentWithData = new Set(
       receiver.received
         .filter((r) => r.path === "/reattributed" && r.body.includes(referrer.email))
         .map((r) => r.headers["webhook-id"]),
     );
-    const holding = deliveries.body.data.filter((delivery: Json) =>
-      sentWithData.has(delivery.eventId),
-    );
+    // A delivery is stored just after the receiver answered it.
+    const holding = await eventually("the deliveries sent with the data stored", async () => {
+      const deliveries = await secret(
+        "GET",
+        `/webhooks/${hook.body.webhook.id}/deliveries?limit=100`,
+      );
+      const found = deliveries.body.data.filter((delivery: Json) =>
+        sentWithData.has(delivery.eventId),
+      );
+      return found.length === sentWithData.size ? found : undefined;
+    });
     t.true(holding.length > 0, "a delivery sent the referrer's data before the erasure");
 
     t.is((await secret("DELETE", `/customers/${erasedLater.id}`)).status, 200);

@@ -238,8 +238,13 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
   const checkpoint = bodies.find((b) => b.type === "checkpoint.ingested");
   t.like(checkpoint.data, { name: "purchase", externalUserId: "wh-bob", environment: "test" });
 
-  const deliveries = await rest(server, "GET", `/webhooks/${webhook.id}/deliveries?limit=100`, {
-    key: keys.secret,
+  // A delivery is stored once its attempt has ended (with its event's other
+  // deliveries): just after the receiver answered.
+  const deliveries = await eventually("every delivery stored", async () => {
+    const listed = await rest(server, "GET", `/webhooks/${webhook.id}/deliveries?limit=100`, {
+      key: keys.secret,
+    });
+    return listed.body.total === requests.length ? listed : undefined;
   });
   t.is(deliveries.body.total, requests.length);
   for (const delivery of deliveries.body.data) {
@@ -271,8 +276,12 @@ test.serial("a receiver that fails twice gets the event on the third attempt", a
       new Webhook(secret).verify(attempt.body, attempt.headers as Record<string, string>),
     );
   }
-  const listed = await rest(server, "GET", `/webhooks/${webhook.id}/deliveries`, {
-    key: keys.secret,
+  // Recorded just after the receiver answered the third.
+  const listed = await eventually("the third attempt recorded", async () => {
+    const found = await rest(server, "GET", `/webhooks/${webhook.id}/deliveries`, {
+      key: keys.secret,
+    });
+    return found.body.data[0]?.status === "succeeded" ? found : undefined;
   });
   t.is(listed.body.total, 1);
   const [delivery] = listed.body.data;
