@@ -469,22 +469,25 @@ export async function requeueDelivery(
   now: Date,
   together?: WriteTogether,
 ): Promise<DeliveryDoc | null> {
-  const requeued = await db.deliveries.findOneAndUpdate(
-    { ...ownedBy(tenant), _id: delivery._id },
-    {
-      $set: {
-        status: "pending",
-        nextAttemptAt: now,
-        scheduleAttempts: 0,
-        broughtForwardTo: null,
-        updatedAt: now,
+  const requeueStored = () =>
+    db.deliveries.findOneAndUpdate(
+      { ...ownedBy(tenant), _id: delivery._id },
+      {
+        $set: {
+          status: "pending",
+          nextAttemptAt: now,
+          scheduleAttempts: 0,
+          broughtForwardTo: null,
+          updatedAt: now,
+        },
       },
-    },
-    { returnDocument: "after" },
-  );
+      { returnDocument: "after" },
+    );
+  const requeued = await requeueStored();
   if (requeued || !together) return requeued;
   const event = await findEventKeeping(db, tenant, delivery.webhookId, delivery._id);
-  if (!event) return null;
+  // Stored on its own meanwhile, by a requeue at the same time: requeued there.
+  if (!event) return requeueStored();
   const stored: DeliveryDoc = {
     ...deliveryKeptIn(event),
     status: "pending",
@@ -506,6 +509,5 @@ export async function requeueDelivery(
     },
     { collection: "deliveries", operation: "insertOne", args: [stored] },
   ]);
-  if (outcome.results === undefined) return requeueDelivery(db, tenant, delivery, now, together);
-  return stored;
+  return outcome.results === undefined ? requeueStored() : stored;
 }

@@ -434,6 +434,33 @@ test.serial(
       });
       t.is(after.total, 9, "listed once");
       t.is(await own.app.store.system.deliveries.countDocuments({ webhookId: webhook.id }), 4);
+
+      // Another, redelivered twice at once: one document of its own, both answered with it.
+      const twice = all.data.find(
+        (delivery) => (delivery.attempts as Json[]).length === 1 && delivery.id !== kept.id,
+      ) as Json;
+      const both = await Promise.all(
+        [1, 2].map(() =>
+          rest(own, "POST", `/webhooks/${webhook.id}/deliveries/${twice.id}/redeliver`, {
+            key: keys.secret,
+            body: {},
+          }),
+        ),
+      );
+      t.deepEqual(
+        both.map((answer) => [answer.status, answer.body.id]),
+        [
+          [200, twice.id],
+          [200, twice.id],
+        ],
+      );
+      await eventually("the second redelivery recorded", async () => {
+        const listed = await list("limit=100");
+        const again = listed.data.find((delivery) => delivery.id === twice.id);
+        return again?.status === "succeeded";
+      });
+      t.is((await list("limit=100")).total, 9, "listed once");
+      t.is(await own.app.store.system.deliveries.countDocuments({ webhookId: webhook.id }), 5);
       const unknown = await rest(
         own,
         "POST",
