@@ -76,7 +76,12 @@ export function createOutboxRelay(deps: {
   // once: a first attempt made meanwhile would be sent twice.
   const firstHere = store.engine === "embedded" && deps.workers !== undefined;
   /** Documents whose outbox waits for first attempts, by collection, then id. */
-  const awaitingIn = new Map<HolderName, Map<string, Promise<void>>>();
+  const awaitingIn: Record<HolderName, Map<string, Promise<void>>> = {
+    customers: new Map(),
+    referrals: new Map(),
+    checkpoints: new Map(),
+    rewardGrants: new Map(),
+  };
   let attemptsFirst = 0;
 
   /**
@@ -106,11 +111,7 @@ export function createOutboxRelay(deps: {
     collection: HolderCollection,
     endpointsOf: (applicationId: string) => Promise<WebhookDoc[]>,
   ): Promise<RelayCount> {
-    let awaiting = awaitingIn.get(name);
-    if (!awaiting) {
-      awaiting = new Map();
-      awaitingIn.set(name, awaiting);
-    }
+    const awaiting = awaitingIn[name];
     // Documents whose outbox waits for first attempts are still flagged,
     // and found again: read past them.
     const holders = await findOutboxHolders(collection, batchSize, awaiting);
@@ -180,7 +181,7 @@ export function createOutboxRelay(deps: {
         }
         // Once every first attempt is made; the pass goes on meanwhile.
         const key = holder._id;
-        const stored = Promise.all(attempted)
+        const storing = Promise.all(attempted)
           .then(async (attempts) => {
             const made = attempts.filter((attempt) => attempt !== null);
             await storeRelayed(
@@ -206,7 +207,7 @@ export function createOutboxRelay(deps: {
             awaiting.delete(key);
             deps.wake?.();
           });
-        awaiting.set(key, stored);
+        awaiting.set(key, storing);
         return { relayed: entries.length, queued, forAnyWorker };
       }),
     );
@@ -216,7 +217,7 @@ export function createOutboxRelay(deps: {
   return {
     /** Resolves once no outbox waits for a first attempt (after a stop released them). */
     async settled(): Promise<void> {
-      const all = () => [...awaitingIn.values()].flatMap((awaiting) => [...awaiting.values()]);
+      const all = () => Object.values(awaitingIn).flatMap((awaiting) => [...awaiting.values()]);
       for (let left = all(); left.length > 0; left = all()) await Promise.all(left);
     },
     /** One pass over every outbox: how many events it relayed and deliveries it queued. */

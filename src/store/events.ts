@@ -11,6 +11,7 @@ import type {
   CheckpointDoc,
   CustomerDoc,
   EventDoc,
+  KeptDeliveryDoc,
   OutboxEntryDoc,
   ReferralDoc,
   RewardGrantDoc,
@@ -213,19 +214,19 @@ export async function storeRelayed(
   const { holder, entryIds, events, attempts } = relayed;
   const collection = db[relayed.collection] as HolderCollection;
   if (together) {
-    const kept = new Map<string, FirstAttempt>();
-    for (const event of events) {
-      const first = attempts.find(
-        ({ delivery, outcome }) =>
-          delivery.eventId === event._id && keptDeliveryOf(delivery, outcome) !== undefined,
-      );
-      if (first) kept.set(event._id, first);
-    }
-    const keptAttempts = new Set(kept.values());
+    // Each event keeps the first of its deliveries that succeeded.
+    const keptAttempts = new Set<FirstAttempt>();
     const writes: JointWrite[] = [
       ...events.map((event): JointWrite => {
-        const first = kept.get(event._id);
-        const delivered = first && keptDeliveryOf(first.delivery, first.outcome);
+        let delivered: KeptDeliveryDoc | undefined;
+        for (const attempt of attempts) {
+          if (attempt.delivery.eventId !== event._id) continue;
+          delivered = keptDeliveryOf(attempt.delivery, attempt.outcome);
+          if (delivered) {
+            keptAttempts.add(attempt);
+            break;
+          }
+        }
         return {
           collection: "events",
           operation: "insertOne",

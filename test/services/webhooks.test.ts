@@ -6,7 +6,14 @@ import { findEvent } from "../../src/store/events.js";
 import { call, protocols } from "../helpers/callers.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
-import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
+import {
+  type Json,
+  keys,
+  rest,
+  startServer,
+  type TestServer,
+  useServer,
+} from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 
 /**
@@ -41,6 +48,13 @@ async function createEndpoint(path: string, fields: Record<string, unknown> = {}
 
 const post = (path: string, body: unknown, key = keys.public) =>
   rest(server, "POST", path, { key, body });
+
+/** Asks `on` to send an endpoint's delivery again. */
+const redeliver = (on: TestServer, webhookId: unknown, deliveryId: unknown) =>
+  rest(on, "POST", `/webhooks/${webhookId}/deliveries/${deliveryId}/redeliver`, {
+    key: keys.secret,
+    body: {},
+  });
 
 async function identify(externalUserId: string, extra: Record<string, unknown> = {}) {
   return (
@@ -323,12 +337,7 @@ test.serial("an exhausted schedule fails the delivery; redelivery sends it again
     t.truthy(endpoint.health.failingSince);
 
     receiver.respond = () => 200;
-    const redelivered = await rest(
-      server,
-      "POST",
-      `/webhooks/${webhook.id}/deliveries/${delivery.id}/redeliver`,
-      { key: keys.secret, body: {} },
-    );
+    const redelivered = await redeliver(server, webhook.id, delivery.id);
     t.is(redelivered.status, 200);
     t.is(redelivered.body.status, "pending");
     await receiver.waitFor(() => at("/down").length === 5);
@@ -414,12 +423,7 @@ test.serial(
 
       // A kept delivery, redelivered: the same id, stored on its own from now on.
       const kept = all.data.find((delivery) => (delivery.attempts as Json[]).length === 1) as Json;
-      const redelivered = await rest(
-        own,
-        "POST",
-        `/webhooks/${webhook.id}/deliveries/${kept.id}/redeliver`,
-        { key: keys.secret, body: {} },
-      );
+      const redelivered = await redeliver(own, webhook.id, kept.id);
       t.is(redelivered.status, 200);
       t.like(redelivered.body, { id: kept.id, eventId: kept.eventId, status: "pending" });
       await receiver.waitFor(
@@ -439,14 +443,7 @@ test.serial(
       const twice = all.data.find(
         (delivery) => (delivery.attempts as Json[]).length === 1 && delivery.id !== kept.id,
       ) as Json;
-      const both = await Promise.all(
-        [1, 2].map(() =>
-          rest(own, "POST", `/webhooks/${webhook.id}/deliveries/${twice.id}/redeliver`, {
-            key: keys.secret,
-            body: {},
-          }),
-        ),
-      );
+      const both = await Promise.all([1, 2].map(() => redeliver(own, webhook.id, twice.id)));
       t.deepEqual(
         both.map((answer) => [answer.status, answer.body.id]),
         [
@@ -461,12 +458,7 @@ test.serial(
       });
       t.is((await list("limit=100")).total, 9, "listed once");
       t.is(await own.app.store.system.deliveries.countDocuments({ webhookId: webhook.id }), 5);
-      const unknown = await rest(
-        own,
-        "POST",
-        `/webhooks/${webhook.id}/deliveries/whd_${"0".repeat(25)}/redeliver`,
-        { key: keys.secret, body: {} },
-      );
+      const unknown = await redeliver(own, webhook.id, `whd_${"0".repeat(25)}`);
       t.is(unknown.status, 404);
     } finally {
       receiver.respond = () => 200;
