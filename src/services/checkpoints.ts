@@ -1,13 +1,12 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { CheckpointsService } from "../../gen/referral/v1/checkpoints_pb.js";
 import { newCheckpoint } from "../domain/checkpoint.js";
-import { checkpointIngested } from "../events/events.js";
 import type { SecretBox } from "../store/secret-box.js";
 import { checkpointName } from "./checkpoint-names.js";
 import { callerOf } from "./context.js";
 import { notFound } from "./errors.js";
 import { optionalUserHash, verificationOf } from "./identity.js";
-import { convertReferrals, type LifecycleDeps } from "./referral-lifecycle.js";
+import { type LifecycleDeps, storeCheckpointAndConvert } from "./referral-lifecycle.js";
 import { requiredEnvironment, requiredText } from "./validate.js";
 
 /** Creates the CheckpointsService implementation. */
@@ -32,11 +31,8 @@ export function createCheckpointsService(
       const customer = await store.customers.findByExternalId(environment, externalUserId);
       if (!customer)
         throw notFound(`customer with external user id ${externalUserId} in ${environment}`);
-      // Stored first: a failure after this point is retried by the client,
-      // and conversion is idempotent, so the checkpoint's effect is never lost.
       const checkpoint = newCheckpoint(caller.tenant, customer, name, clock());
-      await store.checkpoints.insert(checkpoint, checkpointIngested(checkpoint));
-      await convertReferrals(store, customer, checkpoint, verification !== "unverified");
+      await storeCheckpointAndConvert(store, customer, checkpoint, verification !== "unverified");
       deps.notifyWebhooks();
       return { success: true };
     },

@@ -23,6 +23,7 @@ import {
 } from "../domain/referral-transitions.js";
 import type { PlannedGrant } from "../domain/reward-grant.js";
 import {
+  checkpointIngested,
   referralCreated,
   referralReattributed,
   referralStatusChanged,
@@ -31,7 +32,7 @@ import {
 import type { CampaignDoc, CheckpointDoc, CustomerDoc, ReferralDoc } from "../store/documents.js";
 import type { ReferralRewardWork } from "../store/referrals.js";
 import { referralGrants } from "../store/reward-grants.js";
-import type { TenantStore } from "../store/tenant-store.js";
+import type { TenantStore, UnstoredCheckpoint } from "../store/tenant-store.js";
 import type { Caller } from "./context.js";
 import { failedPrecondition, notFound } from "./errors.js";
 import { type EvidenceDeps, gatherEvidence, policyOfCampaign } from "./evidence.js";
@@ -328,6 +329,11 @@ async function accept(
   plan: readonly PlannedGrant[],
   /** Why its grants wait, if they do (see `GrantHoldReason`). */
   heldFor: GrantHoldReason | null = null,
+  /**
+   * The checkpoint that makes the acceptance, not stored yet: stored in
+   * the same write, which the engine then must make together.
+   */
+  checkpoint?: UnstoredCheckpoint,
 ): Promise<ReferralDoc | null> {
   const grantIds = plan.map((entry) => entry.grant._id);
   const events = () => referralStatusChanged(after, referralView(after), grantIds);
@@ -338,9 +344,13 @@ async function accept(
     ...(current.rewardsHeld && heldFor !== fraudReview ? { releasesRewards: true as const } : {}),
   };
   const together = store.referrals.transitionWithGrants;
-  if (plan.length > 0 && together) {
-    return acceptWithGrants(store, together, current, change, events, plan, work);
+  if ((plan.length > 0 || checkpoint) && together) {
+    return acceptWithGrants(store, together, current, change, events, plan, work, checkpoint);
   }
+  if (checkpoint)
+    throw new Error(
+      "a checkpoint is stored with its conversion only where writes are made together",
+    );
   const planned: ReferralRewardWork =
     plan.length > 0 ? { ...work, grantPlan: [...plan], grantPlanPending: true } : work;
   const moved = await store.referrals.transition(current, change, events, planned);
@@ -351,37 +361,57 @@ async function accept(
 }
 
 /**
- * Conversion: a checkpoint named like a campaign's reward trigger acts on
- * the customer's referrals in that campaign as `conversionByCheckpoint`
- * says: it accepts a pending one with the grants it earns (held for
- * confirmation when only a public key vouches for it under `hold`), or
- * confirms one an unverified checkpoint accepted. Flagged and final
- * referrals stay as they are, and a repeated checkpoint finds nothing
- * pending, so conversion happens once. Returns the accepted referrals.
+ * Ingest: stores a checkpoint and converts the customer's referrals it
+ * triggers. Conversion: a checkpoint named like a campaign's reward
+ * trigger acts on the customer's referrals in that campaign as
+ * `conversionByCheckpoint` says: it accepts a pending one with the grants
+ * it earns (held for confirmation when only a public key vouches for it
+ * under `hold`), or confirms one an unverified checkpoint accepted.
+ * Flagged and final referrals stay as they are, and a repeated checkpoint
+ * finds nothing pending, so conversion happens once. Returns the accepted
+ * referrals.
+ *
+ * Where the engine writes several documents together, the checkpoint is
+ * stored in the write of the first acceptance it makes: one write, one
+ * commit to wait for, instead of two. It is stored on its own before
+ * anything else it does (a confirmation), and when it converts nothing.
+ * Elsewhere it is stored first. Either way a failure before it is stored
+ * changes nothing, and one after it is retried by the client: conversion
+ * is idempotent, so the checkpoint's effect is never lost.
  */
-export async function convertReferrals(
+export async function storeCheckpointAndConvert(
   store: TenantStore,
   customer: CustomerDoc,
   checkpoint: CheckpointDoc,
   /** A secret key's checkpoint, or one with the customer's valid userHash. */
   trusted: boolean,
 ): Promise<ReferralDoc[]> {
+  let unstored: UnstoredCheckpoint | undefined = {
+    doc: checkpoint,
+    outbox: () => checkpointIngested(checkpoint),
+  };
+  const storeCheckpoint = async () => {
+    if (!unstored) return;
+    await store.checkpoints.insert(checkpoint, unstored.outbox);
+    unstored = undefined;
+  };
+  if (!store.referrals.transitionWithGrants) await storeCheckpoint();
   const found = await store.referrals.findConvertibleOfReferee(customer);
-  if (found.length === 0) return [];
   const campaignIds = [...new Set(found.map((referral) => referral.campaignId))];
-  const campaigns = await store.campaigns.findByIds(campaignIds);
+  const campaigns = found.length > 0 ? await store.campaigns.findByIds(campaignIds) : [];
   const byId = new Map(campaigns.map((campaign) => [campaign._id, campaign]));
   const accepted: ReferralDoc[] = [];
   for (const first of found) {
     const campaign = byId.get(first.campaignId);
     if (!campaign || rewardTriggerOf(campaign) !== checkpoint.name) continue;
     // A concurrent write (another ingest, a review, a re-attribution) makes
-    // the transition miss; re-read, and decide again.
+    // the transition miss, and writes nothing; re-read, and decide again.
     let referral: ReferralDoc | null = first;
     for (let attempt = 1; referral && attempt <= writeAttempts; attempt++) {
       const action = conversionByCheckpoint(referral, trusted, publicCheckpointsOf(campaign));
       if (action === "nothing") break;
       if (action === "confirm") {
+        await storeCheckpoint();
         await confirmConversion(store, referral, checkpoint._id, checkpoint.createdAt);
         break;
       }
@@ -401,14 +431,16 @@ export async function convertReferrals(
           : null;
       const after = transitioned(referral, change);
       const plan = await prepareEarnedGrants(store, campaign, after, change, heldFor);
-      const moved = await accept(store, referral, change, after, plan, heldFor);
+      const moved = await accept(store, referral, change, after, plan, heldFor, unstored);
       if (moved) {
+        unstored = undefined;
         accepted.push(moved);
         break;
       }
       referral = await store.referrals.find(referral._id);
     }
   }
+  await storeCheckpoint();
   return accepted;
 }
 

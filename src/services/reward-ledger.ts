@@ -27,7 +27,7 @@ import type { CampaignDoc, ReferralDoc, RewardGrantDoc, StoredReward } from "../
 import { isDuplicateKeyError } from "../store/errors.js";
 import type { ReferralRewardWork } from "../store/referrals.js";
 import { type PlacedGrant, referralGrants } from "../store/reward-grants.js";
-import type { Outbox, TenantStore } from "../store/tenant-store.js";
+import type { Outbox, TenantStore, UnstoredCheckpoint } from "../store/tenant-store.js";
 
 /**
  * The reward ledger's steps, each written once for the calls that take them
@@ -169,7 +169,7 @@ async function inFreeSlot(
  * a grant that lost its slot or room to another in between places them
  * all again. The grants' `reward_grant.created` events ride in the
  * referral's outbox, after its own. Null when another change to the
- * referral came first.
+ * referral came first (then nothing is written, the checkpoint neither).
  */
 export async function acceptWithGrants(
   store: TenantStore,
@@ -179,6 +179,8 @@ export async function acceptWithGrants(
   events: Outbox,
   planned: readonly PlannedGrant[],
   work: ReferralRewardWork,
+  /** The checkpoint that makes the acceptance, stored in its write (see `convertReferrals`). */
+  checkpoint?: UnstoredCheckpoint,
 ): Promise<ReferralDoc | null> {
   const now = change.changedAt;
   const rewards = await store.rewards.snapshots(
@@ -192,7 +194,7 @@ export async function acceptWithGrants(
         grantCreated(doc, grantView(doc, rewards.get(doc.rewardSnapshotId ?? "") ?? null)),
       ),
     ];
-    const outcome = await transitionWithGrants(current, change, outbox, placed, work);
+    const outcome = await transitionWithGrants(current, change, outbox, placed, work, checkpoint);
     if (outcome === "referral changed") return null;
     if (outcome !== "room changed") return outcome;
   }

@@ -1,5 +1,5 @@
 import type { Tenant } from "../domain/tenancy.js";
-import type { Collections } from "./collection.js";
+import type { Collections, JointWrite } from "./collection.js";
 import type { CheckpointDoc, CustomerDoc, OutboxEntryDoc } from "./documents.js";
 import { outboxOf } from "./events.js";
 import type { PageRequest } from "./paging.js";
@@ -12,8 +12,22 @@ export async function insertCheckpoint(
   doc: CheckpointDoc,
   outbox: readonly OutboxEntryDoc[],
 ): Promise<CheckpointDoc> {
-  await db.checkpoints.insertOne({ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) });
+  const [stored] = checkpointWrite(tenant, doc, outbox).args;
+  await db.checkpoints.insertOne(stored);
   return doc;
+}
+
+/** {@link insertCheckpoint}'s write, to make with others (see `WriteTogether`). */
+export function checkpointWrite(
+  tenant: Tenant,
+  doc: CheckpointDoc,
+  outbox: readonly OutboxEntryDoc[],
+): JointWrite & { readonly args: readonly [CheckpointDoc] } {
+  return {
+    collection: "checkpoints",
+    operation: "insertOne",
+    args: [{ ...doc, ...ownedBy(tenant), ...outboxOf(outbox) }],
+  };
 }
 
 /**

@@ -362,8 +362,13 @@ export async function transitionWithGrants(
   outbox: readonly OutboxEntryDoc[],
   grants: readonly PlacedGrant[],
   rewards: ReferralRewardWork = {},
+  /** Writes made first in the same group (the checkpoint that makes the change); none must match. */
+  alongside: readonly JointWrite[] = [],
 ): Promise<ReferralDoc | "referral changed" | "room changed"> {
-  const writes: JointWrite[] = [transitionWrite(tenant, current, change, outbox, rewards)];
+  const writes: JointWrite[] = [
+    ...alongside,
+    transitionWrite(tenant, current, change, outbox, rewards),
+  ];
   for (const { doc, room } of grants) {
     if (room) writes.push(room);
     writes.push({
@@ -374,8 +379,8 @@ export async function transitionWithGrants(
   }
   try {
     const outcome = await together(writes);
-    if (outcome.results) return outcome.results[0] as ReferralDoc;
-    return outcome.missed === 0 ? "referral changed" : "room changed";
+    if (outcome.results) return outcome.results[alongside.length] as ReferralDoc;
+    return outcome.missed === alongside.length ? "referral changed" : "room changed";
   } catch (error) {
     // A slot another grant took since it was counted (grant ids are new with their acceptance).
     if (isDuplicateKeyError(error)) return "room changed";

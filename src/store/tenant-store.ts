@@ -9,7 +9,7 @@ import {
   findDefaultCampaign,
   updateCampaignPing,
 } from "./campaigns.js";
-import { findCheckpointsOfCustomer, insertCheckpoint } from "./checkpoints.js";
+import { checkpointWrite, findCheckpointsOfCustomer, insertCheckpoint } from "./checkpoints.js";
 import { countClicksFromNetwork, findClick } from "./clicks.js";
 import type { Collections, WriteTogether } from "./collection.js";
 import { customerMessages, customerPage, customerView } from "./customer-records.js";
@@ -88,6 +88,15 @@ import { findWebhook, findWebhooks, insertWebhook, updateWebhook } from "./webho
  */
 export type Outbox = readonly OutboxEntryDoc[] | (() => readonly OutboxEntryDoc[]);
 
+const eventsOf = (outbox: Outbox) => (typeof outbox === "function" ? outbox() : outbox);
+const noEvents = () => [];
+
+/** A checkpoint not stored yet, with the events it raises: stored in the write of the conversion it makes. */
+export interface UnstoredCheckpoint {
+  readonly doc: CheckpointDoc;
+  readonly outbox: Outbox;
+}
+
 /** A repository function with the collections and the tenant already given. */
 type Bound<F> = F extends (db: Collections, tenant: Tenant, ...rest: infer A) => infer R
   ? (...rest: A) => R
@@ -130,19 +139,22 @@ export function createTenantStore(
   // webhook-audience.ts), and build them only then. The decision is made
   // in the step that starts the write, so no endpoint can be created in
   // between.
-  const listened = async <R>(
+  const keeping = async <R>(
     environment: EnvironmentName,
-    outbox: Outbox,
-    write: (outbox: readonly OutboxEntryDoc[]) => Promise<R>,
+    write: (keep: (outbox: Outbox) => readonly OutboxEntryDoc[]) => Promise<R>,
   ): Promise<R> => {
-    const events = () => (typeof outbox === "function" ? outbox() : outbox);
-    if (!kept) return write(events());
+    if (!kept) return write(eventsOf);
     for (;;) {
       const listens = kept.audience.listens(tenant.applicationId, environment);
-      if (!(listens instanceof Promise)) return write(listens ? events() : []);
+      if (!(listens instanceof Promise)) return write(listens ? eventsOf : noEvents);
       await listens;
     }
   };
+  const listened = <R>(
+    environment: EnvironmentName,
+    outbox: Outbox,
+    write: (outbox: readonly OutboxEntryDoc[]) => Promise<R>,
+  ): Promise<R> => keeping(environment, (keep) => write(keep(outbox)));
   return {
     tenant,
     /** The tenant's application: its identity secret and verification mode (docs/trust.md). */
@@ -229,9 +241,22 @@ export function createTenantStore(
             outbox: Outbox,
             grants: readonly PlacedGrant[],
             rewards?: ReferralRewardWork,
+            /** The checkpoint that makes the change, stored in the same write (see `storeCheckpointAndConvert`). */
+            checkpoint?: UnstoredCheckpoint,
           ) =>
-            listened(current.environment, outbox, (events) =>
-              transitionWithGrants(together, tenant, current, change, events, grants, rewards),
+            keeping(current.environment, (keep) =>
+              transitionWithGrants(
+                together,
+                tenant,
+                current,
+                change,
+                keep(outbox),
+                grants,
+                rewards,
+                checkpoint
+                  ? [checkpointWrite(tenant, checkpoint.doc, keep(checkpoint.outbox))]
+                  : [],
+              ),
             )
         : undefined,
     },
@@ -265,7 +290,7 @@ export function createTenantStore(
       countFromNetwork: bind(countClicksFromNetwork),
     },
     checkpoints: {
-      insert: (doc: CheckpointDoc, outbox: readonly OutboxEntryDoc[]) =>
+      insert: (doc: CheckpointDoc, outbox: Outbox) =>
         listened(doc.environment, outbox, (events) => insertCheckpoint(db, tenant, doc, events)),
       findOfCustomer: bind(findCheckpointsOfCustomer),
     },

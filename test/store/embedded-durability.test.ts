@@ -126,7 +126,7 @@ for (const workers of [1, 2]) {
   const run = workers === 1 ? "WORKERS=1" : `WORKERS=${workers}, the primary killed`;
   test(`every acknowledged write survives kill -9 in the middle of a write burst (${run})`, (t) =>
     killDuringBurst(t, workers));
-  test(`the program's counters equal a recount of the records after kill -9 under load (${run})`, (t) =>
+  test(`after kill -9 under load, the program's counters equal a recount, and every conversion has its checkpoint and grants (${run})`, (t) =>
     killUnderLoad(t, workers));
 }
 
@@ -227,7 +227,7 @@ async function killUnderLoad(t: ExecutionContext, workers: number): Promise<void
       });
       return { status: response.status, body: (await response.json()) as Record<string, string> };
     };
-    let conversions = 0;
+    const converted: string[] = [];
     let stopped = false;
     // Each writer: a referrer, then referees referred and converted, until the process dies.
     const writer = async (writerIndex: number) => {
@@ -246,19 +246,19 @@ async function killUnderLoad(t: ExecutionContext, workers: number): Promise<void
             referralCode: referrer.body.referralCode,
             refereeId: referee.body.id,
           });
-          const converted = await post("/checkpoints/ingest", keys.secret, {
+          const ingested = await post("/checkpoints/ingest", keys.secret, {
             name: "purchase",
             externalUserId,
             environment: "production",
           });
-          if (converted.status === 201) conversions++;
+          if (ingested.status === 201) converted.push(externalUserId);
         }
       } catch {
         // The process is gone.
       }
     };
     const writers = Array.from({ length: 6 }, (_, index) => writer(index));
-    const exited = await killOnce(child, "60 conversions", () => conversions >= 60);
+    const exited = await killOnce(child, "60 conversions", () => converted.length >= 60);
     stopped = true;
     await Promise.all(writers);
     await exited;
@@ -271,12 +271,43 @@ async function killUnderLoad(t: ExecutionContext, workers: number): Promise<void
       );
       t.true(recordsRead > 200, `${recordsRead} records`);
       t.deepEqual(differencesOf(await store.stats.snapshot(scopes), wanted), []);
+      t.deepEqual(await conversionsIncomplete(store, converted), []);
     } finally {
       await store.close();
     }
   } finally {
     rmSync(dataDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * What a kill left half-done among conversions: a referee whose checkpoint
+ * was acknowledged without its checkpoint stored or its referral accepted,
+ * and an acceptance (acknowledged or not) without the checkpoint that made
+ * it or without the demo campaign's two grants. A checkpoint is stored in
+ * its conversion's write, so there is none or both.
+ */
+async function conversionsIncomplete(
+  store: Awaited<ReturnType<typeof openStore>>,
+  acknowledged: readonly string[],
+): Promise<string[]> {
+  const { customers, checkpoints, referrals, rewardGrants } = store.system;
+  const problems: string[] = [];
+  for (const externalUserId of acknowledged) {
+    const customer = await customers.findOne({ externalUserId });
+    const referral = customer && (await referrals.findOne({ refereeId: customer._id }));
+    const stored = customer && (await checkpoints.countDocuments({ customerId: customer._id }));
+    if (!stored) problems.push(`${externalUserId}: its acknowledged checkpoint is missing`);
+    if (referral?.status !== "accepted") problems.push(`${externalUserId}: not accepted`);
+  }
+  for (const referral of await referrals.find({ status: "accepted" }).toArray()) {
+    const madeBy = referral.statusHistory.at(-1)?.actorId ?? "";
+    if ((await checkpoints.countDocuments({ _id: madeBy })) !== 1)
+      problems.push(`${referral._id}: accepted without its checkpoint ${madeBy}`);
+    const grants = await rewardGrants.countDocuments({ referralId: referral._id });
+    if (grants !== 2) problems.push(`${referral._id}: accepted with ${grants} grants`);
+  }
+  return problems;
 }
 
 test("a new data directory and its database files are this user's only", async (t) => {
