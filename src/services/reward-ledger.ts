@@ -179,7 +179,7 @@ export async function acceptWithGrants(
   events: Outbox,
   planned: readonly PlannedGrant[],
   work: ReferralRewardWork,
-  /** The checkpoint that makes the acceptance, stored in its write (see `convertReferrals`). */
+  /** The checkpoint that makes the acceptance, stored in its write (see `storeCheckpointAndConvert`). */
   checkpoint?: UnstoredCheckpoint,
 ): Promise<ReferralDoc | null> {
   const now = change.changedAt;
