@@ -234,6 +234,35 @@ for (const engine of engineNames) {
   });
 
   storeTest(
+    "a side field's condition on one document by id answers as on a whole collection",
+    async (t, store) => {
+      await store.system.customers.insertOne(customer("empty", { outbox: [] }));
+      await store.system.customers.insertOne(
+        customer("one", { outbox: [{ id: "e" }], outboxPending: true }),
+      );
+      await store.system.customers.insertOne(customer("none"));
+      const conditions: Document[] = [
+        { outbox: { $size: 0 } },
+        { outbox: { $size: 1 } },
+        { outboxPending: true },
+        { outboxPending: null },
+        { outboxPending: { $ne: true } },
+        { outboxPending: { $exists: false } },
+        { outboxPending: { $exists: true } },
+        { outboxPending: { $in: [null, true] } },
+        { outboxPending: { $nin: [null] } },
+      ];
+      for (const condition of conditions) {
+        const matching = await idsOf(store, condition);
+        for (const id of ["empty", "one", "none"]) {
+          const found = await store.system.customers.findOne({ _id: id, ...condition });
+          t.is(found?._id ?? null, matching.includes(id) ? id : null, JSON.stringify(condition));
+        }
+      }
+    },
+  );
+
+  storeTest(
     "an upsert or update that hits a unique index is the typed duplicate-key error, and changes nothing",
     async (t, store) => {
       await store.system.customers.insertOne(customer("c1", { referralCode: "SAMECODE" }));
