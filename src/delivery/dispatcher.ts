@@ -93,6 +93,8 @@ export interface DispatcherDeps {
   readonly wakeWorkers?: () => void;
   /** Wakes one idle worker: a delivery was handed over in memory. */
   readonly wakeWorker?: () => void;
+  /** Told when an attempt failed and its delivery is due again (at its next attempt). */
+  readonly dueAgainAt?: (at: Date) => void;
 }
 
 /**
@@ -133,24 +135,24 @@ export function createDispatcher(deps: DispatcherDeps) {
     }
   }
 
-  /**
-   * Attempts one delivery: a handed-over one, else one claimed from the
-   * store. False when none was due.
-   */
-  async function deliverOne(): Promise<boolean> {
-    const leaseNow = leaseClock();
-    const handed = takeHandedOver(leaseNow);
-    if (handed) {
-      let attempted: Attempted = null;
-      try {
-        const webhook = await findWebhookById(db, handed.delivery.webhookId);
-        const unstored = handed.attempted !== undefined;
-        attempted = await attempt(handed.delivery, webhook, handed.event, unstored);
-      } finally {
-        handed.attempted?.(attempted && { delivery: handed.delivery, outcome: attempted.outcome });
-      }
-      return true;
+  /** Attempts a delivery the relay handed over, if one waits. False when none did. */
+  async function deliverHandedOver(): Promise<boolean> {
+    const handed = takeHandedOver(leaseClock());
+    if (!handed) return false;
+    let attempted: Attempted = null;
+    try {
+      const webhook = await findWebhookById(db, handed.delivery.webhookId);
+      const unstored = handed.attempted !== undefined;
+      attempted = await attempt(handed.delivery, webhook, handed.event, unstored);
+    } finally {
+      handed.attempted?.(attempted && { delivery: handed.delivery, outcome: attempted.outcome });
     }
+    return true;
+  }
+
+  /** Claims a due delivery from the store and attempts it. False when none was due. */
+  async function claimAndDeliver(): Promise<boolean> {
+    const leaseNow = leaseClock();
     const delivery = await claimDueDelivery(db, clock(), owner, {
       now: leaseNow,
       until: leaseFrom(leaseNow),
@@ -207,6 +209,7 @@ export function createDispatcher(deps: DispatcherDeps) {
     const outcome = outcomeOf(delivery, succeeded, attemptedAt, response);
     if (!unstored) await recordAttempt(db, delivery, owner, outcome);
     deps.countDelivery?.(succeeded ? "succeeded" : "failed");
+    if (outcome.nextAttemptAt) deps.dueAgainAt?.(outcome.nextAttemptAt);
     if (succeeded) {
       if (!isHealthyAndFresh(webhook, attemptedAt)) {
         await recordWebhookSuccess(db, webhook._id, attemptedAt);
@@ -311,7 +314,10 @@ export function createDispatcher(deps: DispatcherDeps) {
   }
 
   return {
-    deliverOne,
+    deliverHandedOver,
+    claimAndDeliver,
+    /** Attempts one delivery: a handed-over one, else one claimed from the store. False when none was due. */
+    deliverOne: async () => (await deliverHandedOver()) || (await claimAndDeliver()),
     /**
      * Takes a new event's delivery to attempt before it is stored (see
      * `createOutboxRelay`); none while enough wait in this dispatcher's hands.

@@ -39,11 +39,37 @@ export function startWebhookRuntime(deps: {
   const db = store.system;
   const relayWake = createWakeup();
   const workerWake = createWakeup();
+  // Whether the store may hold due deliveries: a count that moves when
+  // the relay queued some for any worker, a catch-up brought some forward,
+  // or the next check fell due (a poll, or the next retry). A worker claims
+  // from the store only when it moved since the worker last found nothing
+  // there; after a delivery handed over in memory, a claim (a write) and
+  // a look for the next due time cost more than the delivery's own record.
+  let storeChecks = 0;
+  const storeMayHaveWork = () => {
+    storeChecks += 1;
+    workerWake.wakeAll();
+  };
+  let nextCheck: { readonly at: number; readonly timer: NodeJS.Timeout } | undefined;
+  /** Makes the next store check come within `ms`, unless one comes sooner. */
+  const checkStoreWithin = (ms: number) => {
+    const at = Date.now() + ms;
+    if (nextCheck && nextCheck.at <= at) return;
+    if (nextCheck) clearTimeout(nextCheck.timer);
+    nextCheck = {
+      at,
+      timer: setTimeout(() => {
+        nextCheck = undefined;
+        storeMayHaveWork();
+      }, ms),
+    };
+  };
   const dispatcher = createDispatcher({
     ...deps,
     send: deps.send ?? sendWebhook,
-    wakeWorkers: () => workerWake.wakeAll(),
+    wakeWorkers: storeMayHaveWork,
     wakeWorker: () => workerWake.wakeOne(),
+    dueAgainAt: (at) => checkStoreWithin(Math.max(10, at.getTime() - clock().getTime())),
   });
   const relay = createOutboxRelay({
     store,
@@ -74,7 +100,7 @@ export function startWebhookRuntime(deps: {
         // handed over in memory wakes one worker (see `wakeWorker`). Woken
         // for nothing, 32 idle workers each try a claim, which is a write:
         // at every pass, that cost more than the deliveries themselves.
-        if (forAnyWorker > 0) workerWake.wakeAll();
+        if (forAnyWorker > 0) storeMayHaveWork();
         if (relayed > 0) continue;
       } catch (error) {
         log(error, "webhook relay failed; retrying");
@@ -95,15 +121,24 @@ export function startWebhookRuntime(deps: {
 
   async function workerLoop(): Promise<void> {
     await leasesReleased;
+    // The store check this worker last found nothing at; none yet, so it claims at start.
+    let checkedAt = -1;
     while (!stopped) {
       try {
-        if (await dispatcher.deliverOne()) continue;
-        const due = await sharedNextDue();
-        const untilDue = due ? due.getTime() - clock().getTime() : pollMs;
-        await workerWake.wait(Math.max(10, Math.min(pollMs, untilDue)));
+        if (await dispatcher.deliverHandedOver()) continue;
+        if (checkedAt !== storeChecks) {
+          const check = storeChecks;
+          if (await dispatcher.claimAndDeliver()) continue;
+          checkedAt = check;
+          const due = await sharedNextDue();
+          const untilDue = due ? due.getTime() - clock().getTime() : pollMs;
+          checkStoreWithin(Math.max(10, Math.min(pollMs, untilDue)));
+        }
+        await workerWake.wait(pollMs);
       } catch (error) {
         if (stopped) return;
         log(error, "webhook delivery failed; retrying");
+        checkedAt = -1;
         await workerWake.wait(pollMs);
       }
     }
@@ -119,6 +154,7 @@ export function startWebhookRuntime(deps: {
     inHand: () => dispatcher.inHand(),
     async stop(graceMs = 0) {
       stopped = true;
+      if (nextCheck) clearTimeout(nextCheck.timer);
       relayWake.wakeAll();
       workerWake.wakeAll();
       const finished = Promise.all(loops);
