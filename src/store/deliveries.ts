@@ -17,7 +17,7 @@ import type {
   WebhookDoc,
 } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
-import { findNewestFirst, type PageRequest } from "./paging.js";
+import { compareNewestFirst, findNewestFirst, type PageRequest } from "./paging.js";
 import { ownedBy } from "./tenant.js";
 
 /** The lease value of a delivery nobody holds. */
@@ -412,16 +412,9 @@ export async function findDeliveries(
     db.events.find(keptQuery, { sort: { _id: -1 }, limit: end }).toArray(),
   ]);
   const merged = [...storedRead, ...(keptRead as EventKeepingDelivery[]).map(deliveryKeptIn)].sort(
-    newestFirst,
+    compareNewestFirst,
   );
   return { total: stored + kept, docs: merged.slice(page.offset, end) };
-}
-
-/** The deliveries' list order: newest first, then by id, as their index has it. */
-function newestFirst(a: DeliveryDoc, b: DeliveryDoc): number {
-  const byTime = b.createdAt.getTime() - a.createdAt.getTime();
-  if (byTime !== 0) return byTime;
-  return a._id < b._id ? 1 : a._id > b._id ? -1 : 0;
 }
 
 /** One delivery of an endpoint, stored on its own or kept in its event. */

@@ -8,6 +8,19 @@ export interface PageRequest {
 }
 
 /**
+ * The order of {@link findNewestFirst}, for documents sorted in memory:
+ * newest first, then by id.
+ */
+export function compareNewestFirst(
+  a: { readonly _id: string; readonly createdAt: Date },
+  b: { readonly _id: string; readonly createdAt: Date },
+): number {
+  const byTime = b.createdAt.getTime() - a.createdAt.getTime();
+  if (byTime !== 0) return byTime;
+  return a._id < b._id ? 1 : a._id > b._id ? -1 : 0;
+}
+
+/**
  * One page of a query, newest first (`createdAt` then `_id`, so the order is
  * stable when times tie), and the number of all matches.
  */

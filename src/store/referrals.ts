@@ -6,7 +6,7 @@ import type { Collections, JointWrite } from "./collection.js";
 import type { CustomerDoc, OutboxEntryDoc, ReferralDoc } from "./documents.js";
 import { isDuplicateKeyError } from "./errors.js";
 import { outboxOf, withOutbox } from "./events.js";
-import { findNewestFirst, type PageRequest } from "./paging.js";
+import { compareNewestFirst, findNewestFirst, type PageRequest } from "./paging.js";
 import { ownedBy } from "./tenant.js";
 
 /** One referral of the application by id. */
@@ -462,14 +462,15 @@ export async function referralFactsOf(
     facts.set(referrerId, { visited, converted });
   });
   const [asReferee] = await Promise.all([
+    // Sorted here, not by the store: a referee has a referral per campaign
+    // at most, and SQLite's sort of even no rows cost 19 µs of the 22 the
+    // query took (the index orders by date, not by date then id).
     db.referrals
-      .find(
-        { ...owned, refereeId: { $in: [...customerIds] }, deletedAt: null },
-        { sort: { createdAt: -1, _id: -1 } },
-      )
+      .find({ ...owned, refereeId: { $in: [...customerIds] }, deletedAt: null })
       .toArray(),
     ...counted,
   ]);
+  asReferee.sort(compareNewestFirst);
   for (const referral of asReferee) {
     const entry = facts.get(referral.refereeId);
     // Newest first: the first referral seen for a referee is the one that counts.
