@@ -1,7 +1,6 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
-import { request as httpRequest, type IncomingMessage } from "node:http";
-import { request as httpsRequest } from "node:https";
 import { isIP, type LookupFunction } from "node:net";
+import { Agent, request } from "undici";
 import { hostOf, isPublicAddress } from "../domain/webhook-delivery.js";
 
 /** One POST to an endpoint. */
@@ -49,58 +48,76 @@ const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
   });
 };
 
+// One pool of kept-alive connections per origin, through undici: a
+// request costs the event loop about a third of node:http's (measured at
+// 15 against 43 µs on loopback), and deliveries share the loop that
+// answers calls. Redirects are not followed (undici's default).
+const publicOnlyAgent = new Agent({ connect: { lookup: publicOnlyLookup } });
+const anyAddressAgent = new Agent();
+
 /**
- * POSTs the body with node:http(s): no redirects followed, the response
- * body read and dropped, the whole attempt bounded by the timeout.
+ * POSTs the body: no redirects followed, the response body read and
+ * dropped, the whole attempt bounded by the timeout.
  */
-export const sendWebhook: WebhookSender = (input) => {
+export const sendWebhook: WebhookSender = async (input) => {
   const started = performance.now();
   const elapsed = () => Math.round(performance.now() - started);
-  return new Promise((resolve) => {
-    const url = new URL(input.url);
-    const host = hostOf(url);
-    if (!input.allowPrivate && isIP(host) !== 0 && !isPublicAddress(host)) {
-      resolve({ statusCode: null, durationMs: elapsed(), error: refusedAddress });
-      return;
+  const url = new URL(input.url);
+  const host = hostOf(url);
+  if (!input.allowPrivate && isIP(host) !== 0 && !isPublicAddress(host)) {
+    return { statusCode: null, durationMs: elapsed(), error: refusedAddress };
+  }
+  const attempt = new AbortController();
+  const timedOut = new Error(`timed out after ${input.timeoutMs} ms`);
+  const timer = setTimeout(() => attempt.abort(timedOut), input.timeoutMs);
+  const stop = input.signal;
+  const onStop = () => attempt.abort(stop?.reason);
+  if (stop?.aborted) onStop();
+  else stop?.addEventListener("abort", onStop, { once: true });
+  let statusCode: number | null = null;
+  try {
+    const response = await request(url, {
+      method: "POST",
+      headers: input.headers,
+      body: input.body,
+      dispatcher: input.allowPrivate ? anyAddressAgent : publicOnlyAgent,
+      signal: attempt.signal,
+    });
+    statusCode = response.statusCode;
+    try {
+      for await (const _chunk of response.body) {
+        // Read and dropped: only the status says how the attempt went.
+      }
+    } catch (error) {
+      if (attempt.signal.aborted) throw error;
+      return {
+        statusCode: null,
+        durationMs: elapsed(),
+        error: "the connection closed before the response ended",
+      };
     }
-    const send = url.protocol === "https:" ? httpsRequest : httpRequest;
-    let settled = false;
-    const finish = (result: Omit<WebhookResponse, "durationMs">) => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      resolve({ ...result, durationMs: elapsed() });
+    return { statusCode, durationMs: elapsed(), error: statusErrorOf(statusCode) };
+  } catch (error) {
+    const reason = attempt.signal.aborted ? attempt.signal.reason : error;
+    return {
+      statusCode: null,
+      durationMs: elapsed(),
+      error: describeAttemptFailure(causeOf(reason)),
     };
-    const request = send(
-      url,
-      {
-        method: "POST",
-        headers: { ...input.headers, "content-length": Buffer.byteLength(input.body).toString() },
-        lookup: input.allowPrivate ? undefined : publicOnlyLookup,
-        signal: input.signal,
-      },
-      (response: IncomingMessage) => {
-        response.resume();
-        response.on("end", () =>
-          finish({ statusCode: response.statusCode ?? null, error: errorOf(response) }),
-        );
-        response.on("error", (error) =>
-          finish({ statusCode: response.statusCode ?? null, error: error.message }),
-        );
-        response.on("close", () =>
-          finish({ statusCode: null, error: "the connection closed before the response ended" }),
-        );
-      },
-    );
-    const timer = setTimeout(() => {
-      request.destroy(new Error(`timed out after ${input.timeoutMs} ms`));
-    }, input.timeoutMs);
-    request.on("error", (error) =>
-      finish({ statusCode: null, error: describeAttemptFailure(error) }),
-    );
-    request.end(input.body);
-  });
+  } finally {
+    clearTimeout(timer);
+    stop?.removeEventListener("abort", onStop);
+  }
 };
+
+/** The network error behind one of undici's, which wraps some in `cause`. */
+function causeOf(error: unknown): NodeJS.ErrnoException {
+  const failure = (error ?? new Error("the request failed")) as NodeJS.ErrnoException & {
+    cause?: unknown;
+  };
+  if (!failure.code && failure.cause instanceof Error) return failure.cause;
+  return failure;
+}
 
 /**
  * Why no response came, in words an endpoint's owner can act on, with the
@@ -133,7 +150,6 @@ const networkFailures: Record<string, string> = {
   EPROTO: "the endpoint does not speak TLS as expected",
 };
 
-function errorOf(response: IncomingMessage): string | null {
-  const status = response.statusCode ?? 0;
+function statusErrorOf(status: number): string | null {
   return status >= 200 && status < 300 ? null : `HTTP ${status}`;
 }

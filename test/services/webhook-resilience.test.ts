@@ -282,3 +282,65 @@ test.serial("signing secrets are encrypted at rest with a key file in DATA_DIR",
     await server.stop();
   }
 });
+
+test.serial(
+  "an attempt ends at its timeout, when the response stops half-way, or when the service stops; a redirect is not followed",
+  async (t) => {
+    const { createServer } = await import("node:http");
+    const endpoint = createServer((request, response) => {
+      request.resume();
+      if (request.url === "/silent") return;
+      if (request.url === "/half") {
+        response.writeHead(200, { "content-length": "100" });
+        response.write("only part");
+        setTimeout(() => response.socket?.destroy(), 20);
+        return;
+      }
+      if (request.url === "/moved") {
+        response.writeHead(302, { location: `${receiver.url}/moved-here` }).end();
+        return;
+      }
+      response.writeHead(204).end();
+    });
+    await new Promise<void>((resolve) => endpoint.listen(0, "127.0.0.1", resolve));
+    const { port } = endpoint.address() as { port: number };
+    const send = (path: string, fields: { timeoutMs?: number; signal?: AbortSignal } = {}) =>
+      sendWebhook({
+        url: `http://127.0.0.1:${port}${path}`,
+        headers: { "content-type": "application/json" },
+        body: "{}",
+        timeoutMs: fields.timeoutMs ?? 2000,
+        allowPrivate: true,
+        signal: fields.signal,
+      });
+    try {
+      const silent = await send("/silent", { timeoutMs: 300 });
+      t.is(silent.statusCode, null);
+      t.is(silent.error, "timed out after 300 ms");
+      t.true(silent.durationMs >= 290 && silent.durationMs < 2000, `${silent.durationMs} ms`);
+
+      const half = await send("/half");
+      t.is(half.statusCode, null);
+      t.is(half.error, "the connection closed before the response ended");
+
+      const moved = await send("/moved");
+      t.is(moved.statusCode, 302);
+      t.is(moved.error, "HTTP 302");
+      t.is(at("/moved-here").length, 0, "the redirect was not followed");
+
+      const stopping = new AbortController();
+      const cut = send("/silent", { signal: stopping.signal });
+      setTimeout(() => stopping.abort(), 50);
+      const stopped = await cut;
+      t.is(stopped.statusCode, null);
+      t.is(stopped.error, "the attempt was cut short: the service was stopping");
+
+      const answered = await send("/ok");
+      t.is(answered.statusCode, 204);
+      t.is(answered.error, null);
+    } finally {
+      endpoint.closeAllConnections();
+      await new Promise((resolve) => endpoint.close(resolve));
+    }
+  },
+);
