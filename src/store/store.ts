@@ -100,6 +100,11 @@ export interface EmbeddedWriter extends EmbeddedBase {
   commits(): { groups: number; writes: number };
   /** Rows this start wrote again in the current stored format (an upgrade); 0 after it. */
   readonly upgradedRows: number;
+  /**
+   * A number that moves with every change made to the collection and every
+   * commit of one: while it stays, a read of the collection answers as before.
+   */
+  changeMarkOf(name: CollectionName): number;
 }
 
 /** A cluster worker's view of the embedded engine: it reads the file and forwards its writes to the writer. */
@@ -305,6 +310,7 @@ function openEmbedded(
       engine: "embedded",
       role: "writer",
       stats,
+      changeMarkOf: (name) => db.versionOf(name) + db.changesOf(name),
       async runCommand(command) {
         switch (command.kind) {
           case "write": {
