@@ -64,7 +64,7 @@ export function createOutboxRelay(deps: {
     leaseForQueued(): QueuedLease | undefined;
     handOver(delivery: DeliveryDoc, event: EventDoc): void;
   };
-  /** Told when a document whose outbox waited for first attempts may be relayed again. */
+  /** Told when a document whose outbox waited for first attempts still holds events to relay. */
   wake?: () => void;
   log?: (error: unknown, message: string) => void;
 }) {
@@ -119,8 +119,7 @@ export function createOutboxRelay(deps: {
   ): Promise<RelayCount> {
     const awaiting = awaitingIn[name];
     const mark = markOf?.(name);
-    if (mark !== undefined && nothingAt[name] === mark)
-      return { relayed: 0, queued: 0, forAnyWorker: 0 };
+    if (mark !== undefined && nothingAt[name] === mark) return nothingRelayed;
     // Documents whose outbox waits for first attempts are still flagged,
     // and found again: read past them.
     const holders = await findOutboxHolders(collection, batchSize, awaiting);
@@ -188,14 +187,16 @@ export function createOutboxRelay(deps: {
           // Last, and all of the holder's entries at once: a crash before
           // this only relays them again, which queues nothing new.
           await removeFromOutbox(collection, holder, entryIds);
-          return { relayed: entries.length, queued, forAnyWorker };
+          return { relayed: entries.length, queued, forAnyWorker, more: false };
         }
         // Once every first attempt is made; the pass goes on meanwhile.
         const key = holder._id;
+        // Whether the outbox may hold events still (unknown until stored).
+        let left = true;
         const storing = Promise.all(attempted)
           .then(async (attempts) => {
             const made = attempts.filter((attempt) => attempt !== null);
-            await storeRelayed(
+            left = await storeRelayed(
               db,
               store.together,
               {
@@ -216,15 +217,16 @@ export function createOutboxRelay(deps: {
           )
           .finally(() => {
             awaiting.delete(key);
-            // Read past until now, and maybe not emptied (a failed write).
+            if (!left) return;
+            // Read past until now, and not emptied: relayed again.
             delete nothingAt[name];
             deps.wake?.();
           });
         awaiting.set(key, storing);
-        return { relayed: entries.length, queued, forAnyWorker };
+        return { relayed: entries.length, queued, forAnyWorker, more: false };
       }),
     );
-    return sumCounts(counts);
+    return { ...sumCounts(counts), more: holders.length >= batchSize };
   }
 
   return {
@@ -261,12 +263,17 @@ export interface RelayCount {
   readonly queued: number;
   /** Of those, the ones queued in the store for any worker to claim (none handed over). */
   readonly forAnyWorker: number;
+  /** Whether a collection had more documents to relay than a pass takes. */
+  readonly more: boolean;
 }
+
+const nothingRelayed: RelayCount = { relayed: 0, queued: 0, forAnyWorker: 0, more: false };
 
 function sumCounts(counts: readonly RelayCount[]): RelayCount {
   return {
     relayed: counts.reduce((sum, count) => sum + count.relayed, 0),
     queued: counts.reduce((sum, count) => sum + count.queued, 0),
     forAnyWorker: counts.reduce((sum, count) => sum + count.forAnyWorker, 0),
+    more: counts.some((count) => count.more),
   };
 }

@@ -71,11 +71,18 @@ export function startWebhookRuntime(deps: {
     wakeWorker: () => workerWake.wakeOne(),
     dueAgainAt: (at) => checkStoreWithin(Math.max(10, at.getTime() - clock().getTime())),
   });
+  // Set by every wake-up of the relay, cleared as a pass starts: one that
+  // came during a pass (when the relay sleeps not) makes another pass.
+  let relayWoken = false;
+  const wakeRelay = () => {
+    relayWoken = true;
+    relayWake.wakeAll();
+  };
   const relay = createOutboxRelay({
     store,
     clock,
     workers: dispatcher,
-    wake: () => relayWake.wakeAll(),
+    wake: wakeRelay,
     log,
   });
   let stopped = false;
@@ -94,14 +101,17 @@ export function startWebhookRuntime(deps: {
   async function relayLoop(): Promise<void> {
     await leasesReleased;
     while (!stopped) {
+      relayWoken = false;
       try {
-        const { relayed, forAnyWorker } = await relay.relayOnce();
+        const { forAnyWorker, more } = await relay.relayOnce();
         // Workers wake for deliveries they must claim from the store; one
         // handed over in memory wakes one worker (see `wakeWorker`). Woken
         // for nothing, 32 idle workers each try a claim, which is a write:
         // at every pass, that cost more than the deliveries themselves.
         if (forAnyWorker > 0) storeMayHaveWork();
-        if (relayed > 0) continue;
+        // Not after every pass that relayed something: at a moderate rate
+        // that was a pass for nothing after each event.
+        if (more || relayWoken) continue;
       } catch (error) {
         log(error, "webhook relay failed; retrying");
       }
@@ -150,7 +160,7 @@ export function startWebhookRuntime(deps: {
   ];
 
   return {
-    notify: () => relayWake.wakeAll(),
+    notify: wakeRelay,
     inHand: () => dispatcher.inHand(),
     async stop(graceMs = 0) {
       stopped = true;

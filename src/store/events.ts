@@ -203,14 +203,16 @@ export interface Relayed {
  * outbox emptied once every delivery is attempted or stored (`done`). One
  * write where the engine makes writes together (`together`), so a
  * delivery that succeeds costs no write of its own; a crash before it
- * leaves the events in the outbox, to be relayed and sent again.
+ * leaves the events in the outbox, to be relayed and sent again. Resolves
+ * with whether the outbox may still hold entries: not all were dealt with,
+ * or some were appended meanwhile.
  */
 export async function storeRelayed(
   db: Collections,
   together: WriteTogether | undefined,
   relayed: Relayed,
   now: Date,
-): Promise<void> {
+): Promise<boolean> {
   const { holder, entryIds, events, attempts } = relayed;
   const collection = db[relayed.collection] as HolderCollection;
   if (together) {
@@ -253,11 +255,11 @@ export async function storeRelayed(
     try {
       const { results } = await together(writes);
       const emptied = results?.at(-1) as UpdateResult | undefined;
+      if (!relayed.done) return true;
+      if (emptied?.matchedCount === 1) return false;
       // An event appended meanwhile stays: only the relayed ones are removed.
-      if (relayed.done && emptied?.matchedCount !== 1) {
-        await pullEntries(collection, holder, holder._id, outboxList, entryIds);
-      }
-      return;
+      await pullEntries(collection, holder, holder._id, outboxList, entryIds);
+      return true;
     } catch (error) {
       // Stored in part already (relayed again): each is stored once, below.
       if (!isDuplicateKeyError(error)) throw error;
@@ -268,6 +270,7 @@ export async function storeRelayed(
     attempts.map(({ delivery, outcome }) => storeAttempted(db, delivery, outcome, now)),
   );
   if (relayed.done) await removeFromOutbox(collection, holder, entryIds);
+  return true;
 }
 
 /**
