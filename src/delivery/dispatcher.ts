@@ -51,6 +51,9 @@ const maxHandedOver = 1_000;
 /** Signers kept at most (one per endpoint secret in use). */
 const maxSigners = 1_000;
 
+/** Endpoints kept at most between their changes (see `endpointOf`). */
+const maxEndpointsKept = 1_000;
+
 /**
  * While an endpoint succeeds, its `lastSuccessAt` is written at most once
  * a second: under load, a write per delivery to the same endpoint
@@ -122,6 +125,31 @@ export function createDispatcher(deps: DispatcherDeps) {
   /** When a lease taken now ends: after the attempt's timeout, so a live worker never loses it. */
   const leaseFrom = (now: Date) => new Date(now.getTime() + config.timeoutMs + 30_000);
 
+  // Endpoints as read at a change mark of the webhooks (see
+  // `EmbeddedWriter.changeMarkOf`): while it stays, a read would answer the
+  // same, and reading the endpoint was a query per delivery. Where writes
+  // leave no mark here (MongoDB), every delivery reads its endpoint.
+  const { store } = deps;
+  const webhooksMark =
+    store.engine === "embedded" && store.role === "writer"
+      ? () => store.changeMarkOf("webhooks")
+      : null;
+  const endpoints = new Map<
+    string,
+    { readonly mark: number; readonly webhook: WebhookDoc | null }
+  >();
+  async function endpointOf(id: string): Promise<WebhookDoc | null> {
+    const mark = webhooksMark?.();
+    const kept = endpoints.get(id);
+    if (kept && kept.mark === mark) return kept.webhook;
+    const webhook = await findWebhookById(db, id);
+    if (mark !== undefined && webhooksMark?.() === mark) {
+      if (endpoints.size >= maxEndpointsKept) endpoints.clear();
+      endpoints.set(id, { mark, webhook });
+    }
+    return webhook;
+  }
+
   /** The next handed-over delivery whose lease still covers a whole attempt. */
   function takeHandedOver(now: Date): HandedOver | undefined {
     for (;;) {
@@ -141,7 +169,7 @@ export function createDispatcher(deps: DispatcherDeps) {
     if (!handed) return false;
     let attempted: Attempted = null;
     try {
-      const webhook = await findWebhookById(db, handed.delivery.webhookId);
+      const webhook = await endpointOf(handed.delivery.webhookId);
       const unstored = handed.attempted !== undefined;
       attempted = await attempt(handed.delivery, webhook, handed.event, unstored);
     } finally {
@@ -158,7 +186,7 @@ export function createDispatcher(deps: DispatcherDeps) {
       until: leaseFrom(leaseNow),
     });
     if (!delivery) return false;
-    const webhook = await findWebhookById(db, delivery.webhookId);
+    const webhook = await endpointOf(delivery.webhookId);
     const event = await findEvent(db, delivery.eventId);
     await attempt(delivery, webhook, event);
     return true;

@@ -68,24 +68,24 @@ export const sendWebhook: WebhookSender = async (input) => {
     return { statusCode: null, durationMs: elapsed(), error: refusedAddress };
   }
   const attempt = new AbortController();
-  const timedOut = new Error(`timed out after ${input.timeoutMs} ms`);
-  const timer = setTimeout(() => attempt.abort(timedOut), input.timeoutMs);
+  const timer = setTimeout(
+    () => attempt.abort(new Error(`timed out after ${input.timeoutMs} ms`)),
+    input.timeoutMs,
+  );
   const stop = input.signal;
   const onStop = () => attempt.abort(stop?.reason);
   if (stop?.aborted) onStop();
   else stop?.addEventListener("abort", onStop, { once: true });
-  let statusCode: number | null = null;
   try {
-    const response = await request(url, {
+    const { statusCode, body } = await request(url, {
       method: "POST",
       headers: input.headers,
       body: input.body,
       dispatcher: input.allowPrivate ? anyAddressAgent : publicOnlyAgent,
       signal: attempt.signal,
     });
-    statusCode = response.statusCode;
     try {
-      for await (const _chunk of response.body) {
+      for await (const _chunk of body) {
         // Read and dropped: only the status says how the attempt went.
       }
     } catch (error) {
