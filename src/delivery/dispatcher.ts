@@ -17,7 +17,7 @@ import {
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import { findEvent } from "../store/events.js";
 import type { SecretBox } from "../store/secret-box.js";
-import type { Store } from "../store/store.js";
+import { changeMarksOf, type Store } from "../store/store.js";
 import {
   disableFailingWebhook,
   findWebhookById,
@@ -129,21 +129,17 @@ export function createDispatcher(deps: DispatcherDeps) {
   // `EmbeddedWriter.changeMarkOf`): while it stays, a read would answer the
   // same, and reading the endpoint was a query per delivery. Where writes
   // leave no mark here (MongoDB), every delivery reads its endpoint.
-  const { store } = deps;
-  const webhooksMark =
-    store.engine === "embedded" && store.role === "writer"
-      ? () => store.changeMarkOf("webhooks")
-      : null;
+  const markOf = changeMarksOf(deps.store);
   const endpoints = new Map<
     string,
     { readonly mark: number; readonly webhook: WebhookDoc | null }
   >();
   async function endpointOf(id: string): Promise<WebhookDoc | null> {
-    const mark = webhooksMark?.();
+    const mark = markOf?.("webhooks");
     const kept = endpoints.get(id);
     if (kept && kept.mark === mark) return kept.webhook;
     const webhook = await findWebhookById(db, id);
-    if (mark !== undefined && webhooksMark?.() === mark) {
+    if (mark !== undefined && markOf?.("webhooks") === mark) {
       if (endpoints.size >= maxEndpointsKept) endpoints.clear();
       endpoints.set(id, { mark, webhook });
     }

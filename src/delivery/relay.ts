@@ -13,7 +13,7 @@ import {
   storeEvent,
   storeRelayed,
 } from "../store/events.js";
-import type { Store } from "../store/store.js";
+import { changeMarksOf, type Store } from "../store/store.js";
 import { findEnabledWebhooks } from "../store/webhooks.js";
 
 /** How many documents the relay takes from a collection per pass. */
@@ -87,7 +87,7 @@ export function createOutboxRelay(deps: {
   // when a pass last found nothing to relay there: while the mark stays,
   // the collection is not read. At a moderate rate a pass runs for nearly
   // every event, and reading the four collections cost more than the event.
-  const markOf = store.engine === "embedded" && store.role === "writer" ? store.changeMarkOf : null;
+  const markOf = changeMarksOf(store);
   const nothingAt: Partial<Record<HolderName, number>> = {};
 
   /**

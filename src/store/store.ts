@@ -120,6 +120,14 @@ export interface EmbeddedReader extends EmbeddedBase {
   seeNewCommits(): void;
 }
 
+/**
+ * The store's change marks (see `EmbeddedWriter.changeMarkOf`), where it
+ * sees every write: the embedded engine's writer. None elsewhere.
+ */
+export function changeMarksOf(store: Store): ((name: CollectionName) => number) | null {
+  return store.engine === "embedded" && store.role === "writer" ? store.changeMarkOf : null;
+}
+
 /** The embedded engine's plan of every distinct query run so far; none on MongoDB (tests, diagnostics). */
 export function queryPlansOf(store: Store): QueryPlan[] {
   return store.engine === "embedded" ? store.queryPlans() : [];
@@ -288,10 +296,8 @@ function openEmbedded(
     );
     database = db;
     const collections = embeddedCollections(db);
-    const stats = new EmbeddedStats(
-      db,
-      () => db.versionOf("campaigns") + db.changesOf("campaigns"),
-    );
+    const changeMarkOf = (name: CollectionName) => db.versionOf(name) + db.changesOf(name);
+    const stats = new EmbeddedStats(db, () => changeMarkOf("campaigns"));
     for (const [name, watcher] of Object.entries(watchers)) {
       collections[name as CollectionName].watch((before, after) =>
         watcher(before, after, stats.moves),
@@ -310,7 +316,7 @@ function openEmbedded(
       engine: "embedded",
       role: "writer",
       stats,
-      changeMarkOf: (name) => db.versionOf(name) + db.changesOf(name),
+      changeMarkOf,
       async runCommand(command) {
         switch (command.kind) {
           case "write": {
