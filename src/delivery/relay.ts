@@ -19,6 +19,9 @@ import { findEnabledWebhooks } from "../store/webhooks.js";
 /** How many documents the relay takes from a collection per pass. */
 const batchSize = 100;
 
+/** Applications whose enabled endpoints the relay keeps at most (see `endpointsAtThisPass`). */
+const maxApplicationsKept = 1_000;
+
 /**
  * First attempts made before their delivery is stored, at most at once:
  * past this (a slow endpoint), deliveries are queued in the store first, so
@@ -89,6 +92,31 @@ export function createOutboxRelay(deps: {
   // every event, and reading the four collections cost more than the event.
   const markOf = changeMarksOf(store);
   const nothingAt: Partial<Record<HolderName, number>> = {};
+  // The enabled endpoints of each application, as read at a change mark of
+  // the webhooks: while it stays, a read would answer the same. Without a
+  // mark (MongoDB), each pass reads them again.
+  let endpointsRead: {
+    readonly mark: number | undefined;
+    readonly byApplication: Map<string, Promise<WebhookDoc[]>>;
+  } = { mark: undefined, byApplication: new Map() };
+  function endpointsAtThisPass(): (applicationId: string) => Promise<WebhookDoc[]> {
+    const mark = markOf?.("webhooks");
+    if (mark === undefined || mark !== endpointsRead.mark) {
+      endpointsRead = { mark, byApplication: new Map() };
+    }
+    const { byApplication } = endpointsRead;
+    if (byApplication.size > maxApplicationsKept) byApplication.clear();
+    return (applicationId) => {
+      let found = byApplication.get(applicationId);
+      if (!found) {
+        found = findEnabledWebhooks(db, applicationId);
+        // A failed read is not kept: the next pass reads again.
+        found.catch(() => byApplication.delete(applicationId));
+        byApplication.set(applicationId, found);
+      }
+      return found;
+    };
+  }
 
   /**
    * Queues an event's deliveries to endpoints, its event stored already;
@@ -237,15 +265,7 @@ export function createOutboxRelay(deps: {
     },
     /** One pass over every outbox: how many events it relayed and deliveries it queued. */
     async relayOnce(): Promise<RelayCount> {
-      const endpoints = new Map<string, Promise<WebhookDoc[]>>();
-      const endpointsOf = (applicationId: string) => {
-        let found = endpoints.get(applicationId);
-        if (!found) {
-          found = findEnabledWebhooks(db, applicationId);
-          endpoints.set(applicationId, found);
-        }
-        return found;
-      };
+      const endpointsOf = endpointsAtThisPass();
       const relayed = await Promise.all([
         relayCollection("customers", db.customers, endpointsOf),
         relayCollection("referrals", db.referrals, endpointsOf),

@@ -1,3 +1,4 @@
+import { setTimeout as delay } from "node:timers/promises";
 import type { WebhookConfig } from "../config.js";
 import type { Clock } from "../domain/tenancy.js";
 import { nextDueAt, releaseLeasesOfEarlierRuns } from "../store/deliveries.js";
@@ -24,6 +25,14 @@ export interface WebhookRuntime {
 // Both loops also poll, for work written by other instances sharing the
 // database (and as a safety net); a notify makes local work immediate.
 const pollMs = 1000;
+
+/**
+ * The least time from one relay pass to the next while writes keep waking
+ * it. A pass reads each outbox that moved and costs about as much for one
+ * event as for several; at a moderate rate a pass ran for nearly every
+ * event. Deliveries leave a few milliseconds later instead.
+ */
+const relayGatherMs = 5;
 
 /** Starts the relay and `config.concurrency` delivery workers. */
 export function startWebhookRuntime(deps: {
@@ -100,7 +109,12 @@ export function startWebhookRuntime(deps: {
 
   async function relayLoop(): Promise<void> {
     await leasesReleased;
+    let passStartedAt = Number.NEGATIVE_INFINITY;
     while (!stopped) {
+      const sincePass = performance.now() - passStartedAt;
+      if (sincePass < relayGatherMs) await delay(relayGatherMs - sincePass);
+      if (stopped) return;
+      passStartedAt = performance.now();
       relayWoken = false;
       try {
         const { forAnyWorker, more } = await relay.relayOnce();
