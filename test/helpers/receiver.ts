@@ -15,7 +15,12 @@ export interface Receiver {
   /** The status to answer a request with; 200 unless set. `"hang"` never answers. */
   respond: (request: ReceivedRequest, index: number) => number | "hang";
   /** Resolves once `predicate` holds for the received requests (polls; fails after `timeoutMs`). */
-  waitFor(predicate: (received: ReceivedRequest[]) => boolean, timeoutMs?: number): Promise<void>;
+  waitFor(
+    predicate: (received: ReceivedRequest[]) => boolean,
+    timeoutMs?: number,
+    /** What is missing, for the failure's message. */
+    describe?: (received: ReceivedRequest[]) => string,
+  ): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -27,12 +32,13 @@ export async function startReceiver(): Promise<Receiver> {
     url: "",
     received,
     respond: () => 200,
-    async waitFor(predicate, timeoutMs = 10_000) {
+    async waitFor(predicate, timeoutMs = 10_000, describe) {
       const deadline = Date.now() + timeoutMs;
       while (!predicate(received)) {
         if (Date.now() > deadline) {
+          const detail = describe ? `: ${describe(received)}` : "";
           throw new Error(
-            `receiver: condition not met in ${timeoutMs} ms (${received.length} requests)`,
+            `receiver: condition not met in ${timeoutMs} ms (${received.length} requests)${detail}`,
           );
         }
         await new Promise((resolve) => setTimeout(resolve, 20));

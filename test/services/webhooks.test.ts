@@ -171,7 +171,11 @@ test.serial("every event type is delivered once, signed the Standard Webhooks wa
   const erin = await identify("wh-erin");
   await bySecret("DELETE", `/customers/${erin.id}`);
 
-  await receiver.waitFor(() => webhookEventTypes.every((type) => typesAt("/all").includes(type)));
+  await receiver.waitFor(
+    () => webhookEventTypes.every((type) => typesAt("/all").includes(type)),
+    10_000,
+    () => `missing ${webhookEventTypes.filter((type) => !typesAt("/all").includes(type))}`,
+  );
   // Every event of those calls arrived: 6 created/updated customers, the
   // referral ones, a fraud review, then the ledger's, and an erasure.
   await receiver.waitFor(() => at("/all").length >= 26);
