@@ -1,5 +1,4 @@
 import cluster, { type Worker } from "node:cluster";
-import { type AddressInfo, createServer } from "node:net";
 import { AggregatorRegistry, type MetricObjectWithValues, type MetricValue } from "prom-client";
 import { RateLimiterClusterMaster } from "rate-limiter-flexible";
 import type { Config } from "../config.js";
@@ -100,8 +99,19 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
     rejectStarted = reject;
   });
   const listening = new Set<number>();
-  /** The PORT every worker is forked with: PORT=0 is chosen once, before the first. */
-  let workerEnv = env;
+  /**
+   * PORT=0 asks for any free port. Workers that listen with the same PORT
+   * share the one socket the primary binds for them (node:cluster), so the
+   * first workers, all forked with 0, serve the same port, and so does a
+   * replacement forked with 0 while any of them listens. The port is not
+   * chosen ahead with a probe: another process could take it between the
+   * probe's close and the workers' bind (seen in a parallel test run). Once
+   * every worker has exited, the shared socket is gone and 0 would move the
+   * service: the next workers bind the port served before by its number.
+   */
+  let workerPort = config.port;
+  /** The port the service serves: known once the first worker listens. */
+  let servedPort: number | undefined;
   /** Until every worker first serves the port; a failure meanwhile fails the start. */
   let phase: "starting" | "serving" | "failed" = "starting";
 
@@ -205,6 +215,16 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
         served(worker.id);
         return;
       case "listening":
+        servedPort ??= message.port;
+        if (message.port !== servedPort) {
+          // Forked with 0 as the last workers serving the port exited.
+          logger.error(
+            { replacedWorker: worker.id, port: message.port, servedPort },
+            "a worker listened on another port; replacing it",
+          );
+          worker.process.kill("SIGTERM");
+          return;
+        }
         listening.add(worker.id);
         if (phase === "starting" && listening.size >= config.workers) {
           phase = "serving";
@@ -228,7 +248,10 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
     );
   }
   const fork = () => {
-    const worker = cluster.fork(workerEnv);
+    if (workerPort === 0 && servedPort !== undefined && listening.size === 0) {
+      workerPort = servedPort;
+    }
+    const worker = cluster.fork({ ...env, PORT: String(workerPort) });
     startedAt.set(worker.id, Date.now());
     worker.on("message", (message: unknown) => {
       if (isWorkerMessage(message)) handle(worker, message);
@@ -294,21 +317,7 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
   }, heartbeatMs);
   heartbeat.unref();
 
-  // PORT=0 asks for any free port. The primary shares a port between the
-  // workers that listen with the same PORT and frees it when none is left, so
-  // workers forked with 0 after every one died would move the service to
-  // another port: the port is chosen here, once, and every worker binds it.
-  void (config.port === 0 ? freePort(config.host) : Promise.resolve(config.port)).then(
-    (port) => {
-      workerEnv = { ...env, PORT: String(port) };
-      if (stopping) return;
-      for (let index = 0; index < config.workers; index++) fork();
-    },
-    (error: Error) => {
-      phase = "failed";
-      rejectStarted(error);
-    },
-  );
+  for (let index = 0; index < config.workers; index++) fork();
 
   let stopped: Promise<void> | undefined;
   return {
@@ -354,16 +363,4 @@ export function startPrimary(config: Config, app: WriterApp, env: NodeJS.Process
       return stopped;
     },
   };
-}
-
-/** A port free on the host now: bound with 0 and released. */
-function freePort(host: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once("error", reject);
-    probe.listen({ port: 0, host }, () => {
-      const { port } = probe.address() as AddressInfo;
-      probe.close(() => resolve(port));
-    });
-  });
 }
