@@ -1,6 +1,6 @@
-import { createServer } from "node:net";
 import test from "ava";
 import { startFulfilment } from "../../examples/fulfil-rewards.js";
+import { reservedPort } from "../helpers/ports.js";
 import { asUsersRunIt, type Json, keys, rest, useServer } from "../helpers/server.js";
 
 /**
@@ -10,16 +10,8 @@ import { asUsersRunIt, type Json, keys, rest, useServer } from "../helpers/serve
  */
 const server = useServer({ ...asUsersRunIt, env: { WEBHOOK_ALLOW_PRIVATE: "true" } });
 
-async function freePort(): Promise<number> {
-  const probe = createServer();
-  await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
-  const { port } = probe.address() as { port: number };
-  await new Promise((resolve) => probe.close(resolve));
-  return port;
-}
-
 test("the example receiver pays approved payouts and records each payment", async (t) => {
-  const port = await freePort();
+  const port = await reservedPort();
   const call = (method: string, path: string, body?: unknown, key = keys.secret) =>
     rest(server, method, path, { key, body });
   const endpoint = await call("POST", "/webhooks", {

@@ -1,6 +1,5 @@
 import { mkdtempSync, rmSync } from "node:fs";
 import { request as httpRequest } from "node:http";
-import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -10,6 +9,7 @@ import type { LimitName } from "../../src/transport/rate-limit.js";
 import { call, type WireProtocol } from "../helpers/callers.js";
 import { waitGone } from "../helpers/cluster.js";
 import { checkRestResponse } from "../helpers/openapi.js";
+import { reservedPort } from "../helpers/ports.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import {
   keys as bootstrapKeys,
@@ -627,7 +627,7 @@ export class System {
   private async startReady(credentials: readonly Credential[]): Promise<TestServer> {
     this.starts += 1;
     this.portClosed = false;
-    const port = await freePort();
+    const port = await reservedPort();
     const starting = startServer({
       workers: 2,
       dataDir: this.dataDir,
@@ -834,19 +834,6 @@ function restFrom(
     );
     request.on("error", reject);
     request.end(payload);
-  });
-}
-
-/** A loopback port nothing listens on now. */
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const probe = createServer();
-    probe.once("error", reject);
-    probe.listen(0, "127.0.0.1", () => {
-      const address = probe.address();
-      const port = typeof address === "object" && address ? address.port : 0;
-      probe.close(() => resolve(port));
-    });
   });
 }
 

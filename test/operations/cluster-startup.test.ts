@@ -1,11 +1,10 @@
-import { once } from "node:events";
 import { mkdtempSync, rmSync } from "node:fs";
-import { type AddressInfo, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import test from "ava";
 import { spawnService } from "../helpers/cluster.js";
+import { reservedPort } from "../helpers/ports.js";
 import { keys } from "../helpers/server.js";
 import { inPool, send, startCluster } from "./cluster-service.js";
 
@@ -25,7 +24,7 @@ test.serial(
     for (const [start, workers] of ["2", "2", "1"].entries()) {
       const dataDir = mkdtempSync(join(tmpdir(), "referrals-cluster-"));
       t.teardown(() => rmSync(dataDir, { recursive: true, force: true }));
-      const port = await freePort();
+      const port = await reservedPort();
       const starting = spawnService({
         DATA_DIR: dataDir,
         PORT: String(port),
@@ -77,17 +76,6 @@ test.serial(
     }
   },
 );
-
-/** A port free now on the loopback address (the system's choice). */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  server.listen(0, "127.0.0.1");
-  await once(server, "listening");
-  const { port } = server.address() as AddressInfo;
-  server.close();
-  await once(server, "close");
-  return port;
-}
 
 test.serial(
   "a worker slower to load than WORKER_STUCK_TIMEOUT is not taken for a stuck one",

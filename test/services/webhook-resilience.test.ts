@@ -4,6 +4,7 @@ import { join } from "node:path";
 import test from "ava";
 import { Webhook } from "standardwebhooks";
 import { describeAttemptFailure, sendWebhook } from "../../src/delivery/sender.js";
+import { refusingPort } from "../helpers/ports.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
@@ -235,11 +236,7 @@ test.serial("at delivery time, a host resolving to a private address is refused"
 test.serial(
   "a failed attempt says why in plain words, not the resolver's or socket's",
   async (t) => {
-    const { createServer } = await import("node:net");
-    const closed = createServer();
-    await new Promise<void>((resolve) => closed.listen(0, "127.0.0.1", resolve));
-    const { port } = closed.address() as { port: number };
-    await new Promise((resolve) => closed.close(resolve));
+    const port = await refusingPort();
     const response = await sendWebhook({
       url: `http://127.0.0.1:${port}/in`,
       headers: {},
