@@ -16,6 +16,7 @@ import {
 } from "../store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
 import { findEvent } from "../store/events.js";
+import { keptWhileMarkStays } from "../store/kept-reads.js";
 import type { SecretBox } from "../store/secret-box.js";
 import { changeMarksOf, type Store } from "../store/store.js";
 import {
@@ -125,26 +126,15 @@ export function createDispatcher(deps: DispatcherDeps) {
   /** When a lease taken now ends: after the attempt's timeout, so a live worker never loses it. */
   const leaseFrom = (now: Date) => new Date(now.getTime() + config.timeoutMs + 30_000);
 
-  // Endpoints as read at a change mark of the webhooks (see
-  // `EmbeddedWriter.changeMarkOf`): while it stays, a read would answer the
-  // same, and reading the endpoint was a query per delivery. Where writes
-  // leave no mark here (MongoDB), every delivery reads its endpoint.
+  // Endpoints kept while the webhooks' change mark stays (see
+  // `keptWhileMarkStays`): reading the endpoint was a query per delivery.
+  // Where writes leave no mark here (MongoDB), every delivery reads it.
   const markOf = changeMarksOf(deps.store);
-  const endpoints = new Map<
-    string,
-    { readonly mark: number; readonly webhook: WebhookDoc | null }
-  >();
-  async function endpointOf(id: string): Promise<WebhookDoc | null> {
-    const mark = markOf?.("webhooks");
-    const kept = endpoints.get(id);
-    if (kept && kept.mark === mark) return kept.webhook;
-    const webhook = await findWebhookById(db, id);
-    if (mark !== undefined && markOf?.("webhooks") === mark) {
-      if (endpoints.size >= maxEndpointsKept) endpoints.clear();
-      endpoints.set(id, { mark, webhook });
-    }
-    return webhook;
-  }
+  const endpointOf = keptWhileMarkStays(
+    () => markOf?.("webhooks"),
+    (id: string) => findWebhookById(db, id),
+    maxEndpointsKept,
+  );
 
   /** The next handed-over delivery whose lease still covers a whole attempt. */
   function takeHandedOver(now: Date): HandedOver | undefined {

@@ -13,13 +13,14 @@ import {
   storeEvent,
   storeRelayed,
 } from "../store/events.js";
+import { keptWhileMarkStays } from "../store/kept-reads.js";
 import { changeMarksOf, type Store } from "../store/store.js";
 import { findEnabledWebhooks } from "../store/webhooks.js";
 
 /** How many documents the relay takes from a collection per pass. */
 const batchSize = 100;
 
-/** Applications whose enabled endpoints the relay keeps at most (see `endpointsAtThisPass`). */
+/** Applications whose enabled endpoints the relay keeps at most (see `enabledEndpointsOf`). */
 const maxApplicationsKept = 1_000;
 
 /**
@@ -92,31 +93,15 @@ export function createOutboxRelay(deps: {
   // every event, and reading the four collections cost more than the event.
   const markOf = changeMarksOf(store);
   const nothingAt: Partial<Record<HolderName, number>> = {};
-  // The enabled endpoints of each application, as read at a change mark of
-  // the webhooks: while it stays, a read would answer the same. Without a
-  // mark (MongoDB), each pass reads them again.
-  let endpointsRead: {
-    readonly mark: number | undefined;
-    readonly byApplication: Map<string, Promise<WebhookDoc[]>>;
-  } = { mark: undefined, byApplication: new Map() };
-  function endpointsAtThisPass(): (applicationId: string) => Promise<WebhookDoc[]> {
-    const mark = markOf?.("webhooks");
-    if (mark === undefined || mark !== endpointsRead.mark) {
-      endpointsRead = { mark, byApplication: new Map() };
-    }
-    const { byApplication } = endpointsRead;
-    if (byApplication.size > maxApplicationsKept) byApplication.clear();
-    return (applicationId) => {
-      let found = byApplication.get(applicationId);
-      if (!found) {
-        found = findEnabledWebhooks(db, applicationId);
-        // A failed read is not kept: the next pass reads again.
-        found.catch(() => byApplication.delete(applicationId));
-        byApplication.set(applicationId, found);
-      }
-      return found;
-    };
-  }
+  // The enabled endpoints of each application, kept while the webhooks'
+  // change mark stays: a read would answer the same. Without a mark
+  // (MongoDB), once per pass (`passes` stands in for the mark).
+  let passes = 0;
+  const enabledEndpointsOf = keptWhileMarkStays(
+    () => markOf?.("webhooks") ?? passes,
+    (applicationId: string) => findEnabledWebhooks(db, applicationId),
+    maxApplicationsKept,
+  );
 
   /**
    * Queues an event's deliveries to endpoints, its event stored already;
@@ -265,12 +250,12 @@ export function createOutboxRelay(deps: {
     },
     /** One pass over every outbox: how many events it relayed and deliveries it queued. */
     async relayOnce(): Promise<RelayCount> {
-      const endpointsOf = endpointsAtThisPass();
+      passes += 1;
       const relayed = await Promise.all([
-        relayCollection("customers", db.customers, endpointsOf),
-        relayCollection("referrals", db.referrals, endpointsOf),
-        relayCollection("checkpoints", db.checkpoints, endpointsOf),
-        relayCollection("rewardGrants", db.rewardGrants, endpointsOf),
+        relayCollection("customers", db.customers, enabledEndpointsOf),
+        relayCollection("referrals", db.referrals, enabledEndpointsOf),
+        relayCollection("checkpoints", db.checkpoints, enabledEndpointsOf),
+        relayCollection("rewardGrants", db.rewardGrants, enabledEndpointsOf),
       ]);
       return sumCounts(relayed);
     },

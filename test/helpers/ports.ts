@@ -2,20 +2,19 @@ import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 
 /**
- * The ports the system hands out to a bind to port 0 and to outgoing
+ * The first port the system hands out to a bind to port 0 and to outgoing
  * connections; Linux's default when the file cannot be read.
  */
-function ephemeralRange(): { low: number; high: number } {
+function ephemeralLow(): number {
   try {
-    const [low, high] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8")
-      .trim()
-      .split(/\s+/)
-      .map(Number);
-    if (low && high) return { low, high };
+    const low = Number(
+      readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0],
+    );
+    if (low) return low;
   } catch {
     // Not Linux: the default range.
   }
-  return { low: 32768, high: 60999 };
+  return 32768;
 }
 
 const lowestPort = 20_000;
@@ -30,7 +29,7 @@ const handedOut = new Set<number>();
  * it when it was picked.
  */
 export async function reservedPort(): Promise<number> {
-  const { low } = ephemeralRange();
+  const low = ephemeralLow();
   const span = Math.max(1, low - lowestPort);
   for (let attempt = 0; attempt < 100; attempt++) {
     const port = lowestPort + Math.floor(Math.random() * span);
@@ -42,9 +41,6 @@ export async function reservedPort(): Promise<number> {
   }
   throw new Error(`no free port from ${lowestPort} below ${low}`);
 }
-
-/** A port that refuses connections: picked as {@link reservedPort}, with nothing bound. */
-export const refusingPort = reservedPort;
 
 function isFree(port: number): Promise<boolean> {
   return new Promise((resolve) => {

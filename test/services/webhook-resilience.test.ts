@@ -4,7 +4,7 @@ import { join } from "node:path";
 import test from "ava";
 import { Webhook } from "standardwebhooks";
 import { describeAttemptFailure, sendWebhook } from "../../src/delivery/sender.js";
-import { refusingPort } from "../helpers/ports.js";
+import { reservedPort } from "../helpers/ports.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { deliveriesOf, waitForRelay } from "../helpers/relay.js";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
@@ -236,7 +236,8 @@ test.serial("at delivery time, a host resolving to a private address is refused"
 test.serial(
   "a failed attempt says why in plain words, not the resolver's or socket's",
   async (t) => {
-    const port = await refusingPort();
+    // Nothing listens on it: the connection is refused.
+    const port = await reservedPort();
     const response = await sendWebhook({
       url: `http://127.0.0.1:${port}/in`,
       headers: {},
