@@ -7,8 +7,8 @@ import type { Store } from "./store.js";
  * `unavailable`) while the store fails them for a passing reason (a full
  * disk, a lock held too long, MongoDB out of reach) and while DATA_DIR's
  * free space is under its floor, so the disk never fills in the first place;
- * reads go on. A probe write each second finds when writes work again, so
- * the service recovers by itself when space returns.
+ * reads go on. A probe write each second (once DATA_DIR has 1 MiB free) finds
+ * when writes work again, so the service recovers by itself when space returns.
  */
 export interface StoreHealth {
   /** Why writes are refused now; undefined while the store takes them. */
@@ -27,6 +27,15 @@ export interface StoreHealth {
 
 /** How often the floor is checked and, while writes fail, a probe write is tried. */
 const checkIntervalMs = 1000;
+
+/**
+ * The free space DATA_DIR needs before a probe write is tried after writes
+ * failed. The probe writes one small row, which can fit in space the
+ * database and its log already hold on a disk that a call's write (a row,
+ * its indexes, the log's frames) no longer fits: readiness would turn back
+ * while writes still fail, and back and forth each second.
+ */
+const roomToRetryWrites = 1024 * 1024;
 
 export function startStoreHealth(deps: {
   store: Pick<Store, "probeWrite"> & {
@@ -79,7 +88,8 @@ export function startStoreHealth(deps: {
   };
   const check = async () => {
     readDisk();
-    if (failing && !probing) {
+    const roomless = usage !== undefined && usage.freeBytes < roomToRetryWrites;
+    if (failing && !probing && !roomless) {
       probing = true;
       try {
         await deps.store.probeWrite();

@@ -2,6 +2,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, rmSync, statfsSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import test from "ava";
 import { type Json, keys, rest, startServer, type TestServer } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
@@ -172,6 +173,9 @@ diskTest(
       t.is(before.status, 201);
       acknowledged.push(before.body.id);
       filler = fillUntil(dir, 512 * 1024);
+      // Freed once writes are refused: room for a row, not for a call's writes.
+      const slack = join(dir, "slack");
+      writeFileSync(slack, Buffer.alloc(64 * 1024));
       const started = Date.now();
       let refusal: Awaited<ReturnType<typeof identify>> | undefined;
       // Writes of 4 KB each until the disk refuses one (far fewer than these
@@ -224,6 +228,15 @@ diskTest(
         warnings.length <= Math.ceil(writingMs / 1000) + 1,
         `at most one line a second: ${warnings.length} in ${writingMs} ms`,
       );
+
+      // With 64 KB freed, a probe write of one row fits where a customer's
+      // does not: readiness must not turn back on it (two probes' time).
+      rmSync(slack);
+      await sleep(2500);
+      const stillFull = await rest(server, "GET", "/readyz");
+      t.is(stillFull.status, 503, "readiness stays refused while a call's write cannot fit");
+      t.regex(stillFull.body.reason, /the disk (is full|failed a read or write)/);
+      t.is((await identify(server, 4096)).status, 503);
 
       rmSync(filler);
       filler = "";
