@@ -15,6 +15,7 @@ import { repoRoot } from "./lib/processes.js";
 import { machineInfo } from "./lib/report.js";
 import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/results.js";
 import { runCluster } from "./suites/cluster.js";
+import { runDefaults } from "./suites/defaults.js";
 import { runFraud } from "./suites/fraud.js";
 import { runInsights } from "./suites/insights.js";
 import { runLinks } from "./suites/links.js";
@@ -59,6 +60,7 @@ for (const suite of options.suites) {
   else if (suite === "scale") results.scale = await runScale(context);
   else if (suite === "insights") results.insights = await runInsights(context);
   else if (suite === "links") results.links = await runLinks(context);
+  else if (suite === "defaults") results.defaults = await runDefaults(context);
   else results.fraud = await runFraud(context);
   results.engine = context.engine;
   // After every suite, so a later failure does not lose what was measured.

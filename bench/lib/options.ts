@@ -10,7 +10,8 @@ export type Suite =
   | "scale"
   | "insights"
   | "fraud"
-  | "links";
+  | "links"
+  | "defaults";
 
 export const allSuites: readonly Suite[] = [
   "reads",
@@ -22,8 +23,9 @@ export const allSuites: readonly Suite[] = [
   "insights",
   "fraud",
   "links",
+  "defaults",
 ];
-const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations"];
+const defaultSuites: readonly Suite[] = ["reads", "writes", "webhooks", "operations", "defaults"];
 
 /** The referrals of the fraud suite's backtest without `--sizes`: the issue's 100,000. */
 export const defaultFraudReferrals = 100_000;
@@ -65,8 +67,8 @@ export interface BenchOptions {
 /** What `npm run bench -- --help` prints. */
 export const usage = `npm run bench -- [suite ...] [options]
 
-suites: reads, writes, webhooks, operations (the default: all four), cluster, scale, insights,
-        fraud, links
+suites: reads, writes, webhooks, operations, defaults (the default: these five), cluster,
+        scale, insights, fraud, links
 
   --quick              short runs to try it out: 1 repeat of 3 s, 1 s warm-up
   --repeats N          runs per figure, median reported (default 3)

@@ -174,6 +174,17 @@ its redirects answered and its requests sent, each a new visitor. CPU per redire
 service's processes, and the generator's (the bench process). Then the default configuration
 open loop at half its median peak, for p99.`,
   },
+  defaults: {
+    title: "The default configuration",
+    measures: `The performance issue's two ratios as \`npm start\` runs the service: \`WORKERS=auto\` (a process
+per core, the primary holding the store's writer), \`SQLITE_SYNCHRONOUS=full\`. The other write
+suites run one process (\`WORKERS=1\`), to compare its costs with bare ceilings. Over REST,
+closed loop, each run on a freshly seeded store: \`trigger-checkpoint\` in a campaign whose
+conversions earn two grants against one without rewards (as in [Writes](#writes)), and each
+write of [Webhooks](#webhooks) with the receiver subscribed to every event type against
+without, with the events the receiver got per second during the same runs. Every repeat runs
+each variant once, taking turns; *kept* is the median req/s with over the median without.`,
+  },
 };
 
 /** The text of docs/performance.md for these results. */

@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { type ClusterResults, clusterTables } from "../suites/cluster.js";
+import { type DefaultsResults, defaultsTable } from "../suites/defaults.js";
 import { type FraudResults, fraudTables } from "../suites/fraud.js";
 import { type InsightsResults, insightsReferrals, insightsTables } from "../suites/insights.js";
 import { type LinksResults, linksTables } from "../suites/links.js";
@@ -38,6 +39,7 @@ export interface BenchResults {
   insights?: InsightsResults;
   fraud?: FraudResults;
   links?: LinksResults;
+  defaults?: DefaultsResults;
 }
 
 /** The heading of each suite's tables. */
@@ -51,6 +53,8 @@ export const suiteHeadings: Record<Suite, string> = {
   insights: "Insights: the program counters' reads, export and cost to writes",
   fraud: "Fraud: a policy backtest over a campaign's referrals (REST)",
   links: "Links: share-link redirects, against a bare ceiling, every click counted",
+  defaults:
+    "The default configuration (WORKERS=auto): what rewards and a webhook cost a write (REST)",
 };
 
 const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } = {
@@ -63,6 +67,7 @@ const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } =
   insights: (results) => results.insights && insightsTables(results.insights),
   fraud: (results) => results.fraud && fraudTables(results.fraud),
   links: (results) => results.links && linksTables(results.links),
+  defaults: (results) => results.defaults && defaultsTable(results.defaults),
 };
 
 /** A suite's tables in Markdown, as the bench prints them; undefined when it did not run. */
@@ -105,11 +110,31 @@ export function suiteResultsPath(dir: string, suite: Suite): string {
 
 /** The part of a run's results that is about one suite, as its own results file holds it. */
 export function suiteResults(results: BenchResults, suite: Suite): BenchResults {
-  const { reads, writes, webhooks, operations, cluster, scale, insights, fraud, links, ...common } =
-    results;
-  const own = { reads, writes, webhooks, operations, cluster, scale, insights, fraud, links }[
-    suite
-  ];
+  const {
+    reads,
+    writes,
+    webhooks,
+    operations,
+    cluster,
+    scale,
+    insights,
+    fraud,
+    links,
+    defaults,
+    ...common
+  } = results;
+  const own = {
+    reads,
+    writes,
+    webhooks,
+    operations,
+    cluster,
+    scale,
+    insights,
+    fraud,
+    links,
+    defaults,
+  }[suite];
   return {
     ...common,
     options: { ...results.options, suites: [suite] },

@@ -14,7 +14,7 @@ import { failureNote, formatMs, formatPercent, formatRate, markdownTable } from 
 import type { WriteKind } from "../lib/scenarios.js";
 import { writeScenario } from "../lib/scenarios.js";
 import { benchEnvironment, benchKeys } from "../lib/seed.js";
-import { peakWrites, writeRun } from "./writes.js";
+import { peakWrites, type WriteRunOptions, writeRun } from "./writes.js";
 
 /** Writes must keep this share of their rate with a webhook subscribed. */
 export const keptRateGoal = 0.8;
@@ -61,7 +61,15 @@ export interface WebhookResults {
   readonly delay: { readonly runs: DelayRun[]; readonly medianDelayMs: number };
 }
 
-const peakKinds: readonly WriteKind[] = ["identify-new", "create-referral", "trigger-checkpoint"];
+/** The writes measured with a webhook subscribed. */
+export const webhookKinds: readonly WriteKind[] = [
+  "identify-new",
+  "create-referral",
+  "trigger-checkpoint",
+];
+
+/** What a service needs to deliver to the bench's receiver on loopback. */
+const webhookEnv = { WEBHOOK_ALLOW_PRIVATE: "true" };
 
 /** How long to wait for events once the receiver stops hearing new ones. */
 const quietMs = 15_000;
@@ -74,45 +82,39 @@ const quietMs = 15_000;
 export async function runWebhooks(context: BenchContext): Promise<WebhookResults> {
   const receiver = await startReceiver();
   try {
-    const env = { WEBHOOK_ALLOW_PRIVATE: "true" };
-    const prepare = (target: SeededService) => subscribe(target, receiver);
     const peaks: WebhookPeakRow[] = [];
-    for (const kind of peakKinds.filter((name) => selected(context.options, name))) {
+    for (const kind of webhookKinds.filter((name) => selected(context.options, name))) {
       const without = await peakWrites(context, kind, "rest");
       const withRuns: LoadResult[] = [];
       const eventsPerSecond: number[] = [];
       for (let repeat = 0; repeat < context.options.repeats; repeat++) {
         await receiver.reset();
-        const result = await writeRun(context, kind, "rest", {
-          env,
-          prepare,
-          around: async (_target, measure) => {
-            const before = (await receiver.stats()).events;
-            const measured = await measure();
-            eventsPerSecond.push(((await receiver.stats()).events - before) / measured.seconds);
-            return measured;
-          },
-        });
+        const result = await writeRun(
+          context,
+          kind,
+          "rest",
+          withWebhook(receiver, {}, (rate) => eventsPerSecond.push(rate)),
+        );
         withRuns.push(result);
         context.log(
           `webhooks ${kind} peak ${repeat + 1}/${context.options.repeats}: ` +
             `${formatRate(result.rps)} req/s${failureNote(result)}`,
         );
       }
-      const withWebhook = medianResult(withRuns);
-      const withoutWebhook = medianResult(without);
+      const withOne = medianResult(withRuns);
+      const withoutOne = medianResult(without);
       peaks.push({
         kind,
-        without: withoutWebhook,
-        with: withWebhook,
-        kept: withWebhook.rps / withoutWebhook.rps,
+        without: withoutOne,
+        with: withOne,
+        kept: withOne.rps / withoutOne.rps,
         runs: { without, with: withRuns },
         eventsPerSecond,
       });
     }
     const runs: DelayRun[] = [];
     for (let repeat = 0; repeat < context.options.repeats; repeat++) {
-      const run = await delayRun(context, receiver, env);
+      const run = await delayRun(context, receiver, webhookEnv);
       runs.push(run);
       context.log(
         `webhooks delay ${repeat + 1}/${context.options.repeats}: ${formatMs(run.delayMs)} ms, ` +
@@ -123,6 +125,29 @@ export async function runWebhooks(context: BenchContext): Promise<WebhookResults
   } finally {
     await receiver.stop();
   }
+}
+
+/**
+ * A write run with the receiver subscribed to every event type, on a
+ * service of `env`: tells `eventsPerSecond` how many events the receiver
+ * got per second of the measured load (below the writes' rate, deliveries
+ * were left for after it).
+ */
+export function withWebhook(
+  receiver: WebhookReceiver,
+  env: Record<string, string>,
+  eventsPerSecond: (rate: number) => void,
+): WriteRunOptions {
+  return {
+    env: { ...webhookEnv, ...env },
+    prepare: (target) => subscribe(target, receiver),
+    around: async (_target, measure) => {
+      const before = (await receiver.stats()).events;
+      const measured = await measure();
+      eventsPerSecond(((await receiver.stats()).events - before) / measured.seconds);
+      return measured;
+    },
+  };
 }
 
 /** Subscribes the receiver to every event type of the bench environment. */

@@ -128,7 +128,6 @@ export async function peakWrites(
   for (let repeat = 0; repeat < context.options.repeats; repeat++) {
     const result = await writeRun(context, kind, protocol, {});
     runs.push(result);
-    context.estimates.set(key, Math.max(context.estimates.get(key) ?? 0, result.rps));
     context.log(
       `writes ${key} peak ${repeat + 1}/${context.options.repeats}: ${formatRate(result.rps)} req/s` +
         `${failureNote(result)}${result.exhausted ? " (pool used up)" : ""}`,
@@ -173,12 +172,27 @@ export async function writeRun(
   run: WriteRunOptions,
 ): Promise<LoadResult> {
   const expectedRate =
-    run.rate ?? (poolOf(kind) ? await estimatedPeak(context, kind, protocol) : 0);
-  return seededRun(context, kind, protocol, {
+    run.rate ?? (poolOf(kind) ? await estimatedPeak(context, kind, protocol, run.env) : 0);
+  const result = await seededRun(context, kind, protocol, {
     ...run,
     expectedRate,
     seconds: context.options.seconds,
   });
+  if (run.rate === undefined) {
+    const key = estimateKey(kind, protocol, run.env);
+    context.estimates.set(key, Math.max(context.estimates.get(key) ?? 0, result.rps));
+  }
+  return result;
+}
+
+/**
+ * Which estimate sizes a run's pools: the write, its protocol, and its
+ * workers when the run sets them (the default configuration's peak is not
+ * one process's).
+ */
+function estimateKey(kind: WriteKind, protocol: Protocol, env?: Record<string, string>): string {
+  const workers = env?.WORKERS;
+  return `${kind}/${protocol}${workers === undefined ? "" : ` WORKERS=${workers}`}`;
 }
 
 /** A run on a new service whose pool holds enough for `expectedRate` over the warm-up and `seconds`. */
@@ -261,14 +275,19 @@ async function estimatedPeak(
   context: BenchContext,
   kind: WriteKind,
   protocol: Protocol,
+  env: Record<string, string> | undefined,
 ): Promise<number> {
-  const key = `${kind}/${protocol}`;
+  const key = estimateKey(kind, protocol, env);
   const known = context.estimates.get(key);
   if (known !== undefined) return known;
   const seconds = Math.min(2, context.options.seconds);
   const ceiling = 3 * (writeGoals[kind] ?? 1000);
   for (let guess = 500; ; ) {
-    const probe = await seededRun(context, kind, protocol, { expectedRate: guess, seconds });
+    const probe = await seededRun(context, kind, protocol, {
+      expectedRate: guess,
+      seconds,
+      ...(env ? { env } : {}),
+    });
     context.log(
       `writes ${key}: probe at a guess of ${formatRate(guess)}/s: ${formatRate(probe.rps)} req/s` +
         `${probe.exhausted ? " (pool used up, guessing higher)" : ""}`,

@@ -1,0 +1,143 @@
+import type { BenchContext } from "../lib/context.js";
+import { type LoadResult, median, medianResult } from "../lib/measure.js";
+import { selected } from "../lib/options.js";
+import { startReceiver } from "../lib/receiver.js";
+import { failureNote, formatPercent, formatRate, markdownTable } from "../lib/report.js";
+import type { WriteKind } from "../lib/scenarios.js";
+import { keptRateGoal, webhookKinds, withWebhook } from "./webhooks.js";
+import { rewardsKeptGoal, writeRun } from "./writes.js";
+
+/**
+ * The service as `npm start` runs it: a process per core. The other write
+ * suites run one process, to compare its costs with bare ceilings.
+ */
+export const defaultConfiguration: Readonly<Record<string, string>> = { WORKERS: "auto" };
+
+/** What a write's variant adds to it. */
+export type Addition = "two rewards" | "a webhook";
+
+/** A write against the same write with what it triggers, on the default configuration. */
+export interface DefaultsRow {
+  readonly write: WriteKind;
+  readonly adds: Addition;
+  readonly without: LoadResult;
+  readonly with: LoadResult;
+  /** With over without (median req/s). */
+  readonly kept: number;
+  readonly goal: number;
+  readonly runs: { readonly without: LoadResult[]; readonly with: LoadResult[] };
+  /** With a webhook: events the receiver got per second of each run. */
+  readonly eventsPerSecond?: number[];
+}
+
+/** The defaults suite's results. */
+export interface DefaultsResults {
+  /** The service's configuration beyond the bench's own (its rate limits). */
+  readonly env: Readonly<Record<string, string>>;
+  readonly rows: DefaultsRow[];
+}
+
+/** One configuration a repeat runs: a write, and what it adds. */
+interface Variant {
+  readonly write: WriteKind;
+  readonly adds?: Addition;
+}
+
+const variantLabel = (variant: Variant) =>
+  variant.adds === undefined ? variant.write : `${variant.write} with ${variant.adds}`;
+
+/**
+ * The performance issue's two ratios on the default configuration, REST,
+ * closed loop: trigger-checkpoint in a campaign of two rewards against one
+ * of none, and each webhook write with the receiver subscribed to every
+ * event against without. Each repeat runs every variant once, taking
+ * turns, each on its own freshly seeded service, so a slower stretch of
+ * the machine falls on both sides of a ratio.
+ */
+export async function runDefaults(context: BenchContext): Promise<DefaultsResults> {
+  const wanted = (write: WriteKind) => selected(context.options, write);
+  const variants: Variant[] = [];
+  for (const write of webhookKinds.filter(wanted)) {
+    variants.push({ write }, { write, adds: "a webhook" });
+  }
+  if (wanted("trigger-checkpoint-rewards")) {
+    if (!variants.some((variant) => variant.write === "trigger-checkpoint")) {
+      variants.push({ write: "trigger-checkpoint" });
+    }
+    variants.push({ write: "trigger-checkpoint", adds: "two rewards" });
+  }
+  const runs = new Map(variants.map((variant) => [variantLabel(variant), [] as LoadResult[]]));
+  const events = new Map<WriteKind, number[]>();
+  const receiver = await startReceiver();
+  const runVariant = async (variant: Variant): Promise<LoadResult> => {
+    const env = { ...defaultConfiguration };
+    if (variant.adds === undefined) return writeRun(context, variant.write, "rest", { env });
+    if (variant.adds === "two rewards") {
+      return writeRun(context, "trigger-checkpoint-rewards", "rest", { env });
+    }
+    await receiver.reset();
+    const received = events.get(variant.write) ?? [];
+    events.set(variant.write, received);
+    const run = withWebhook(receiver, env, (rate) => received.push(rate));
+    return writeRun(context, variant.write, "rest", run);
+  };
+  try {
+    for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+      for (const variant of variants) {
+        const result = await runVariant(variant);
+        runs.get(variantLabel(variant))?.push(result);
+        context.log(
+          `defaults ${variantLabel(variant)} ${repeat + 1}/${context.options.repeats}: ` +
+            `${formatRate(result.rps)} req/s${failureNote(result)}`,
+        );
+      }
+    }
+  } finally {
+    await receiver.stop();
+  }
+  const rows = variants.flatMap((variant): DefaultsRow[] => {
+    if (variant.adds === undefined) return [];
+    const without = runs.get(variant.write) ?? [];
+    const withRuns = runs.get(variantLabel(variant)) ?? [];
+    const withoutMedian = medianResult(without);
+    const withMedian = medianResult(withRuns);
+    const eventsPerSecond = variant.adds === "a webhook" ? events.get(variant.write) : undefined;
+    return [
+      {
+        write: variant.write,
+        adds: variant.adds,
+        without: withoutMedian,
+        with: withMedian,
+        kept: withMedian.rps / withoutMedian.rps,
+        goal: variant.adds === "two rewards" ? rewardsKeptGoal : keptRateGoal,
+        runs: { without, with: withRuns },
+        ...(eventsPerSecond ? { eventsPerSecond } : {}),
+      },
+    ];
+  });
+  return { env: defaultConfiguration, rows };
+}
+
+/** The defaults table in Markdown. */
+export function defaultsTable(results: DefaultsResults): string {
+  return markdownTable(
+    [
+      "write (REST)",
+      "adds",
+      "req/s without",
+      "req/s with",
+      "kept",
+      "goal",
+      "events received per s meanwhile",
+    ],
+    results.rows.map((row) => [
+      row.write,
+      row.adds,
+      formatRate(row.without.rps),
+      formatRate(row.with.rps),
+      formatPercent(row.kept),
+      `≥ ${formatPercent(row.goal)} ${row.kept >= row.goal ? "met" : "missed"}`,
+      row.eventsPerSecond ? formatRate(median(row.eventsPerSecond)) : "-",
+    ]),
+  );
+}
