@@ -43,9 +43,10 @@ interface HandedOver {
 }
 
 /**
- * Handed-over deliveries waiting at most: past this the relay queues them
- * unleased, so a slow endpoint holds no more than this in memory and a
- * lease never outlives its wait.
+ * Handed-over deliveries waiting at most, first attempts included: past
+ * this the relay queues them unleased, so a slow endpoint holds no more
+ * than this in memory (nor this many outboxes waiting for their first
+ * attempts) and a lease never outlives its wait.
  */
 const maxHandedOver = 1_000;
 

@@ -24,13 +24,6 @@ const batchSize = 100;
 const maxApplicationsKept = 1_000;
 
 /**
- * First attempts made before their delivery is stored, at most at once:
- * past this (a slow endpoint), deliveries are queued in the store first, so
- * the documents whose outbox waits for an attempt stay few.
- */
-const maxAttemptsFirst = 256;
-
-/**
  * Moves events from the documents' outboxes to the `events` collection and
  * delivers them to each endpoint that wants them. Every step is idempotent
  * (event ids and (event, endpoint) pairs are unique keys), so a crash at any
@@ -58,7 +51,12 @@ export function createOutboxRelay(deps: {
     /**
      * Takes a new event's delivery to attempt before it is stored; resolves
      * with how the attempt went, or null when it was not made (a stop).
-     * None while the workers hold enough already.
+     * None while the workers hold enough already (a slow endpoint): the
+     * delivery is then queued in the store first, so the documents whose
+     * outbox waits for an attempt stay bounded. The relay adds no lower
+     * bound of its own: with one (256), deliveries to a fast endpoint went
+     * through the store whenever the writes kept the workers behind, three
+     * writes more each, and fell further behind.
      */
     attemptFirst(
       event: EventDoc,
@@ -86,7 +84,6 @@ export function createOutboxRelay(deps: {
     checkpoints: new Map(),
     rewardGrants: new Map(),
   };
-  let attemptsFirst = 0;
   // Per collection, its change mark (see `EmbeddedWriter.changeMarkOf`)
   // when a pass last found nothing to relay there: while the mark stays,
   // the collection is not read. At a moderate rate a pass runs for nearly
@@ -173,20 +170,9 @@ export function createOutboxRelay(deps: {
           const now = clock();
           const toQueue: WebhookDoc[] = [];
           for (const webhook of wanted) {
-            const first =
-              attemptsFirst < maxAttemptsFirst
-                ? deps.workers?.attemptFirst(event, webhook, now)
-                : undefined;
-            if (!first) {
-              toQueue.push(webhook);
-              continue;
-            }
-            attemptsFirst += 1;
-            attempted.push(
-              first.finally(() => {
-                attemptsFirst -= 1;
-              }),
-            );
+            const first = deps.workers?.attemptFirst(event, webhook, now);
+            if (first) attempted.push(first);
+            else toQueue.push(webhook);
           }
           if (toQueue.length === 0) {
             unstored.push(event);

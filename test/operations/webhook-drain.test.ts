@@ -10,9 +10,10 @@ import { isRefused, type OperationsServer, startService, waitUntil } from "./ser
  * Webhook workers on close: an attempt in flight finishes within
  * SHUTDOWN_GRACE and is recorded; one still running after it is aborted,
  * and nothing is held against the endpoint. A new event's first attempt is
- * made before its delivery is stored: cut short, or never started, its
- * event waits in its document's outbox and is delivered at the next start;
- * a stored delivery is released (due again at once).
+ * made before its delivery is stored (also when many wait for a busy
+ * worker): cut short, or never started, its event waits in its document's
+ * outbox and is delivered at the next start; a stored delivery is released
+ * (due again at once).
  */
 
 /** A sender that answers 200 when `answer` is called, or gives up when aborted. */
@@ -211,6 +212,53 @@ test("first attempts handed to this instance's workers but never started wait in
     endpoint.answer();
     await server.stop({ keepData: true });
     for (const cleanup of cleanups) await cleanup();
+  }
+});
+
+test("deliveries waiting for a busy worker are still attempted before they are stored: each is kept in its event, none queued on its own", async (t) => {
+  const endpoint = createSlowEndpoint();
+  const server = await startService({
+    sendWebhook: endpoint.send,
+    // One worker, held by the first delivery: the next events' deliveries
+    // wait in its hands, as they do when the writes keep the workers behind.
+    env: { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_CONCURRENCY: "1" },
+  });
+  try {
+    await queueOneDelivery(server);
+    await endpoint.untilAttempted();
+    // More than the 256 first attempts the relay used to allow at once.
+    const waiting = 300;
+    for (let first = 0; first < waiting; first += 25) {
+      await Promise.all(
+        Array.from({ length: Math.min(25, waiting - first) }, (_, index) =>
+          rest(server, "POST", "/customers/identify", {
+            key: keys.public,
+            body: { externalUserId: `busy-${first + index}`, name: "Busy", environment: "test" },
+          }),
+        ),
+      );
+    }
+    await eventually(`${waiting} first attempts in the worker's hands`, async () => {
+      const metrics = await server.app.metricsJson();
+      const inHand = metrics.find((metric) => metric.name === "webhook_deliveries_in_hand");
+      return inHand?.values[0]?.value === waiting;
+    });
+    endpoint.answer();
+    const db = server.app.store.system;
+    await eventually(`${waiting + 1} deliveries succeeded`, async () => {
+      const deliveries = await deliveriesIn(db);
+      return (
+        deliveries.filter((delivery) => delivery.status === "succeeded").length === waiting + 1
+      );
+    });
+    t.deepEqual(
+      (await db.deliveries.find({}).toArray()).map((delivery) => delivery.eventId),
+      [],
+      "every delivery succeeded at its first attempt and is kept in its event",
+    );
+  } finally {
+    endpoint.answer();
+    await server.stop();
   }
 });
 
