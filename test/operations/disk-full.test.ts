@@ -172,10 +172,11 @@ diskTest(
       const before = await identify(server);
       t.is(before.status, 201);
       acknowledged.push(before.body.id);
-      filler = fillUntil(dir, 512 * 1024);
-      // Freed once writes are refused: room for a row, not for a call's writes.
+      // Freed once writes are refused: room for a row, not for a call's
+      // writes. Written before the filler, which leaves the service little.
       const slack = join(dir, "slack");
       writeFileSync(slack, Buffer.alloc(64 * 1024));
+      filler = fillUntil(dir, 512 * 1024);
       const started = Date.now();
       let refusal: Awaited<ReturnType<typeof identify>> | undefined;
       // Writes of 4 KB each until the disk refuses one (far fewer than these
