@@ -90,6 +90,17 @@ export function createOutboxRelay(deps: {
   // every event, and reading the four collections cost more than the event.
   const markOf = changeMarksOf(store);
   const nothingAt: Partial<Record<HolderName, number>> = {};
+  // Per collection, how many documents read past (their first attempts
+  // out) were stored with events left in their outbox. A pass that read
+  // past one whose storing ended before the pass recorded "nothing" must
+  // not record it: the storing cleared the record before the pass made it,
+  // and the events left would wait for the collection's next change.
+  const leftBehind: Record<HolderName, number> = {
+    customers: 0,
+    referrals: 0,
+    checkpoints: 0,
+    rewardGrants: 0,
+  };
   // The enabled endpoints of each application, kept while the webhooks'
   // change mark stays: a read would answer the same. Without a mark
   // (MongoDB), once per pass (`passes` stands in for the mark).
@@ -132,8 +143,9 @@ export function createOutboxRelay(deps: {
     if (mark !== undefined && nothingAt[name] === mark) return nothingRelayed;
     // Documents whose outbox waits for first attempts are still flagged,
     // and found again: read past them.
+    const leftBefore = leftBehind[name];
     const holders = await findOutboxHolders(collection, batchSize, awaiting);
-    if (holders.length === 0) nothingAt[name] = mark;
+    if (holders.length === 0 && leftBehind[name] === leftBefore) nothingAt[name] = mark;
     else delete nothingAt[name];
     // Holders are relayed concurrently: each write waits for a commit, and
     // the embedded engine commits the writes of one turn together, so a
@@ -218,6 +230,7 @@ export function createOutboxRelay(deps: {
             awaiting.delete(key);
             if (!left) return;
             // Read past until now, and not emptied: relayed again.
+            leftBehind[name] += 1;
             delete nothingAt[name];
             deps.wake?.();
           });
