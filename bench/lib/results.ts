@@ -54,7 +54,7 @@ export const suiteHeadings: Record<Suite, string> = {
   fraud: "Fraud: a policy backtest over a campaign's referrals (REST)",
   links: "Links: share-link redirects, against a bare ceiling, every click counted",
   defaults:
-    "The default configuration (WORKERS=auto): what rewards and a webhook cost a write (REST)",
+    "The default configuration (WORKERS=auto): what rewards and a webhook cost a write, and p99 at half the peak (REST)",
 };
 
 const tableOf: { [S in Suite]: (results: BenchResults) => string | undefined } = {

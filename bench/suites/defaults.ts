@@ -2,10 +2,10 @@ import type { BenchContext } from "../lib/context.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
 import { startReceiver } from "../lib/receiver.js";
-import { failureNote, formatPercent, formatRate, markdownTable } from "../lib/report.js";
+import { failureNote, formatMs, formatPercent, formatRate, markdownTable } from "../lib/report.js";
 import type { WriteKind } from "../lib/scenarios.js";
 import { keptRateGoal, webhookKinds, withWebhook } from "./webhooks.js";
-import { rewardsKeptGoal, writeRun } from "./writes.js";
+import { halfRateP99GoalMs, rewardsKeptGoal, writeRun } from "./writes.js";
 
 /**
  * The service as `npm start` runs it: a process per core. The other write
@@ -30,11 +30,23 @@ export interface DefaultsRow {
   readonly eventsPerSecond?: number[];
 }
 
+/** A write open loop at half its median peak without additions: its latency. */
+export interface HalfPeakRow {
+  readonly write: WriteKind;
+  /** The median peak it is half of (closed loop, the rows' runs without). */
+  readonly peakRps: number;
+  readonly rate: number;
+  readonly half: LoadResult;
+  readonly runs: LoadResult[];
+}
+
 /** The defaults suite's results. */
 export interface DefaultsResults {
   /** The service's configuration beyond the bench's own (its rate limits). */
   readonly env: Readonly<Record<string, string>>;
   readonly rows: DefaultsRow[];
+  /** Absent in results written before it was measured. */
+  readonly halfPeak?: HalfPeakRow[];
 }
 
 /** One configuration a repeat runs: a write, and what it adds. */
@@ -95,6 +107,25 @@ export async function runDefaults(context: BenchContext): Promise<DefaultsResult
   } finally {
     await receiver.stop();
   }
+  // Then each write alone at half its median peak, open loop: the p99 goal.
+  const halfPeak: HalfPeakRow[] = [];
+  for (const write of webhookKinds.filter(wanted)) {
+    const peakRps = median((runs.get(write) ?? []).map((run) => run.rps));
+    const rate = Math.max(1, Math.round(peakRps / 2));
+    const halfRuns: LoadResult[] = [];
+    for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+      const result = await writeRun(context, write, "rest", {
+        env: { ...defaultConfiguration },
+        rate,
+      });
+      halfRuns.push(result);
+      context.log(
+        `defaults ${write} at ${rate}/s ${repeat + 1}/${context.options.repeats}: ` +
+          `p99 ${formatMs(result.p99Ms)} ms${failureNote(result)}`,
+      );
+    }
+    halfPeak.push({ write, peakRps, rate, half: medianResult(halfRuns), runs: halfRuns });
+  }
   const rows = variants.flatMap((variant): DefaultsRow[] => {
     if (variant.adds === undefined) return [];
     const without = runs.get(variant.write) ?? [];
@@ -115,12 +146,12 @@ export async function runDefaults(context: BenchContext): Promise<DefaultsResult
       },
     ];
   });
-  return { env: defaultConfiguration, rows };
+  return { env: defaultConfiguration, rows, halfPeak };
 }
 
-/** The defaults table in Markdown. */
+/** The defaults tables in Markdown: what additions keep, then the latency at half the peak. */
 export function defaultsTable(results: DefaultsResults): string {
-  return markdownTable(
+  const kept = markdownTable(
     [
       "write (REST)",
       "adds",
@@ -140,4 +171,26 @@ export function defaultsTable(results: DefaultsResults): string {
       row.eventsPerSecond ? formatRate(median(row.eventsPerSecond)) : "-",
     ]),
   );
+  if (!results.halfPeak || results.halfPeak.length === 0) return kept;
+  const latency = markdownTable(
+    [
+      "write (REST)",
+      "peak req/s",
+      "half-peak rate",
+      "achieved req/s",
+      "p50 ms",
+      "p99 ms",
+      `p99 goal ≤ ${halfRateP99GoalMs} ms`,
+    ],
+    results.halfPeak.map((row) => [
+      row.write,
+      formatRate(row.peakRps),
+      `${formatRate(row.rate)}/s`,
+      formatRate(row.half.rps),
+      formatMs(row.half.p50Ms),
+      formatMs(row.half.p99Ms),
+      row.half.p99Ms <= halfRateP99GoalMs ? "met" : "missed",
+    ]),
+  );
+  return `${kept}\n\n${latency}`;
 }
