@@ -90,12 +90,21 @@ export function createOutboxRelay(deps: {
   // every event, and reading the four collections cost more than the event.
   const markOf = changeMarksOf(store);
   const nothingAt: Partial<Record<HolderName, number>> = {};
-  // Per collection, how many documents read past (their first attempts
-  // out) were stored with events left in their outbox. A pass that read
-  // past one whose storing ended before the pass recorded "nothing" must
-  // not record it: the storing cleared the record before the pass made it,
-  // and the events left would wait for the collection's next change.
-  const leftBehind: Record<HolderName, number> = {
+  // Per collection, the documents a pass read past while their first
+  // attempts were out (see `findOutboxHolders`), and how many of those were
+  // released since. A write may append an event to one after its storing
+  // read the outbox and before it is released: the pass that read past it
+  // may have recorded "nothing" at a mark that already counts the append,
+  // and the event would wait for the collection's next change. Releasing
+  // one clears that record and wakes the relay; a pass during which one was
+  // released records nothing.
+  const readPast: Record<HolderName, Set<string>> = {
+    customers: new Set(),
+    referrals: new Set(),
+    checkpoints: new Set(),
+    rewardGrants: new Set(),
+  };
+  const releasedAfterReadPast: Record<HolderName, number> = {
     customers: 0,
     referrals: 0,
     checkpoints: 0,
@@ -143,10 +152,21 @@ export function createOutboxRelay(deps: {
     if (mark !== undefined && nothingAt[name] === mark) return nothingRelayed;
     // Documents whose outbox waits for first attempts are still flagged,
     // and found again: read past them.
-    const leftBefore = leftBehind[name];
-    const holders = await findOutboxHolders(collection, batchSize, awaiting);
-    if (holders.length === 0 && leftBehind[name] === leftBefore) nothingAt[name] = mark;
-    else delete nothingAt[name];
+    const releasedBefore = releasedAfterReadPast[name];
+    const passed = readPast[name];
+    const holders = await findOutboxHolders(collection, batchSize, {
+      get size() {
+        return awaiting.size;
+      },
+      has(id) {
+        if (!awaiting.has(id)) return false;
+        passed.add(id);
+        return true;
+      },
+    });
+    if (holders.length === 0 && releasedAfterReadPast[name] === releasedBefore) {
+      nothingAt[name] = mark;
+    } else delete nothingAt[name];
     // Holders are relayed concurrently: each write waits for a commit, and
     // the embedded engine commits the writes of one turn together, so a
     // batch costs a few commits rather than a few per event.
@@ -228,9 +248,11 @@ export function createOutboxRelay(deps: {
           )
           .finally(() => {
             awaiting.delete(key);
-            if (!left) return;
-            // Read past until now, and not emptied: relayed again.
-            leftBehind[name] += 1;
+            const wasReadPast = readPast[name].delete(key);
+            // Not emptied, or read past by a pass that may have missed an
+            // event appended meanwhile: read again.
+            if (!left && !wasReadPast) return;
+            releasedAfterReadPast[name] += 1;
             delete nothingAt[name];
             deps.wake?.();
           });
