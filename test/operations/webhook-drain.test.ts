@@ -262,6 +262,82 @@ test("deliveries waiting for a busy worker are still attempted before they are s
   }
 });
 
+test("an event appended while its document's first attempts are being stored is relayed, though a pass read past the document meanwhile", async (t) => {
+  const sent: string[] = [];
+  let releaseFirst = () => {};
+  const firstHeld = new Promise<void>((resolve) => {
+    releaseFirst = resolve;
+  });
+  const server = await startService({
+    sendWebhook: async (request) => {
+      sent.push(JSON.parse(request.body).type);
+      if (sent.length === 1) await firstHeld;
+      return { statusCode: 200, durationMs: 1, error: null };
+    },
+    env: { WEBHOOK_ALLOW_PRIVATE: "true" },
+  });
+  const customers = server.app.store.system.customers;
+  const find = customers.find;
+  t.teardown(() => {
+    customers.find = find;
+  });
+  try {
+    const created = await rest(server, "POST", "/webhooks", {
+      key: keys.secret,
+      body: {
+        url: "http://127.0.0.1:9/referrals",
+        environment: "test",
+        eventTypes: ["customer.created", "customer.erased"],
+      },
+    });
+    t.is(created.status, 201);
+    const identified = await rest(server, "POST", "/customers/identify", {
+      key: keys.public,
+      body: { externalUserId: "appended", name: "Appended", environment: "test" },
+    });
+    await waitUntil(() => sent.length === 1, "customer.created's first attempt");
+    // Holds the storing of that attempt after its write, before the
+    // document is released: at its read of erased customers (the only
+    // read of customers that asks for a deletedAt set).
+    let entered = () => {};
+    const storingHeld = new Promise<void>((resolve) => {
+      entered = resolve;
+    });
+    let release = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    customers.find = ((filter: { deletedAt?: unknown }, options?: never) => {
+      const cursor = find.call(customers, filter as never, options);
+      if (!filter?.deletedAt) return cursor;
+      return {
+        toArray: async () => {
+          entered();
+          await released;
+          return cursor.toArray();
+        },
+      };
+    }) as typeof find;
+    releaseFirst();
+    await storingHeld;
+    // Appended now: after the storing emptied the outbox of what it read.
+    const erased = await rest(server, "DELETE", `/customers/${identified.body.id}`, {
+      key: keys.secret,
+    });
+    t.is(erased.status, 200);
+    // The erasure wakes the relay, whose pass reads past the document.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    release();
+    await eventually("customer.erased sent", () => sent.includes("customer.erased"), {
+      timeoutMs: 5000,
+    });
+    t.deepEqual(sent, ["customer.created", "customer.erased"]);
+  } finally {
+    releaseFirst();
+    await server.stop();
+  }
+});
+
 test("an event for two endpoints, one answering and one cut short by the stop: the answered delivery is kept with the event, and only the other is sent at the next start", async (t) => {
   let answering = 0;
   let cut = 0;
