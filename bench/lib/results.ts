@@ -110,31 +110,9 @@ export function suiteResultsPath(dir: string, suite: Suite): string {
 
 /** The part of a run's results that is about one suite, as its own results file holds it. */
 export function suiteResults(results: BenchResults, suite: Suite): BenchResults {
-  const {
-    reads,
-    writes,
-    webhooks,
-    operations,
-    cluster,
-    scale,
-    insights,
-    fraud,
-    links,
-    defaults,
-    ...common
-  } = results;
-  const own = {
-    reads,
-    writes,
-    webhooks,
-    operations,
-    cluster,
-    scale,
-    insights,
-    fraud,
-    links,
-    defaults,
-  }[suite];
+  const common: BenchResults = { ...results };
+  for (const name of allSuites) delete common[name];
+  const own = results[suite];
   return {
     ...common,
     options: { ...results.options, suites: [suite] },

@@ -5,7 +5,7 @@ import { startReceiver } from "../lib/receiver.js";
 import { failureNote, formatMs, formatPercent, formatRate, markdownTable } from "../lib/report.js";
 import type { WriteKind } from "../lib/scenarios.js";
 import { keptRateGoal, webhookKinds, withWebhook } from "./webhooks.js";
-import { halfRateP99GoalMs, rewardsKeptGoal, writeRun } from "./writes.js";
+import { halfPeakRuns, halfRateP99GoalMs, rewardsKeptGoal, writeRun } from "./writes.js";
 
 /**
  * The service as `npm start` runs it: a process per core. The other write
@@ -110,21 +110,16 @@ export async function runDefaults(context: BenchContext): Promise<DefaultsResult
   // Then each write alone at half its median peak, open loop: the p99 goal.
   const halfPeak: HalfPeakRow[] = [];
   for (const write of webhookKinds.filter(wanted)) {
-    const peakRps = median((runs.get(write) ?? []).map((run) => run.rps));
-    const rate = Math.max(1, Math.round(peakRps / 2));
-    const halfRuns: LoadResult[] = [];
-    for (let repeat = 0; repeat < context.options.repeats; repeat++) {
-      const result = await writeRun(context, write, "rest", {
-        env: { ...defaultConfiguration },
-        rate,
-      });
-      halfRuns.push(result);
-      context.log(
-        `defaults ${write} at ${rate}/s ${repeat + 1}/${context.options.repeats}: ` +
-          `p99 ${formatMs(result.p99Ms)} ms${failureNote(result)}`,
-      );
-    }
-    halfPeak.push({ write, peakRps, rate, half: medianResult(halfRuns), runs: halfRuns });
+    const peakRuns = runs.get(write) ?? [];
+    const env = { ...defaultConfiguration };
+    const halfRuns = await halfPeakRuns(context, write, "rest", peakRuns, env);
+    halfPeak.push({
+      write,
+      peakRps: median(peakRuns.map((run) => run.rps)),
+      rate: halfRuns[0]?.targetRate ?? Number.NaN,
+      half: medianResult(halfRuns),
+      runs: halfRuns,
+    });
   }
   const rows = variants.flatMap((variant): DefaultsRow[] => {
     if (variant.adds === undefined) return [];

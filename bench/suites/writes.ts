@@ -89,16 +89,7 @@ export async function runWrites(context: BenchContext): Promise<WriteRow[]> {
   for (const kind of writeKinds.filter((name) => selected(context.options, name))) {
     for (const protocol of writeProtocols) {
       const peakRuns = await peakWrites(context, kind, protocol);
-      const rate = Math.max(1, Math.round(median(peakRuns.map((run) => run.rps)) / 2));
-      const halfRuns: LoadResult[] = [];
-      for (let repeat = 0; repeat < context.options.repeats; repeat++) {
-        const result = await writeRun(context, kind, protocol, { rate });
-        halfRuns.push(result);
-        context.log(
-          `writes ${kind}/${protocol} at ${rate}/s ${repeat + 1}/${context.options.repeats}: ` +
-            `p99 ${formatMs(result.p99Ms)} ms${failureNote(result)}`,
-        );
-      }
+      const halfRuns = await halfPeakRuns(context, kind, protocol, peakRuns, {});
       rows.push({
         kind,
         protocol,
@@ -110,6 +101,31 @@ export async function runWrites(context: BenchContext): Promise<WriteRow[]> {
     }
   }
   return rows;
+}
+
+/**
+ * Runs of a write open loop at half the median of `peakRuns`, for its
+ * latency (the p99 goal), each on its own service of `env`.
+ */
+export async function halfPeakRuns(
+  context: BenchContext,
+  kind: WriteKind,
+  protocol: Protocol,
+  peakRuns: readonly LoadResult[],
+  env: Record<string, string>,
+): Promise<LoadResult[]> {
+  const rate = Math.max(1, Math.round(median(peakRuns.map((run) => run.rps)) / 2));
+  const runs: LoadResult[] = [];
+  for (let repeat = 0; repeat < context.options.repeats; repeat++) {
+    const result = await writeRun(context, kind, protocol, { env, rate });
+    runs.push(result);
+    context.log(
+      `writes ${kind}/${protocol} at ${rate}/s ${repeat + 1}/${context.options.repeats}` +
+        `${env.WORKERS === undefined ? "" : ` WORKERS=${env.WORKERS}`}: ` +
+        `p99 ${formatMs(result.p99Ms)} ms${failureNote(result)}`,
+    );
+  }
+  return runs;
 }
 
 /**

@@ -91,24 +91,17 @@ export function createOutboxRelay(deps: {
   const markOf = changeMarksOf(store);
   const nothingAt: Partial<Record<HolderName, number>> = {};
   // Per collection, the documents a pass read past while their first
-  // attempts were out (see `findOutboxHolders`), and how many of those were
-  // released since. A write may append an event to one after its storing
-  // read the outbox and before it is released: the pass that read past it
-  // may have recorded "nothing" at a mark that already counts the append,
-  // and the event would wait for the collection's next change. Releasing
-  // one clears that record and wakes the relay; a pass during which one was
-  // released records nothing.
+  // attempts were out (see `findOutboxHolders`). A write may append an
+  // event to one after its storing read the outbox and before it is
+  // released: the pass that read past it may have recorded "nothing" at a
+  // mark that already counts the append, and the event would wait for the
+  // collection's next change. Releasing one clears that record and wakes
+  // the relay; a pass during which one was released records nothing.
   const readPast: Record<HolderName, Set<string>> = {
     customers: new Set(),
     referrals: new Set(),
     checkpoints: new Set(),
     rewardGrants: new Set(),
-  };
-  const releasedAfterReadPast: Record<HolderName, number> = {
-    customers: 0,
-    referrals: 0,
-    checkpoints: 0,
-    rewardGrants: 0,
   };
   // The enabled endpoints of each application, kept while the webhooks'
   // change mark stays: a read would answer the same. Without a mark
@@ -152,21 +145,21 @@ export function createOutboxRelay(deps: {
     if (mark !== undefined && nothingAt[name] === mark) return nothingRelayed;
     // Documents whose outbox waits for first attempts are still flagged,
     // and found again: read past them.
-    const releasedBefore = releasedAfterReadPast[name];
-    const passed = readPast[name];
+    const passedNow: string[] = [];
     const holders = await findOutboxHolders(collection, batchSize, {
       get size() {
         return awaiting.size;
       },
       has(id) {
         if (!awaiting.has(id)) return false;
-        passed.add(id);
+        readPast[name].add(id);
+        passedNow.push(id);
         return true;
       },
     });
-    if (holders.length === 0 && releasedAfterReadPast[name] === releasedBefore) {
-      nothingAt[name] = mark;
-    } else delete nothingAt[name];
+    const noneReleased = passedNow.every((id) => awaiting.has(id));
+    if (holders.length === 0 && noneReleased) nothingAt[name] = mark;
+    else delete nothingAt[name];
     // Holders are relayed concurrently: each write waits for a commit, and
     // the embedded engine commits the writes of one turn together, so a
     // batch costs a few commits rather than a few per event.
@@ -252,7 +245,6 @@ export function createOutboxRelay(deps: {
             // Not emptied, or read past by a pass that may have missed an
             // event appended meanwhile: read again.
             if (!left && !wasReadPast) return;
-            releasedAfterReadPast[name] += 1;
             delete nothingAt[name];
             deps.wake?.();
           });
