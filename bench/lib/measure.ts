@@ -23,6 +23,16 @@ export interface LoadResult {
   readonly serviceCpuUs?: number;
   /** The load generator's CPU time per successful call in microseconds, where a suite measured it. */
   readonly generatorCpuUs?: number;
+  /**
+   * Cores the service's first process kept busy over the run (its CPU time
+   * over the run's): a cluster's primary, which holds the store's writer.
+   */
+  readonly primaryCores?: number;
+  /**
+   * Time the service's threads waited for a core (runnable, not running)
+   * per successful call, in microseconds, where the kernel reports it.
+   */
+  readonly waitedUs?: number;
 }
 
 /**
@@ -107,6 +117,12 @@ export function medianResult(runs: readonly LoadResult[]): LoadResult {
       : {}),
     ...(runs.every((run) => run.generatorCpuUs !== undefined) && runs.length > 0
       ? { generatorCpuUs: median(runs.map((run) => run.generatorCpuUs as number)) }
+      : {}),
+    ...(runs.every((run) => run.primaryCores !== undefined) && runs.length > 0
+      ? { primaryCores: median(runs.map((run) => run.primaryCores as number)) }
+      : {}),
+    ...(runs.every((run) => run.waitedUs !== undefined) && runs.length > 0
+      ? { waitedUs: median(runs.map((run) => run.waitedUs as number)) }
       : {}),
   };
 }

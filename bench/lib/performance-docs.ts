@@ -184,8 +184,13 @@ conversions earn two grants against one without rewards (as in [Writes](#writes)
 write of [Webhooks](#webhooks) with the receiver subscribed to every event type against
 without, with the events the receiver got per second during the same runs. Every repeat runs
 each variant once, taking turns; *kept* is the median req/s with over the median without.
-Then each of those writes alone, open loop at half its median peak without additions, for
-its p50 and p99 (the goal: p99 ≤ 10 ms).`,
+*The primary's cores busy*: its CPU time over the run's (1.00 is one core, as much as its one
+event loop, which makes every write, can take). Then each of those writes alone, open loop at
+half its median peak without additions, for its p50 and p99 (the goal: p99 ≤ 10 ms), with the
+service's CPU per call and the time its threads spent runnable but waiting for one of the
+machine's cores, per call (the run queue's delay, from \`/proc/<pid>/task/<tid>/schedstat\`):
+a call crosses several threads (worker, primary, the thread that syncs the log, worker), and
+each may wait.`,
   },
 };
 

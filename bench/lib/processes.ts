@@ -335,6 +335,30 @@ export function treeCpuSecondsOf(pid: number): number {
   );
 }
 
+/**
+ * Time the threads of a process and of its live descendants have spent
+ * runnable but waiting for a core (the run queue's delay, the second field
+ * of `/proc/<pid>/task/<tid>/schedstat`), in seconds; undefined where the
+ * kernel does not keep it. Over a run, what the machine's cores being busy
+ * added to the service's latency, hop by hop.
+ */
+export function treeRunQueueWaitSecondsOf(pid: number): number | undefined {
+  let waited: number | undefined;
+  for (const process of [pid, ...descendantsOf(pid)]) {
+    try {
+      for (const task of readdirSync(`/proc/${process}/task`)) {
+        const fields = readFileSync(`/proc/${process}/task/${task}/schedstat`, "utf8").split(" ");
+        waited = (waited ?? 0) + Number(fields[1]) / 1e9;
+      }
+    } catch {}
+  }
+  return waited;
+}
+
+function descendantsOf(pid: number): number[] {
+  return childPidsOf(pid).flatMap((child) => [child, ...descendantsOf(child)]);
+}
+
 /** The live child processes of a process (Linux 3.5 and later); none where that does not exist. */
 function childPidsOf(pid: number): number[] {
   const pids: number[] = [];

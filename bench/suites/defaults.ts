@@ -155,6 +155,7 @@ export function defaultsTable(results: DefaultsResults): string {
       "kept",
       "goal",
       "events received per s meanwhile",
+      "primary's cores busy without / with",
     ],
     results.rows.map((row) => [
       row.write,
@@ -164,6 +165,7 @@ export function defaultsTable(results: DefaultsResults): string {
       formatPercent(row.kept),
       `≥ ${formatPercent(row.goal)} ${row.kept >= row.goal ? "met" : "missed"}`,
       row.eventsPerSecond ? formatRate(median(row.eventsPerSecond)) : "-",
+      `${formatCores(row.without.primaryCores)} / ${formatCores(row.with.primaryCores)}`,
     ]),
   );
   if (!results.halfPeak || results.halfPeak.length === 0) return kept;
@@ -176,6 +178,9 @@ export function defaultsTable(results: DefaultsResults): string {
       "p50 ms",
       "p99 ms",
       `p99 goal ≤ ${halfRateP99GoalMs} ms`,
+      "service CPU µs/call",
+      "primary's cores busy",
+      "service threads waited for a core, µs/call",
     ],
     results.halfPeak.map((row) => [
       row.write,
@@ -185,7 +190,19 @@ export function defaultsTable(results: DefaultsResults): string {
       formatMs(row.half.p50Ms),
       formatMs(row.half.p99Ms),
       row.half.p99Ms <= halfRateP99GoalMs ? "met" : "missed",
+      formatMicros(row.half.serviceCpuUs),
+      formatCores(row.half.primaryCores),
+      formatMicros(row.half.waitedUs),
     ]),
   );
   return `${kept}\n\n${latency}`;
+}
+
+/** Cores kept busy; "-" in results written before it was measured. */
+function formatCores(value: number | undefined): string {
+  return value === undefined ? "-" : value.toFixed(2);
+}
+
+function formatMicros(value: number | undefined): string {
+  return value === undefined ? "-" : value.toFixed(0);
 }

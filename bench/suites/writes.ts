@@ -8,7 +8,7 @@ import {
 import { load } from "../lib/load.js";
 import { type LoadResult, median, medianResult, withServiceCpu } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
-import type { ServiceVariant } from "../lib/processes.js";
+import { cpuSecondsOf, type ServiceVariant, treeRunQueueWaitSecondsOf } from "../lib/processes.js";
 import {
   failureNote,
   formatMs,
@@ -255,16 +255,18 @@ async function seededRun(
           );
         }
         const measure = () =>
-          withServiceCpu(
-            () => target.service.cpuSeconds(),
-            () =>
-              load(
-                protocol,
-                target.service.origin,
-                offset(phase("m"), warmupCount),
-                { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
-                options,
-              ),
+          withWriterLoad(target.service.pid, () =>
+            withServiceCpu(
+              () => target.service.cpuSeconds(),
+              () =>
+                load(
+                  protocol,
+                  target.service.origin,
+                  offset(phase("m"), warmupCount),
+                  { seconds: run.seconds, rate: run.rate, limit: limit(measuredCount) },
+                  options,
+                ),
+            ),
           );
         const result = await (run.around ? run.around(target, measure) : measure());
         alive = target.service.alive();
@@ -278,6 +280,30 @@ async function seededRun(
       }
     },
   );
+}
+
+/**
+ * A run with what it asked of the machine beyond CPU per call: the cores
+ * the service's first process kept busy (a cluster's primary, whose one
+ * loop makes every write), and how long the service's threads waited for
+ * a core per call (on two cores shared with the generator, the wait each
+ * hop of a call adds).
+ */
+async function withWriterLoad(pid: number, run: () => Promise<LoadResult>): Promise<LoadResult> {
+  const cpuBefore = cpuSecondsOf(pid);
+  const waitBefore = treeRunQueueWaitSecondsOf(pid);
+  const started = performance.now();
+  const result = await run();
+  const seconds = (performance.now() - started) / 1000;
+  const cpu = cpuSecondsOf(pid) - cpuBefore;
+  const waitAfter = treeRunQueueWaitSecondsOf(pid);
+  return {
+    ...result,
+    ...(cpu > 0 && seconds > 0 ? { primaryCores: cpu / seconds } : {}),
+    ...(waitBefore !== undefined && waitAfter !== undefined && result.ok > 0
+      ? { waitedUs: ((waitAfter - waitBefore) * 1e6) / result.ok }
+      : {}),
+  };
 }
 
 /**
