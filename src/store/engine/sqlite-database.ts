@@ -15,6 +15,8 @@ import {
 import { upgradeStoredFormat } from "./stored-format.js";
 import { WalIndexWatch } from "./wal-index-watch.js";
 
+const versionsQuery = "SELECT name, v FROM versions";
+
 /**
  * One SQLite database in WAL mode, holding each collection as a table of
  * JSON documents, through two connections: one writes, one reads what is
@@ -294,7 +296,14 @@ export class SqliteDatabase implements SqliteConnection {
   }
 
   private loadVersions(): void {
-    const rows = this.reads.prepare("SELECT name, v FROM versions").all() as {
+    // A worker reads them again after most of the writer's commits: the
+    // statement is kept, as every read's is, until the connection reopens.
+    let query = this.readStatements.get(versionsQuery);
+    if (!query) {
+      query = this.reads.prepare(versionsQuery);
+      this.readStatements.set(versionsQuery, query);
+    }
+    const rows = query.all() as {
       name: string;
       v: number;
     }[];
