@@ -15,6 +15,7 @@ import {
   skipDelivery,
 } from "../store/deliveries.js";
 import type { DeliveryDoc, EventDoc, WebhookDoc } from "../store/documents.js";
+import { withErasedScrubbed } from "../store/erasure.js";
 import { findEvent } from "../store/events.js";
 import { keptWhileMarkStays } from "../store/kept-reads.js";
 import type { SecretBox } from "../store/secret-box.js";
@@ -157,8 +158,12 @@ export function createDispatcher(deps: DispatcherDeps) {
     let attempted: Attempted = null;
     try {
       const webhook = await endpointOf(handed.delivery.webhookId);
+      // Built when it was handed over, perhaps before a customer it names
+      // was erased: what is sent now holds nothing the erasure removed. The
+      // last read before the attempt, which signs and sends in the same turn.
+      const event = await withErasedScrubbed(db, handed.event);
       const unstored = handed.attempted !== undefined;
-      attempted = await attempt(handed.delivery, webhook, handed.event, unstored);
+      attempted = await attempt(handed.delivery, webhook, event, unstored);
     } finally {
       handed.attempted?.(attempted && { delivery: handed.delivery, outcome: attempted.outcome });
     }

@@ -189,8 +189,9 @@ export function createOutboxRelay(deps: {
             forAnyWorker += await queue(await withErasedScrubbed(db, stored), wanted, clock());
             continue;
           }
-          // A customer erased since the event was built is not sent; one
-          // erased before it is stored is scrubbed then (see below).
+          // A customer erased already is scrubbed before the event is built
+          // into attempts; one erased since, before its attempt (the
+          // dispatcher reads again) and before it is stored (see below).
           const event = await withErasedScrubbed(db, await eventOf(db, holder, entry, type));
           const now = clock();
           const toQueue: WebhookDoc[] = [];

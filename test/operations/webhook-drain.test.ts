@@ -16,8 +16,9 @@ import { isRefused, type OperationsServer, startService, waitUntil } from "./ser
  * (due again at once).
  */
 
-/** A sender that answers 200 when `answer` is called, or gives up when aborted. */
+/** A sender that answers 200 when `answer` is called, or gives up when aborted; it keeps what it was sent. */
 function createSlowEndpoint() {
+  const bodies: string[] = [];
   let attempts = 0;
   let answer = () => {};
   const answered = new Promise<void>((resolve) => {
@@ -25,6 +26,7 @@ function createSlowEndpoint() {
   });
   const send: WebhookSender = (request) => {
     attempts++;
+    bodies.push(request.body);
     return new Promise<WebhookResponse>((resolve) => {
       void answered.then(() => resolve({ statusCode: 200, durationMs: 1, error: null }));
       request.signal?.addEventListener("abort", () =>
@@ -34,6 +36,7 @@ function createSlowEndpoint() {
   };
   return {
     send,
+    bodies,
     answer: () => answer(),
     untilAttempted: () => waitUntil(() => attempts > 0, "a delivery attempt"),
   };
@@ -256,6 +259,66 @@ test("deliveries waiting for a busy worker are still attempted before they are s
       [],
       "every delivery succeeded at its first attempt and is kept in its event",
     );
+  } finally {
+    endpoint.answer();
+    await server.stop();
+  }
+});
+
+test("a delivery waiting in a worker's hands when its customer is erased is sent without the customer's data", async (t) => {
+  const endpoint = createSlowEndpoint();
+  const server = await startService({
+    sendWebhook: endpoint.send,
+    // One worker, held by the first delivery: the next event's waits in its hands.
+    env: { WEBHOOK_ALLOW_PRIVATE: "true", WEBHOOK_CONCURRENCY: "1" },
+  });
+  try {
+    await queueOneDelivery(server);
+    await endpoint.untilAttempted();
+    const identified = await rest(server, "POST", "/customers/identify", {
+      key: keys.public,
+      body: {
+        externalUserId: "erin-in-hand",
+        name: "Erin Inhand",
+        email: "erin.inhand@example.com",
+        environment: "test",
+      },
+    });
+    t.is(identified.status, 201, JSON.stringify(identified.body));
+    const id = (identified.body as { id: string }).id;
+    await eventually("the customer's first attempt in the worker's hands", async () => {
+      const metrics = await server.app.metricsJson();
+      const inHand = metrics.find((metric) => metric.name === "webhook_deliveries_in_hand");
+      return inHand?.values[0]?.value === 1;
+    });
+    // Built before the erasure, sent after it was acknowledged.
+    const erased = await rest(server, "DELETE", `/customers/${id}`, {
+      key: keys.secret,
+    });
+    t.is(erased.status, 200, JSON.stringify(erased.body));
+    endpoint.answer();
+    await eventually("the erased customer's delivery attempted", async () =>
+      endpoint.bodies.some((body) => body.includes(id)),
+    );
+    const sent = endpoint.bodies.find((body) => body.includes(id)) ?? "";
+    for (const data of ["erin-in-hand", "Erin Inhand", "erin.inhand@example.com"]) {
+      t.false(sent.includes(data), `the delivery sent after the erasure holds ${data}: ${sent}`);
+    }
+    const db = server.app.store.system;
+    await eventually("the delivery stored with its event", async () => {
+      const deliveries = await deliveriesIn(db);
+      return deliveries.filter((delivery) => delivery.status === "succeeded").length === 2;
+    });
+    const stored = await db.events.find({ customerId: id }).toArray();
+    t.true(stored.length > 0, "the event is stored");
+    for (const event of stored) {
+      const { unpackPayload } = await import("../../src/store/event-payload.js");
+      const payload = unpackPayload(event.payload, event);
+      t.false(
+        payload.includes("erin.inhand@example.com"),
+        `the stored event holds the email: ${payload}`,
+      );
+    }
   } finally {
     endpoint.answer();
     await server.stop();
