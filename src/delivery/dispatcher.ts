@@ -156,16 +156,23 @@ export function createDispatcher(deps: DispatcherDeps) {
     const handed = takeHandedOver(leaseClock());
     if (!handed) return false;
     let attempted: Attempted = null;
+    let event = handed.event;
     try {
       const webhook = await endpointOf(handed.delivery.webhookId);
       // Built when it was handed over, perhaps before a customer it names
       // was erased: what is sent now holds nothing the erasure removed. The
       // last read before the attempt, which signs and sends in the same turn.
-      const event = await withErasedScrubbed(db, handed.event);
+      event = await withErasedScrubbed(db, handed.event);
       const unstored = handed.attempted !== undefined;
       attempted = await attempt(handed.delivery, webhook, event, unstored);
     } finally {
-      handed.attempted?.(attempted && { delivery: handed.delivery, outcome: attempted.outcome });
+      handed.attempted?.(
+        attempted && {
+          delivery: handed.delivery,
+          outcome: attempted.outcome,
+          ...(event === handed.event ? {} : { sent: event }),
+        },
+      );
     }
     return true;
   }

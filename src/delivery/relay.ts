@@ -221,6 +221,12 @@ export function createOutboxRelay(deps: {
         const storing = Promise.all(attempted)
           .then(async (attempts) => {
             const made = attempts.filter((attempt) => attempt !== null);
+            // Each event as its attempts sent it: scrubbed of a customer
+            // erased while it waited for a worker, it is stored so.
+            const sent = new Map(
+              made.flatMap((made) => (made.sent ? [[made.sent._id, made.sent]] : [])),
+            );
+            const events = unstored.map((event) => sent.get(event._id) ?? event);
             left = await storeRelayed(
               db,
               store.together,
@@ -228,14 +234,14 @@ export function createOutboxRelay(deps: {
                 collection: name,
                 holder,
                 entryIds,
-                events: unstored,
+                events,
                 attempts: made,
                 done: made.length === attempts.length,
               },
               clock(),
             );
             // Read after the events are stored, as `withErasedScrubbed` requires.
-            await Promise.all(unstored.map((event) => withErasedScrubbed(db, event)));
+            await Promise.all(events.map((event) => withErasedScrubbed(db, event)));
           })
           .catch((error: unknown) =>
             deps.log?.(error, "storing relayed events failed; they are relayed again"),

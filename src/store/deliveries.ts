@@ -111,6 +111,11 @@ export async function storeAttempted(
 export interface FirstAttempt {
   readonly delivery: DeliveryDoc;
   readonly outcome: AttemptOutcome | null;
+  /**
+   * The event as the attempt sent it, where that is not the event handed
+   * over: scrubbed of a customer erased meanwhile. Stored so.
+   */
+  readonly sent?: EventDoc;
 }
 
 /**
