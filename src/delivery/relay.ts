@@ -224,7 +224,7 @@ export function createOutboxRelay(deps: {
             // Each event as its attempts sent it: scrubbed of a customer
             // erased while it waited for a worker, it is stored so.
             const sent = new Map(
-              made.flatMap((made) => (made.sent ? [[made.sent._id, made.sent]] : [])),
+              made.flatMap((attempt) => (attempt.sent ? [[attempt.sent._id, attempt.sent]] : [])),
             );
             const events = unstored.map((event) => sent.get(event._id) ?? event);
             left = await storeRelayed(
