@@ -114,6 +114,11 @@ export function formatMs(value: number): string {
   return value.toFixed(2);
 }
 
+/** Microseconds to the whole one; "-" where a run did not measure them. */
+export function formatMicros(value: number | undefined): string {
+  return value === undefined ? "-" : value.toFixed(0);
+}
+
 /** A share as a percentage. */
 export function formatPercent(value: number): string {
   return Number.isFinite(value) ? `${Math.round(value * 100)}%` : "-";

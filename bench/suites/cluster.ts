@@ -20,6 +20,7 @@ import {
 } from "../lib/processes.js";
 import {
   failureNote,
+  formatMicros,
   formatMs,
   formatRate,
   markdownTable,
@@ -798,10 +799,6 @@ function formatRatio(value: number | undefined): string {
 
 function formatTimes(value: number): string {
   return Number.isFinite(value) ? `${value.toFixed(2)}×` : "-";
-}
-
-function formatMicros(value: number | undefined): string {
-  return value === undefined ? "-" : value.toFixed(0);
 }
 
 /** CPU cores kept busy by a run: (service + generator CPU per call) × calls a second. */

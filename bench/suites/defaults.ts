@@ -2,7 +2,14 @@ import type { BenchContext } from "../lib/context.js";
 import { type LoadResult, median, medianResult } from "../lib/measure.js";
 import { selected } from "../lib/options.js";
 import { startReceiver } from "../lib/receiver.js";
-import { failureNote, formatMs, formatPercent, formatRate, markdownTable } from "../lib/report.js";
+import {
+  failureNote,
+  formatMicros,
+  formatMs,
+  formatPercent,
+  formatRate,
+  markdownTable,
+} from "../lib/report.js";
 import type { WriteKind } from "../lib/scenarios.js";
 import { keptRateGoal, webhookKinds, withWebhook } from "./webhooks.js";
 import { halfPeakRuns, halfRateP99GoalMs, rewardsKeptGoal, writeRun } from "./writes.js";
@@ -201,8 +208,4 @@ export function defaultsTable(results: DefaultsResults): string {
 /** Cores kept busy; "-" in results written before it was measured. */
 function formatCores(value: number | undefined): string {
   return value === undefined ? "-" : value.toFixed(2);
-}
-
-function formatMicros(value: number | undefined): string {
-  return value === undefined ? "-" : value.toFixed(0);
 }

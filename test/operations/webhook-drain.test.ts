@@ -1,5 +1,6 @@
 import test from "ava";
 import type { WebhookResponse, WebhookSender } from "../../src/delivery/sender.js";
+import { unpackPayload } from "../../src/store/event-payload.js";
 import { openStore } from "../../src/store/store.js";
 import { deliveriesIn } from "../helpers/relay.js";
 import { keys, rest } from "../helpers/server.js";
@@ -59,6 +60,15 @@ async function queueOneDelivery(server: OperationsServer): Promise<void> {
     body: { externalUserId: "drained", name: "Drained", environment: "test" },
   });
   if (identified.status !== 201) throw new Error(JSON.stringify(identified.body));
+}
+
+/** Waits until `count` deliveries wait in the delivery workers' hands (`webhook_deliveries_in_hand`). */
+async function untilInHand(server: OperationsServer, count: number, what: string): Promise<void> {
+  await eventually(what, async () => {
+    const metrics = await server.app.metricsJson();
+    const inHand = metrics.find((metric) => metric.name === "webhook_deliveries_in_hand");
+    return inHand?.values[0]?.value === count;
+  });
 }
 
 /** The deliveries, endpoints and events still in an outbox, as the closed service left them. */
@@ -197,11 +207,7 @@ test("first attempts handed to this instance's workers but never started wait in
       });
     }
     // Handed over before anything is stored: two wait in the worker's hands.
-    await eventually("two first attempts in the worker's hands", async () => {
-      const metrics = await server.app.metricsJson();
-      const inHand = metrics.find((metric) => metric.name === "webhook_deliveries_in_hand");
-      return inHand?.values[0]?.value === 2;
-    });
+    await untilInHand(server, 2, "two first attempts in the worker's hands");
     await server.app.close();
     const { deliveries, inOutboxes } = await leftBehind(server);
     t.deepEqual(deliveries, [], "none attempted to the end, none stored");
@@ -241,11 +247,7 @@ test("deliveries waiting for a busy worker are still attempted before they are s
         ),
       );
     }
-    await eventually(`${waiting} first attempts in the worker's hands`, async () => {
-      const metrics = await server.app.metricsJson();
-      const inHand = metrics.find((metric) => metric.name === "webhook_deliveries_in_hand");
-      return inHand?.values[0]?.value === waiting;
-    });
+    await untilInHand(server, waiting, `${waiting} first attempts in the worker's hands`);
     endpoint.answer();
     const db = server.app.store.system;
     await eventually(`${waiting + 1} deliveries succeeded`, async () => {
@@ -286,11 +288,7 @@ test("a delivery waiting in a worker's hands when its customer is erased is sent
     });
     t.is(identified.status, 201, JSON.stringify(identified.body));
     const id = (identified.body as { id: string }).id;
-    await eventually("the customer's first attempt in the worker's hands", async () => {
-      const metrics = await server.app.metricsJson();
-      const inHand = metrics.find((metric) => metric.name === "webhook_deliveries_in_hand");
-      return inHand?.values[0]?.value === 1;
-    });
+    await untilInHand(server, 1, "the customer's first attempt in the worker's hands");
     // Built before the erasure, sent after it was acknowledged.
     const erased = await rest(server, "DELETE", `/customers/${id}`, {
       key: keys.secret,
@@ -312,7 +310,6 @@ test("a delivery waiting in a worker's hands when its customer is erased is sent
     const stored = await db.events.find({ customerId: id }).toArray();
     t.true(stored.length > 0, "the event is stored");
     for (const event of stored) {
-      const { unpackPayload } = await import("../../src/store/event-payload.js");
       const payload = unpackPayload(event.payload, event);
       t.false(
         payload.includes("erin.inhand@example.com"),
