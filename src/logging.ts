@@ -1,6 +1,10 @@
+import { createRequire } from "node:module";
 import { type DestinationStream, type Logger, pino } from "pino";
-import pretty from "pino-pretty";
+import type PinoPretty from "pino-pretty";
 import type { Config } from "./config.js";
+
+// Loaded only for LOG_FORMAT=pretty: a production start never needs it.
+const require = createRequire(import.meta.url);
 
 /**
  * The process's root logger: JSON lines on stdout (what log shippers
@@ -14,7 +18,7 @@ export function rootLogger(
   const destination =
     logTo ??
     (config.logFormat === "pretty"
-      ? pretty({
+      ? (require("pino-pretty") as typeof PinoPretty)({
           colorize: process.stdout.isTTY === true,
           translateTime: "SYS:HH:MM:ss.l",
           ignore: "pid,hostname",

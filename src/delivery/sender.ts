@@ -1,6 +1,6 @@
 import { lookup as dnsLookup, type LookupAddress } from "node:dns";
 import { isIP, type LookupFunction } from "node:net";
-import { Agent, request } from "undici";
+import type { Agent } from "undici";
 import { hostOf, isPublicAddress } from "../domain/webhook-delivery.js";
 
 /** One POST to an endpoint. */
@@ -52,8 +52,23 @@ const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
 // loopback, a request and its answer (client and server in one process)
 // cost 40 µs of CPU against node:http's 68, and deliveries share the loop
 // that answers calls. Redirects are not followed (undici's default).
-const publicOnlyAgent = new Agent({ connect: { lookup: publicOnlyLookup } });
-const anyAddressAgent = new Agent();
+// Loaded with the first attempt: a cluster's workers never send, and
+// loading undici took about 90 ms of each process's start.
+let undici:
+  | Promise<{
+      readonly request: typeof import("undici").request;
+      readonly publicOnly: Agent;
+      readonly anyAddress: Agent;
+    }>
+  | undefined;
+const loadUndici = () => {
+  undici ??= import("undici").then(({ Agent, request }) => ({
+    request,
+    publicOnly: new Agent({ connect: { lookup: publicOnlyLookup } }),
+    anyAddress: new Agent(),
+  }));
+  return undici;
+};
 
 /**
  * POSTs the body: no redirects followed, the response body read and
@@ -77,11 +92,12 @@ export const sendWebhook: WebhookSender = async (input) => {
   if (stop?.aborted) onStop();
   else stop?.addEventListener("abort", onStop, { once: true });
   try {
+    const { request, anyAddress, publicOnly } = await loadUndici();
     const { statusCode, body } = await request(url, {
       method: "POST",
       headers: input.headers,
       body: input.body,
-      dispatcher: input.allowPrivate ? anyAddressAgent : publicOnlyAgent,
+      dispatcher: input.allowPrivate ? anyAddress : publicOnly,
       signal: attempt.signal,
     });
     try {

@@ -1,4 +1,3 @@
-import QRCode from "qrcode";
 import { rememberBounded } from "../domain/bounded-map.js";
 import { visitorHash } from "../domain/fraud-evidence.js";
 import { newId } from "../domain/ids.js";
@@ -105,6 +104,8 @@ export async function linkQrCode(
   });
   if (!campaign || !referrer) return null;
   const url = shareUrl(deps.publicUrl, referrer.referralCode, campaign._id, "qr");
+  // Loaded with the first code drawn: most services never draw one.
+  const { default: QRCode } = await import("qrcode");
   return QRCode.toString(url, { type: "svg", errorCorrectionLevel: "M", margin: 2 });
 }
 

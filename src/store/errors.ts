@@ -1,10 +1,26 @@
-import {
-  MongoNetworkError,
-  MongoNotConnectedError,
-  MongoServerError,
-  MongoServerSelectionError,
-  MongoTopologyClosedError,
-} from "mongodb";
+import type * as MongoDriver from "mongodb";
+
+/**
+ * The MongoDB driver's error classes, known once a MongoDB store loaded the
+ * driver (`recognizeDriverErrors`). The embedded store never loads it (it
+ * took a tenth of every process's start), and before it is loaded no error
+ * of the driver can exist.
+ */
+let driver:
+  | Pick<
+      typeof MongoDriver,
+      | "MongoNetworkError"
+      | "MongoNotConnectedError"
+      | "MongoServerError"
+      | "MongoServerSelectionError"
+      | "MongoTopologyClosedError"
+    >
+  | undefined;
+
+/** Called by the MongoDB store as it loads the driver. */
+export function recognizeDriverErrors(loaded: typeof MongoDriver): void {
+  driver = loaded;
+}
 
 /** The embedded engine's unique-index violation, MongoDB's error 11000. */
 export class DuplicateKeyError extends Error {
@@ -19,7 +35,7 @@ export class DuplicateKeyError extends Error {
 export function isDuplicateKeyError(error: unknown): boolean {
   return (
     error instanceof DuplicateKeyError ||
-    (error instanceof MongoServerError && error.code === 11000)
+    (driver !== undefined && error instanceof driver.MongoServerError && error.code === 11000)
   );
 }
 
@@ -45,10 +61,11 @@ export function storeUnavailableReason(error: unknown): string | undefined {
   if (code === "ENOSPC") return "the disk is full";
   if (error instanceof WriterLostError) return "the store's writer stopped";
   if (
-    error instanceof MongoNetworkError ||
-    error instanceof MongoServerSelectionError ||
-    error instanceof MongoNotConnectedError ||
-    error instanceof MongoTopologyClosedError
+    driver !== undefined &&
+    (error instanceof driver.MongoNetworkError ||
+      error instanceof driver.MongoServerSelectionError ||
+      error instanceof driver.MongoNotConnectedError ||
+      error instanceof driver.MongoTopologyClosedError)
   ) {
     return "MongoDB is unreachable";
   }

@@ -8,7 +8,7 @@ import {
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
-import { type Db, type Document, MongoClient, type UpdateResult } from "mongodb";
+import type { Db, Document, UpdateResult } from "mongodb";
 import type { Tenant } from "../domain/tenancy.js";
 import type {
   Collections,
@@ -25,7 +25,7 @@ import { type QueryPlan, SqliteDatabase, type WriteLimits } from "./engine/sqlit
 import type { SqliteSynchronous } from "./engine/sqlite-wal.js";
 import { EmbeddedStats } from "./engine/stats-embedded.js";
 import { MongoStats, supportsTransactions } from "./engine/stats-mongo.js";
-import { StoreOpenError } from "./errors.js";
+import { recognizeDriverErrors, StoreOpenError } from "./errors.js";
 import {
   type ForwardedWrites,
   forwardingCollection,
@@ -238,7 +238,10 @@ async function openMongo(
   observe: OperationObserver | undefined,
   watchers: StatsWatchers,
 ): Promise<MongoStore> {
-  const client = new MongoClient(config.mongodbUri, {
+  // Loaded here only: the embedded store never needs the driver.
+  const mongodb = await import("mongodb");
+  recognizeDriverErrors(mongodb);
+  const client = new mongodb.MongoClient(config.mongodbUri, {
     serverSelectionTimeoutMS: mongoServerSelectionTimeoutMs,
   });
   await client.connect();
