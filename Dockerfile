@@ -47,6 +47,10 @@ COPY package.json ./
 # The embedded store (used when MONGODB_URI is unset) and its webhook key
 # live in DATA_DIR, owned by the user the service runs as.
 RUN mkdir -p /data && chown node:node /data
+# The modules' compiled code, which each start writes and the next one loads
+# (src/code-cache.ts): writable by that user too, or every start compiles.
+RUN mkdir -p node_modules/.cache/referral-service \
+ && chown node:node node_modules/.cache/referral-service
 USER node
 VOLUME ["/data"]
 EXPOSE 8080

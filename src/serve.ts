@@ -7,6 +7,7 @@
 import cluster from "node:cluster";
 import { accessSync, constants, mkdirSync } from "node:fs";
 import { isAbsolute, relative } from "node:path";
+import { saveCodeCache } from "./code-cache.js";
 import { type Config, loadConfig } from "./config.js";
 import { developmentSecretsIn } from "./development.js";
 import type { ProvisionedDemo } from "./services/provisioning.js";
@@ -48,6 +49,7 @@ async function serveAlone(config: Config, buildApp: BuildApp): Promise<void> {
   });
   printBanner(config, port, app);
   onStopSignal(config, () => app.close());
+  saveCodeCache();
 }
 
 /**
@@ -71,6 +73,7 @@ async function serveAsPrimary(config: Config, buildApp: BuildApp): Promise<void>
   await app.listen(port, config.host);
   await primary.ready();
   printBanner(config, port, app);
+  saveCodeCache();
 }
 
 /** A worker of a cluster: serves the port, sends its writes to the primary. */
@@ -98,6 +101,7 @@ async function serveAsWorker(config: Config): Promise<void> {
   link.onDrain(() => void drainAndExit(config, stop));
   onStopSignal(config, stop);
   link.listening(port);
+  saveCodeCache();
 }
 
 function printBanner(

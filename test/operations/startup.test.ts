@@ -212,6 +212,41 @@ test("npm start runs the compiled service, and SIGTERM to npm stops it", async (
   }
 });
 
+test("a restart loads the compiled code the start before it kept, in the primary and every worker", async (t) => {
+  t.timeout(90_000);
+  const dataDir = tempDir();
+  /** Starts the compiled entry with two workers; its stderr once it served and stopped. */
+  const startAndStop = async (env: Record<string, string>) => {
+    const child = spawn(process.execPath, ["dist/src/main.js"], {
+      cwd: repoRoot,
+      env: serviceEnv({ PORT: "0", HOST: "127.0.0.1", DATA_DIR: dataDir, WORKERS: "2", ...env }),
+      detached: true,
+    });
+    groups.push(child.pid as number);
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk: Buffer) => {
+      stdout += chunk;
+      if (/listening on/.test(stdout)) child.kill("SIGTERM");
+    });
+    child.stderr.on("data", (chunk: Buffer) => {
+      stderr += chunk;
+    });
+    const code = await new Promise<number | null>((resolve) => child.once("close", resolve));
+    t.is(code, 0, `the start served and stopped: ${stdout}\n${stderr.slice(-2000)}`);
+    return stderr;
+  };
+  // Node's compile cache under its debug switch: what it reads, and from where.
+  const debug = { NODE_DEBUG_NATIVE: "COMPILE_CACHE" };
+  await startAndStop(debug);
+  const restart = await startAndStop(debug);
+  const directory = `${repoRoot}node_modules/.cache/referral-service/compiled`;
+  t.true(restart.includes(`resolved path ${directory} `), "kept beside the dependencies");
+  const loaded = restart.match(/V8 code cache for ESM \S+\/dist\/src\/serve\.js was accepted/g);
+  t.is(loaded?.length, 3, "the primary's and both workers' compiled code came from the cache");
+  t.notRegex(restart, /dist\/src\/serve\.js was (rejected|not initialized)/);
+});
+
 test("SIGTERM at any moment of a start stops it cleanly, never with an error of its own", async (t) => {
   t.timeout(120_000);
   // From before the handlers exist to after the workers serve: the compiled
