@@ -116,7 +116,11 @@ referrals accepted) and as many reward grants (one customer holding 300), writte
 into a new store; then the service is restarted on it and each call timed one request at a
 time: the first and last pages, the customer who referred a tenth of the referrals, lookups
 scattered over the store, a customer's grants and balance, and identify of a new customer;
-with the restart time, the server's memory after the calls and the store's size on disk.`,
+with the restart time, the server's memory after the calls and the store's size on disk.
+The service runs one process there, as the other suites do; each repeat then restarts it as
+\`npm start\` does (\`WORKERS=auto\`: the primary, then a worker per core) and times that
+restart too. Both are from the process's start to \`/readyz\` answering 200, with the
+modules' compiled code kept from the earlier starts (see [Operations](operations.md#how-long-a-start-takes)).`,
   },
   insights: {
     title: "Insights",

@@ -22,13 +22,22 @@ export interface ScaleRow {
   readonly firstStartMs: number;
   /** From process start to `/readyz` 200, on a restart (median). */
   readonly restartMs: number;
+  /**
+   * The same on `npm start`'s default, a primary and a worker per core
+   * (`WORKERS=auto`); absent from results written before it was measured.
+   */
+  readonly restartDefaultMs?: number;
   /** Resident memory after the measurements (median). */
   readonly rssBytes: number;
   /** Bytes of DATA_DIR at the end. */
   readonly diskBytes: number;
   /** Latency of each call, one at a time (median of the runs' percentiles). */
   readonly figures: Record<string, LoadResult>;
-  readonly runs: { readonly restartMs: number[]; readonly rssBytes: number[] };
+  readonly runs: {
+    readonly restartMs: number[];
+    readonly restartDefaultMs?: number[];
+    readonly rssBytes: number[];
+  };
 }
 
 /** The calls timed at each size, one request at a time; `tag` makes each run's new customers new. */
@@ -119,6 +128,7 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
       );
       const runs: Record<string, LoadResult[]> = {};
       const restartMs: number[] = [];
+      const restartDefaultMs: number[] = [];
       const rssBytes: number[] = [];
       for (let repeat = 0; repeat < options.repeats; repeat++) {
         // A restart, every call, the memory after them: one unit, run again if the service died.
@@ -148,6 +158,15 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
         );
         restartMs.push(run.readyMs);
         rssBytes.push(run.rssBytes);
+        // The restart as `npm start` makes it: the primary opens the store, then
+        // forks the workers, and the service is ready once every worker serves.
+        const clustered = await startService(dataDir, { WORKERS: "auto" });
+        restartDefaultMs.push(clustered.readyMs);
+        await stopService(context, clustered);
+        log(
+          `scale ${label} ${repeat + 1}/${options.repeats} restart: ` +
+            `${formatMs(run.readyMs)} ms, ${formatMs(clustered.readyMs)} ms with workers`,
+        );
         for (const [name, result] of Object.entries(run.results)) {
           runs[name] = [...(runs[name] ?? []), result];
         }
@@ -159,18 +178,35 @@ export async function runScale(context: BenchContext): Promise<ScaleRow[]> {
         seedSeconds,
         firstStartMs: first.readyMs,
         restartMs: median(restartMs),
+        restartDefaultMs: median(restartDefaultMs),
         rssBytes: median(rssBytes),
         diskBytes: diskBytes(dataDir),
         figures: Object.fromEntries(
           Object.entries(runs).map(([name, results]) => [name, medianResult(results)]),
         ),
-        runs: { restartMs, rssBytes },
+        runs: { restartMs, restartDefaultMs, rssBytes },
       });
     } finally {
       rmSync(dataDir, { recursive: true, force: true });
     }
   }
   return rows;
+}
+
+/**
+ * The performance issue's restart goals, on the default configuration: ready
+ * within 2 s of the process start up to 36,000 customers, within 5 s at 1M.
+ * A size between them is held to 2 s, stricter than the goal asks.
+ */
+const restartGoals = [
+  { upTo: 100_000, seconds: 2 },
+  { upTo: 1_000_000, seconds: 5 },
+] as const;
+
+function restartGoal(row: ScaleRow): string {
+  const goal = restartGoals.find((candidate) => row.customers <= candidate.upTo);
+  if (!goal || row.restartDefaultMs === undefined) return "-";
+  return `≤ ${goal.seconds} s ${row.restartDefaultMs <= goal.seconds * 1000 ? "met" : "missed"}`;
 }
 
 /** One call, one request at a time: a short warm-up, then `seconds` measured. */
@@ -225,6 +261,13 @@ export function scaleTable(
         ),
       ],
       ["restart to /readyz 200", ...rows.map((row) => `${formatMs(row.restartMs / 1000)} s`)],
+      [
+        "the same with a worker per core (WORKERS=auto, the default)",
+        ...rows.map((row) =>
+          row.restartDefaultMs === undefined ? "-" : `${formatMs(row.restartDefaultMs / 1000)} s`,
+        ),
+      ],
+      ["goal with workers", ...rows.map((row) => restartGoal(row))],
       ["first start after seeding", ...rows.map((row) => `${formatMs(row.firstStartMs / 1000)} s`)],
       ["server RSS", ...rows.map((row) => mebibytes(row.rssBytes))],
       ["DATA_DIR on disk", ...rows.map((row) => mebibytes(row.diskBytes))],
