@@ -14,7 +14,7 @@ const cacheDirectory = fileURLToPath(
  * Keeps V8's compiled code of every module on disk (Node's compile cache)
  * and loads it on the next start instead of compiling again: the primary
  * and each worker load the whole service at start, which was most of a
- * restart's time (see "Starting" in docs/operations.md). Node checks each
+ * restart's time (see "How long a start takes" in docs/operations.md). Node checks each
  * entry against the source it was compiled from, so a rebuild or an
  * upgrade of Node only compiles again. `NODE_COMPILE_CACHE=<dir>` puts the
  * cache elsewhere and `NODE_DISABLE_COMPILE_CACHE=1` turns it off (both
