@@ -162,6 +162,7 @@ export class Identify extends Step {
           identifiedSlot: this.slot,
           status: outcome.status,
           text: outcome.text,
+          keptOrder: model.next(),
         });
       }
     } else {
@@ -260,6 +261,7 @@ export class Refer extends Step {
           idempotencyKey,
           status: outcome.status,
           text: outcome.text,
+          keptOrder: model.next(),
         });
       }
     } else {
@@ -582,6 +584,7 @@ export class Erase extends Step {
     if (!expect(system, mode, this.toString(), outcome, ["ok"]) || !outcome.ok) return;
     // Acknowledged now: anything read or sent from here on must be without it.
     customer.erasedAt = Date.now();
+    customer.erasedOrder = model.next();
     const tokens = model.erased().map((erased) => erased.token);
     const leaks: string[] = erasedDataFound(
       [{ where: "the tombstone", text: outcome.text }],
@@ -615,6 +618,7 @@ export class Erase extends Step {
       if (ranAgain && replay.status > 0 && replay.status < 500 && replay.status !== 429) {
         write.status = replay.status;
         write.text = replay.text;
+        write.keptOrder = model.next();
       }
     }
     leaks.push(...(await redeliverWhatHeld(system, model, customer.token, customer.erasedAt)));
@@ -1202,11 +1206,15 @@ export class Replay extends Step {
     if (identified?.erasedAt !== undefined) return;
     // An erasure forgets every kept outcome that names the erased customer
     // (its data, or its id: a referral it made); the write then runs again
-    // and answers what the service holds now (docs/privacy.md).
+    // and answers what the service holds now (docs/privacy.md). An outcome
+    // kept after the erasure is the service's answer since: a referral of
+    // the erased customer refused as not found names its id, and is replayed.
     const erased = model.erased();
     const forgotten = erased.some(
       (slot) =>
-        write.text.includes(slot.token) || (slot.id !== undefined && write.text.includes(slot.id)),
+        (slot.erasedOrder ?? 0) > write.keptOrder &&
+        (write.text.includes(slot.token) ||
+          (slot.id !== undefined && write.text.includes(slot.id))),
     );
     const replay = await system.rest(write.key, "POST", write.path, {
       body: write.body,

@@ -41,6 +41,8 @@ export interface CustomerSlot {
   plan?: string;
   /** When the erasure was acknowledged (ms since the epoch); never identified again after. */
   erasedAt?: number;
+  /** The erasure's place among the run's acknowledged answers (`Model.next`). */
+  erasedOrder?: number;
 }
 
 /** The application a run gets to itself, and what the checker set up in it. */
@@ -99,6 +101,11 @@ export interface IdempotentWrite {
    */
   status: number;
   text: string;
+  /**
+   * The place of that answer among the run's acknowledged answers
+   * (`Model.next`): an erasure forgets only the answers kept before it.
+   */
+  keptOrder: number;
 }
 
 /** The checker's model of one run. */
