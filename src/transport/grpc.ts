@@ -1,8 +1,7 @@
 import { create, type DescFile, fromBinary, type Message, toBinary } from "@bufbuild/protobuf";
-import { anyPack, FileDescriptorProtoSchema } from "@bufbuild/protobuf/wkt";
+import { anyPack } from "@bufbuild/protobuf/wkt";
 import type { ConnectError } from "@connectrpc/connect";
 import * as grpc from "@grpc/grpc-js";
-import { ReflectionService } from "@grpc/reflection";
 import { HealthImplementation } from "grpc-health-check";
 import { StatusSchema } from "../../gen/google/rpc/status_pb.js";
 import { file_health_v1_health } from "../../gen/health/v1/health_pb.js";
@@ -11,6 +10,7 @@ import { decodeBinaryRequest } from "../contract/decode-request.js";
 import { encodeOnce } from "../contract/shared-messages.js";
 import type { ClientAddressOf } from "./client-address.js";
 import { type ErrorLogger, toConnectError } from "./errors.js";
+import { addReflection } from "./grpc-reflection.js";
 import { type Pipeline, type Rpc, type ServiceRegistration, TransportCall } from "./pipeline.js";
 
 /** The gRPC side: the grpc-js server, and the switch of its health service. */
@@ -62,15 +62,7 @@ export function createGrpcServer(deps: {
   }
   // The health service is described too, so reflection clients (buf curl,
   // grpcurl) list and call it like the others.
-  const described = [...filesOf(deps.registrations), file_health_v1_health];
-  const packageDefinition = {
-    "referral.v1": {
-      fileDescriptorProtos: described.map((file) =>
-        Buffer.from(toBinary(FileDescriptorProtoSchema, file.proto)),
-      ),
-    },
-  };
-  new ReflectionService(packageDefinition as never).addToServer(server);
+  addReflection(server, [...filesOf(deps.registrations), file_health_v1_health]);
   const served = ["", ...deps.registrations.map(({ service }) => service.typeName)];
   const health = new HealthImplementation(
     Object.fromEntries(served.map((name) => [name, "SERVING" as const])),

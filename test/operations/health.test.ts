@@ -18,16 +18,17 @@ test.after.always(async () => {
   await server?.stop();
 });
 
+// The `buf` of node_modules, run directly: `npx` would add a second or more to each call.
+const bufCurl = (args: string[]) =>
+  run(new URL("../../node_modules/.bin/buf", import.meta.url).pathname, [
+    "curl",
+    "--protocol",
+    "grpc",
+    "--http2-prior-knowledge",
+    ...args,
+  ]);
+
 test("reflection lists grpc.health.v1.Health beside the services, and describes it to call", async (t) => {
-  // The `buf` of node_modules, run directly: `npx` would add a second or more to each call.
-  const bufCurl = (args: string[]) =>
-    run(new URL("../../node_modules/.bin/buf", import.meta.url).pathname, [
-      "curl",
-      "--protocol",
-      "grpc",
-      "--http2-prior-knowledge",
-      ...args,
-    ]);
   const { stdout } = await bufCurl(["--list-services", server.baseUrl]);
   const services = stdout.trim().split("\n");
   t.true(services.includes("grpc.health.v1.Health"), stdout);
@@ -55,4 +56,31 @@ test("health reports the server and each service by name, and NOT_FOUND for othe
     t.is(await healthCheck(server.port, service), "SERVING", service);
   }
   t.is(await healthCheck(server.port, "referral.v1.NoSuchService"), 5, "NOT_FOUND");
+});
+
+test("both reflection versions answer as a server's first calls, at once: reflection is built on the first", async (t) => {
+  const fresh = await startService();
+  try {
+    const listed = await Promise.all(
+      ["grpc-v1", "grpc-v1alpha"].map((version) =>
+        bufCurl(["--reflect-protocol", version, "--list-services", fresh.baseUrl]),
+      ),
+    );
+    for (const { stdout } of listed) {
+      const services = stdout.trim().split("\n");
+      t.true(services.includes("referral.v1.CustomersService"), stdout);
+      t.true(services.includes("grpc.health.v1.Health"), stdout);
+    }
+    // Described through the older version alone, then called.
+    const { stdout: checked } = await bufCurl([
+      "--reflect-protocol",
+      "grpc-v1alpha",
+      "-d",
+      '{"service":"referral.v1.RewardsService"}',
+      `${fresh.baseUrl}/grpc.health.v1.Health/Check`,
+    ]);
+    t.deepEqual(JSON.parse(checked), { status: "SERVING" });
+  } finally {
+    await fresh.stop();
+  }
 });
