@@ -54,20 +54,23 @@ const publicOnlyLookup: LookupFunction = (hostname, options, callback) => {
 // that answers calls. Redirects are not followed (undici's default).
 // Loaded with the first attempt: a cluster's workers never send, and
 // loading undici took about 90 ms of each process's start.
-let undici:
-  | Promise<{
-      readonly request: typeof import("undici").request;
-      readonly publicOnly: Agent;
-      readonly anyAddress: Agent;
-    }>
-  | undefined;
+interface Undici {
+  readonly request: typeof import("undici").request;
+  readonly publicOnly: Agent;
+  readonly anyAddress: Agent;
+}
+let undici: Undici | undefined;
+let loadingUndici: Promise<Undici> | undefined;
 const loadUndici = () => {
-  undici ??= import("undici").then(({ Agent, request }) => ({
-    request,
-    publicOnly: new Agent({ connect: { lookup: publicOnlyLookup } }),
-    anyAddress: new Agent(),
-  }));
-  return undici;
+  loadingUndici ??= import("undici").then(({ Agent, request }) => {
+    undici = {
+      request,
+      publicOnly: new Agent({ connect: { lookup: publicOnlyLookup } }),
+      anyAddress: new Agent(),
+    };
+    return undici;
+  });
+  return loadingUndici;
 };
 
 /**
@@ -92,7 +95,8 @@ export const sendWebhook: WebhookSender = async (input) => {
   if (stop?.aborted) onStop();
   else stop?.addEventListener("abort", onStop, { once: true });
   try {
-    const { request, anyAddress, publicOnly } = await loadUndici();
+    // Once loaded, taken as it is: no turn of the loop per attempt.
+    const { request, anyAddress, publicOnly } = undici ?? (await loadUndici());
     const { statusCode, body } = await request(url, {
       method: "POST",
       headers: input.headers,

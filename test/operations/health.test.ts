@@ -28,18 +28,38 @@ const bufCurl = (args: string[]) =>
     ...args,
   ]);
 
+/** The reflection protocol buf curl asks (`--reflect-protocol`); v1, falling back to v1alpha, when unset. */
+type ReflectProtocol = "grpc-v1" | "grpc-v1alpha" | undefined;
+const reflectArgs = (reflect: ReflectProtocol) => (reflect ? ["--reflect-protocol", reflect] : []);
+
+/** The services reflection lists, and buf curl's output for the message of an assertion. */
+async function listedServices(baseUrl: string, reflect?: ReflectProtocol) {
+  const { stdout } = await bufCurl([...reflectArgs(reflect), "--list-services", baseUrl]);
+  return { services: stdout.trim().split("\n"), stdout };
+}
+
+/** Health's answer for `service`, called through reflection alone (buf curl reads its types there). */
+async function checkedThroughReflection(
+  baseUrl: string,
+  service: string,
+  reflect?: ReflectProtocol,
+) {
+  const { stdout } = await bufCurl([
+    ...reflectArgs(reflect),
+    "-d",
+    JSON.stringify({ service }),
+    `${baseUrl}/grpc.health.v1.Health/Check`,
+  ]);
+  return JSON.parse(stdout) as unknown;
+}
+
 test("reflection lists grpc.health.v1.Health beside the services, and describes it to call", async (t) => {
-  const { stdout } = await bufCurl(["--list-services", server.baseUrl]);
-  const services = stdout.trim().split("\n");
+  const { services, stdout } = await listedServices(server.baseUrl);
   t.true(services.includes("grpc.health.v1.Health"), stdout);
   t.true(services.includes("referral.v1.CustomersService"), stdout);
-  // Through reflection alone: buf curl reads the request and response types from it.
-  const { stdout: checked } = await bufCurl([
-    "-d",
-    '{"service":"referral.v1.CustomersService"}',
-    `${server.baseUrl}/grpc.health.v1.Health/Check`,
-  ]);
-  t.deepEqual(JSON.parse(checked), { status: "SERVING" });
+  t.deepEqual(await checkedThroughReflection(server.baseUrl, "referral.v1.CustomersService"), {
+    status: "SERVING",
+  });
 });
 
 test("health reports the server and each service by name, and NOT_FOUND for others", async (t) => {
@@ -62,24 +82,19 @@ test("both reflection versions answer as a server's first calls, at once: reflec
   const fresh = await startService();
   try {
     const listed = await Promise.all(
-      ["grpc-v1", "grpc-v1alpha"].map((version) =>
-        bufCurl(["--reflect-protocol", version, "--list-services", fresh.baseUrl]),
+      (["grpc-v1", "grpc-v1alpha"] as const).map((version) =>
+        listedServices(fresh.baseUrl, version),
       ),
     );
-    for (const { stdout } of listed) {
-      const services = stdout.trim().split("\n");
+    for (const { services, stdout } of listed) {
       t.true(services.includes("referral.v1.CustomersService"), stdout);
       t.true(services.includes("grpc.health.v1.Health"), stdout);
     }
     // Described through the older version alone, then called.
-    const { stdout: checked } = await bufCurl([
-      "--reflect-protocol",
-      "grpc-v1alpha",
-      "-d",
-      '{"service":"referral.v1.RewardsService"}',
-      `${fresh.baseUrl}/grpc.health.v1.Health/Check`,
-    ]);
-    t.deepEqual(JSON.parse(checked), { status: "SERVING" });
+    t.deepEqual(
+      await checkedThroughReflection(fresh.baseUrl, "referral.v1.RewardsService", "grpc-v1alpha"),
+      { status: "SERVING" },
+    );
   } finally {
     await fresh.stop();
   }
