@@ -14,7 +14,7 @@ import {
   storeRelayed,
 } from "../store/events.js";
 import { keptWhileMarkStays } from "../store/kept-reads.js";
-import { changeMarksOf, type Store } from "../store/store.js";
+import { changeMarksOf, erasureMarkOf, type Store } from "../store/store.js";
 import { findEnabledWebhooks } from "../store/webhooks.js";
 
 /** How many documents the relay takes from a collection per pass. */
@@ -89,6 +89,8 @@ export function createOutboxRelay(deps: {
   // the collection is not read. At a moderate rate a pass runs for nearly
   // every event, and reading the four collections cost more than the event.
   const markOf = changeMarksOf(store);
+  const erasureMark = erasureMarkOf(store);
+  const scrubbed = (event: EventDoc) => withErasedScrubbed(db, event, erasureMark);
   const nothingAt: Partial<Record<HolderName, number>> = {};
   // Per collection, the documents a pass read past while their first
   // attempts were out (see `findOutboxHolders`). A write may append an
@@ -186,13 +188,13 @@ export function createOutboxRelay(deps: {
           if (!firstHere || storedBefore) {
             const stored =
               storedBefore ?? (await storeEvent(db, await eventOf(db, holder, entry, type)));
-            forAnyWorker += await queue(await withErasedScrubbed(db, stored), wanted, clock());
+            forAnyWorker += await queue(await scrubbed(stored), wanted, clock());
             continue;
           }
           // A customer erased already is scrubbed before the event is built
           // into attempts; one erased since, before its attempt (the
           // dispatcher reads again) and before it is stored (see below).
-          const event = await withErasedScrubbed(db, await eventOf(db, holder, entry, type));
+          const event = await scrubbed(await eventOf(db, holder, entry, type));
           const now = clock();
           const toQueue: WebhookDoc[] = [];
           for (const webhook of wanted) {
@@ -205,7 +207,7 @@ export function createOutboxRelay(deps: {
             continue;
           }
           // The rest wait in the store for any worker, which reads the event there.
-          const stored = await withErasedScrubbed(db, await storeEvent(db, event));
+          const stored = await scrubbed(await storeEvent(db, event));
           forAnyWorker += await queue(stored, toQueue, now);
         }
         if (attempted.length === 0) {
@@ -241,7 +243,7 @@ export function createOutboxRelay(deps: {
               clock(),
             );
             // Read after the events are stored, as `withErasedScrubbed` requires.
-            await Promise.all(events.map((event) => withErasedScrubbed(db, event)));
+            await Promise.all(events.map(scrubbed));
           })
           .catch((error: unknown) =>
             deps.log?.(error, "storing relayed events failed; they are relayed again"),

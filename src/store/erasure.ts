@@ -1,8 +1,9 @@
-import type { Filter } from "mongodb";
+import type { Document, Filter } from "mongodb";
 import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import { eraseCustomer, findCustomerOrTombstone } from "./customers.js";
 import type { CustomerDoc, EventDoc, OutboxEntryDoc } from "./documents.js";
+import type { SqliteConnection } from "./engine/sqlite-connection.js";
 import { packPayload, unpackPayload } from "./event-payload.js";
 import { ownedBy } from "./tenant.js";
 
@@ -90,22 +91,75 @@ function referredByScrub(id: string): (data: Record<string, unknown>) => void {
 }
 
 /**
+ * A number that moves with every commit that erases a customer, on the
+ * embedded engine's writer, where every write commits (see
+ * {@link withErasedScrubbed}). It moves as the commit is made, before any
+ * other code runs, so a read that follows a look at it sees that erasure.
+ * A write undone inside a committed group may move it for nothing: a
+ * look then reads once more than it had to.
+ */
+export class ErasureMark {
+  private erasures = 0;
+  private erasedInGroup = false;
+
+  constructor(database: Pick<SqliteConnection, "observeWrites">) {
+    database.observeWrites({
+      released: () => {},
+      undone: () => {},
+      committing: () => {
+        if (this.erasedInGroup) this.erasures += 1;
+        this.erasedInGroup = false;
+      },
+      abandoned: () => {
+        this.erasedInGroup = false;
+      },
+    });
+  }
+
+  /** Told of each customer's change inside the write that makes it. */
+  changed(before: Document | null, after: Document): void {
+    if (after.deletedAt != null && before?.deletedAt == null) this.erasedInGroup = true;
+  }
+
+  /** The mark now. */
+  readonly current = (): number => this.erasures;
+}
+
+/** The erasure mark each event was last found unerased at (see {@link withErasedScrubbed}). */
+const foundUnerasedAt = new WeakMap<EventDoc, number>();
+
+/**
  * An event the relay just stored, with the data of any customer it names
  * erased if that customer was erased meanwhile: an erasure rewrites the
  * events stored when it runs, and the relay may have read the customer
  * before it and stored the event after. Read after the event is stored, a
  * customer not yet erased will be, later, by an erasure that finds this
  * event; one erased already is scrubbed here. Returns the event as stored.
+ *
+ * With the store's erasure mark (`erasureMarkOf`), an event found unerased
+ * is not read for again while the mark stays: no customer was erased
+ * since. The relay looks three times per event (built, sent, stored), and
+ * the reads were most of what a delivery cost the store beyond its writes.
  */
-export async function withErasedScrubbed(db: Collections, event: EventDoc): Promise<EventDoc> {
+export async function withErasedScrubbed(
+  db: Collections,
+  event: EventDoc,
+  erasureMark?: (() => number) | null,
+): Promise<EventDoc> {
   const named = [event.customerId, event.referredById].filter(
     (id): id is string => id !== undefined,
   );
   if (named.length === 0) return event;
+  const mark = erasureMark?.();
+  if (mark !== undefined && foundUnerasedAt.get(event) === mark) return event;
   const erased = await db.customers
     .find({ _id: { $in: named }, deletedAt: { $ne: null } }, { projection: { _id: 1 } })
     .toArray();
-  if (erased.length === 0) return event;
+  if (erased.length === 0) {
+    // The mark as it was before the read: an erasure committed meanwhile moved it.
+    if (mark !== undefined) foundUnerasedAt.set(event, mark);
+    return event;
+  }
   const body = JSON.parse(event.payload) as { data?: Record<string, unknown> };
   if (!body.data) return event;
   for (const { _id } of erased) {

@@ -25,6 +25,7 @@ import { type QueryPlan, SqliteDatabase, type WriteLimits } from "./engine/sqlit
 import type { SqliteSynchronous } from "./engine/sqlite-wal.js";
 import { EmbeddedStats } from "./engine/stats-embedded.js";
 import { MongoStats, supportsTransactions } from "./engine/stats-mongo.js";
+import { ErasureMark } from "./erasure.js";
 import { recognizeDriverErrors, StoreOpenError } from "./errors.js";
 import {
   type ForwardedWrites,
@@ -105,6 +106,8 @@ export interface EmbeddedWriter extends EmbeddedBase {
    * commit of one: while it stays, a read of the collection answers as before.
    */
   changeMarkOf(name: CollectionName): number;
+  /** A number that moves with every commit that erases a customer (see `ErasureMark`). */
+  erasureMark(): number;
 }
 
 /** A cluster worker's view of the embedded engine: it reads the file and forwards its writes to the writer. */
@@ -126,6 +129,14 @@ export interface EmbeddedReader extends EmbeddedBase {
  */
 export function changeMarksOf(store: Store): ((name: CollectionName) => number) | null {
   return store.engine === "embedded" && store.role === "writer" ? store.changeMarkOf : null;
+}
+
+/**
+ * The store's erasure mark (see `ErasureMark`), where it sees every
+ * erasure commit: the embedded engine's writer. None elsewhere.
+ */
+export function erasureMarkOf(store: Store): (() => number) | null {
+  return store.engine === "embedded" && store.role === "writer" ? store.erasureMark : null;
 }
 
 /** The embedded engine's plan of every distinct query run so far; none on MongoDB (tests, diagnostics). */
@@ -301,7 +312,13 @@ function openEmbedded(
     const collections = embeddedCollections(db);
     const changeMarkOf = (name: CollectionName) => db.versionOf(name) + db.changesOf(name);
     const stats = new EmbeddedStats(db, () => changeMarkOf("campaigns"));
-    for (const [name, watcher] of Object.entries(watchers)) {
+    const erasures = new ErasureMark(db);
+    const { customers: customersWatcher, ...otherWatchers } = watchers;
+    collections.customers.watch((before, after) => {
+      erasures.changed(before, after);
+      customersWatcher?.(before, after, stats.moves);
+    });
+    for (const [name, watcher] of Object.entries(otherWatchers)) {
       collections[name as CollectionName].watch((before, after) =>
         watcher(before, after, stats.moves),
       );
@@ -320,6 +337,7 @@ function openEmbedded(
       role: "writer",
       stats,
       changeMarkOf,
+      erasureMark: erasures.current,
       async runCommand(command) {
         switch (command.kind) {
           case "write": {

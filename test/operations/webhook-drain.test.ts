@@ -356,6 +356,18 @@ test("an event appended while its document's first attempts are being stored is 
       body: { externalUserId: "appended", name: "Appended", environment: "test" },
     });
     await waitUntil(() => sent.length === 1, "customer.created's first attempt");
+    // An erasure in an environment the endpoint does not listen to moves
+    // the store's erasure mark after the attempt looked for erased
+    // customers: the storing looks again (see `withErasedScrubbed`).
+    const elsewhere = await rest(server, "POST", "/customers/identify", {
+      key: keys.secret,
+      body: { externalUserId: "elsewhere", name: "Elsewhere", environment: "production" },
+    });
+    t.is(elsewhere.status, 201);
+    const erasedElsewhere = await rest(server, "DELETE", `/customers/${elsewhere.body.id}`, {
+      key: keys.secret,
+    });
+    t.is(erasedElsewhere.status, 200);
     // Holds the storing of that attempt after its write, before the
     // document is released: at its read of erased customers (the only
     // read of customers that asks for a deletedAt set).

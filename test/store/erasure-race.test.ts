@@ -1,6 +1,7 @@
 import test from "ava";
 import { withErasedScrubbed } from "../../src/store/erasure.js";
 import { findEvent, storeEvent } from "../../src/store/events.js";
+import { erasureMarkOf } from "../../src/store/store.js";
 import { keys, rest, useServer } from "../helpers/server.js";
 
 /**
@@ -64,4 +65,46 @@ test("an event stored after its customer's erasure, from a read made before, is 
     untouched.payload,
     "a live customer's event is left as it is",
   );
+});
+
+test("an event found unerased is read for again once a customer is erased, and only then", async (t) => {
+  const identify = (externalUserId: string) =>
+    rest(server, "POST", "/customers/identify", {
+      key: keys.secret,
+      body: { externalUserId, name: "Oona Marsh", email: `${externalUserId}@example.org` },
+    });
+  const customer = (await identify("mark-customer")).body;
+  const store = server.app.store;
+  const db = store.system;
+  const mark = erasureMarkOf(store);
+  if (!mark) return t.fail("the embedded writer keeps an erasure mark");
+  const at = new Date();
+  const event = {
+    _id: `evt_mark_${Date.now()}`,
+    organizationId: customer.organizationId,
+    applicationId: customer.applicationId,
+    environment: customer.environment,
+    type: "customer.updated" as const,
+    payload: JSON.stringify({
+      type: "customer.updated",
+      timestamp: at.toISOString(),
+      data: customer,
+    }),
+    createdAt: at,
+    customerId: customer.id,
+  };
+  t.is(await withErasedScrubbed(db, event, mark), event, "found unerased, handed on as it is");
+
+  const before = mark();
+  await identify("mark-other");
+  t.is(mark(), before, "a write that erases nobody leaves the mark");
+
+  t.is(
+    (await rest(server, "DELETE", `/customers/${customer.id}`, { key: keys.secret })).status,
+    200,
+  );
+  t.not(mark(), before, "an erasure moves it");
+  const sent = await withErasedScrubbed(db, event, mark);
+  t.false(sent.payload.includes("Oona Marsh"), "read again, and scrubbed");
+  t.false(sent.payload.includes("mark-customer@example.org"));
 });
