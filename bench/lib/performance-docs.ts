@@ -67,8 +67,8 @@ peak without, per protocol.`,
   webhooks: {
     title: "Webhooks",
     measures: `The REST writes again with a webhook endpoint subscribed to every event type (a receiver on
-loopback answering 204 at once), against the same writes without one, with the events the
-receiver got per second during the same runs (each write raises one or more: below the writes'
+loopback answering 204 at once), against the same writes without one (each repeat runs the
+write without, then with, on new services), with the events the receiver got per second during the same runs (each write raises one or more: below the writes'
 rate, deliveries were left for after the run); then identifies of new
 customers at 1,000/s: the time from the last write answered to the last event received, and
 whether every event arrived (deduplicated by \`webhook-id\`).`,
