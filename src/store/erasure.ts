@@ -3,7 +3,6 @@ import type { EnvironmentName, Tenant } from "../domain/tenancy.js";
 import type { Collections } from "./collection.js";
 import { eraseCustomer, findCustomerOrTombstone } from "./customers.js";
 import type { CustomerDoc, EventDoc, OutboxEntryDoc } from "./documents.js";
-import type { SqliteConnection } from "./engine/sqlite-connection.js";
 import { packPayload, unpackPayload } from "./event-payload.js";
 import { ownedBy } from "./tenant.js";
 
@@ -102,23 +101,20 @@ export class ErasureMark {
   private erasures = 0;
   private erasedInGroup = false;
 
-  constructor(database: Pick<SqliteConnection, "observeWrites">) {
-    database.observeWrites({
-      released: () => {},
-      undone: () => {},
-      committing: () => {
-        if (this.erasedInGroup) this.erasures += 1;
-        this.erasedInGroup = false;
-      },
-      abandoned: () => {
-        this.erasedInGroup = false;
-      },
-    });
-  }
-
   /** Told of each customer's change inside the write that makes it. */
   changed(before: Document | null, after: Document): void {
     if (after.deletedAt != null && before?.deletedAt == null) this.erasedInGroup = true;
+  }
+
+  // How the engine's writes end (it observes them, see `observeWrites`).
+  released(): void {}
+  undone(): void {}
+  committing(): void {
+    if (this.erasedInGroup) this.erasures += 1;
+    this.erasedInGroup = false;
+  }
+  abandoned(): void {
+    this.erasedInGroup = false;
   }
 
   /** The mark now. */

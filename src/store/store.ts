@@ -312,7 +312,8 @@ function openEmbedded(
     const collections = embeddedCollections(db);
     const changeMarkOf = (name: CollectionName) => db.versionOf(name) + db.changesOf(name);
     const stats = new EmbeddedStats(db, () => changeMarkOf("campaigns"));
-    const erasures = new ErasureMark(db);
+    const erasures = new ErasureMark();
+    db.observeWrites(erasures);
     const { customers: customersWatcher, ...otherWatchers } = watchers;
     collections.customers.watch((before, after) => {
       erasures.changed(before, after);
