@@ -199,7 +199,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       retrySchedule: durationList(env, "WEBHOOK_RETRY_SCHEDULE", defaultRetrySchedule),
       timeoutMs: duration(env, "WEBHOOK_TIMEOUT", defaultWebhookTimeoutMs),
       disableAfterMs: duration(env, "WEBHOOK_DISABLE_AFTER", 5 * 86_400_000),
-      concurrency: integer(env, "WEBHOOK_CONCURRENCY", 32, 1, 256),
+      concurrency: integer(env, "WEBHOOK_CONCURRENCY", 128, 1, 256),
     },
     tls: tlsConfig(env),
     trustedProxies: trustedProxies(env),

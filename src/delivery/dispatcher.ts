@@ -178,13 +178,17 @@ export function createDispatcher(deps: DispatcherDeps) {
     return true;
   }
 
-  /** Claims a due delivery from the store and attempts it. False when none was due. */
-  async function claimAndDeliver(): Promise<boolean> {
+  /**
+   * Claims a due delivery from the store and attempts it. False when none
+   * was due. `claimed` hears whether the claim took one, before the attempt.
+   */
+  async function claimAndDeliver(claimed?: (found: boolean) => void): Promise<boolean> {
     const leaseNow = leaseClock();
     const delivery = await claimDueDelivery(db, clock(), owner, {
       now: leaseNow,
       until: leaseFrom(leaseNow),
     });
+    claimed?.(delivery !== null);
     if (!delivery) return false;
     const webhook = await endpointOf(delivery.webhookId);
     const event = await findEvent(db, delivery.eventId);

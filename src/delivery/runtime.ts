@@ -143,6 +143,25 @@ export function startWebhookRuntime(deps: {
     return dueQuery;
   };
 
+  // The first claim made at a store check, which the other workers wait
+  // for: they claim too only if it took a delivery (the store may hold
+  // more). Idle, every worker woke at each poll to ask the store the same.
+  let firstClaim: { readonly check: number; readonly found: Promise<boolean> } | undefined;
+
+  /** Claims a due delivery and attempts it, at store check `check`; false when none was due. */
+  function claimAt(check: number): Promise<boolean> {
+    if (firstClaim?.check === check) {
+      return firstClaim.found.then((found) => found && dispatcher.claimAndDeliver());
+    }
+    let tell: (found: boolean) => void = () => {};
+    const found = new Promise<boolean>((resolve) => {
+      tell = resolve;
+    });
+    firstClaim = { check, found };
+    // A claim that failed tells the others nothing was found: the next check asks again.
+    return dispatcher.claimAndDeliver(tell).finally(() => tell(false));
+  }
+
   async function workerLoop(): Promise<void> {
     await leasesReleased;
     // The store check this worker last found nothing at; none yet, so it claims at start.
@@ -152,7 +171,7 @@ export function startWebhookRuntime(deps: {
         if (await dispatcher.deliverHandedOver()) continue;
         if (checkedAt !== storeChecks) {
           const check = storeChecks;
-          if (await dispatcher.claimAndDeliver()) continue;
+          if (await claimAt(check)) continue;
           checkedAt = check;
           const due = await sharedNextDue();
           const untilDue = due ? due.getTime() - clock().getTime() : pollMs;

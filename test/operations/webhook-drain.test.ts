@@ -479,3 +479,31 @@ test("an event for two endpoints, one answering and one cut short by the stop: t
     for (const cleanup of cleanups) await cleanup();
   }
 });
+
+test("idle delivery workers ask the store once per poll, not once each", async (t) => {
+  const server = await startService({ env: { METRICS_TOKEN: "drain-metrics" } });
+  try {
+    const claims = async () => {
+      const text = await (
+        await fetch(`${server.baseUrl}/metrics`, {
+          headers: { authorization: "Bearer drain-metrics" },
+        })
+      ).text();
+      const line =
+        /store_operation_duration_seconds_count\{collection="deliveries",operation="findOneAndUpdate"\} (\d+)/.exec(
+          text,
+        );
+      return Number(line?.[1] ?? 0);
+    };
+    // Past the start, where each worker claims once, and its first poll.
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    const before = await claims();
+    // Two polls (a second apart) with the default workers (128) idle.
+    await new Promise((resolve) => setTimeout(resolve, 2200));
+    const claimed = (await claims()) - before;
+    t.true(claimed >= 1, `the store is still polled (${claimed} claims)`);
+    t.true(claimed <= 4, `${claimed} claims in two polls`);
+  } finally {
+    await server.stop();
+  }
+});
