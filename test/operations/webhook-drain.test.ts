@@ -502,7 +502,8 @@ test("idle delivery workers ask the store once per poll, not once each", async (
     await new Promise((resolve) => setTimeout(resolve, 2200));
     const claimed = (await claims()) - before;
     t.true(claimed >= 1, `the store is still polled (${claimed} claims)`);
-    t.true(claimed <= 4, `${claimed} claims in two polls`);
+    // Each of 128 workers claimed at each poll before: 256.
+    t.true(claimed <= 6, `${claimed} claims in two polls`);
   } finally {
     await server.stop();
   }

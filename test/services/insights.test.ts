@@ -1,7 +1,7 @@
 import { join } from "node:path";
-import { DatabaseSync } from "node:sqlite";
 import test from "ava";
 import { InsightsService } from "../../gen/referral/v1/insights_pb.js";
+import { writeBehindTheService } from "../helpers/behind-the-service.js";
 import { wireProtocols } from "../helpers/callers.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
 import { keepStreamOpen } from "../helpers/streams.js";
@@ -188,21 +188,11 @@ test.serial(
     t.true(clean.recordsRead > 0);
 
     // Corrupt the kept numbers behind the service's back: one counter, one leaderboard row.
-    // The service's writer may be committing (the reward sweep, a checkpoint):
-    // wait for its lock rather than fail. The lock is taken before anything is
-    // read (BEGIN IMMEDIATE): an UPDATE in autocommit reads first, and a commit
-    // of the service in between makes its upgrade to a write fail at once
-    // (SQLITE_BUSY, without waiting).
-    const database = new DatabaseSync(join(server.dataDir, "referrals.sqlite"), {
-      timeout: 5_000,
-    });
-    database.exec("BEGIN IMMEDIATE");
-    database.exec(
-      "UPDATE stat_counts SET n = n + 5 WHERE (scope, size, bucket, metric) = (SELECT scope, size, bucket, metric FROM stat_counts WHERE metric = 'created' AND size = 86400 LIMIT 1)",
+    await writeBehindTheService(
+      join(server.dataDir, "referrals.sqlite"),
+      "UPDATE stat_counts SET n = n + 5 WHERE (scope, size, bucket, metric) = (SELECT scope, size, bucket, metric FROM stat_counts WHERE metric = 'created' AND size = 86400 LIMIT 1); " +
+        "UPDATE stat_leaderboard SET accepted = accepted + 1",
     );
-    database.exec("UPDATE stat_leaderboard SET accepted = accepted + 1");
-    database.exec("COMMIT");
-    database.close();
 
     const found = await verify();
     t.true(found.differenceCount >= 2);

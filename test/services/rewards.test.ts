@@ -1,7 +1,7 @@
 import { join } from "node:path";
-import { DatabaseSync } from "node:sqlite";
 import test from "ava";
 import { embeddedDatabaseFile } from "../../src/store/embedded-file.js";
+import { writeBehindTheService } from "../helpers/behind-the-service.js";
 import { engineNames } from "../helpers/engines.js";
 import { discount, payout } from "../helpers/rewards.js";
 import { type Json, keys, rest, startServer, useServer } from "../helpers/server.js";
@@ -774,24 +774,13 @@ test("a write failing at a grant undoes its acceptance: the referral stays pendi
         environment: "production",
       });
     // Any insert of a grant fails, inside the acceptance's write, as a full disk would.
-    // The service's writer may be committing (the reward sweep): each change waits for
-    // its lock, taken before anything is read (see the insights test's corruption).
-    const file = new DatabaseSync(join(failing.dataDir, embeddedDatabaseFile), { timeout: 5_000 });
-    const failGrants = (on: boolean) =>
-      file.exec(
-        `BEGIN IMMEDIATE; ${
-          on
-            ? `CREATE TRIGGER fail_grants BEFORE INSERT ON "rewardGrants" BEGIN SELECT RAISE(ABORT, 'simulated failure'); END`
-            : "DROP TRIGGER fail_grants"
-        }; COMMIT`,
-      );
-    try {
-      failGrants(true);
-      t.is((await purchase()).status, 500);
-      failGrants(false);
-    } finally {
-      file.close();
-    }
+    const file = join(failing.dataDir, embeddedDatabaseFile);
+    await writeBehindTheService(
+      file,
+      `CREATE TRIGGER fail_grants BEFORE INSERT ON "rewardGrants" BEGIN SELECT RAISE(ABORT, 'simulated failure'); END`,
+    );
+    t.is((await purchase()).status, 500);
+    await writeBehindTheService(file, "DROP TRIGGER fail_grants");
     const [after] = expectOk(await call("GET", `/referrals?refereeId=${referee.id}`)).data;
     t.is(after.status, "pending", "the acceptance went with its grants");
     t.is(after.statusHistory.length, 1);
