@@ -201,6 +201,32 @@ export async function startServer(options: ServerOptions = {}): Promise<TestServ
   };
 }
 
+/** Longer than any stop takes: its drain's grace (10 s) and the store's close. */
+const stopWithinMs = 60_000;
+
+/**
+ * Stops a file's server, or ends the file's process when the stop does not
+ * end: ava waits for the process without a timeout once every test has
+ * reported, and a stop that never ended held a clean-clone run until it
+ * was killed. What is still open is printed first, to say where it hung.
+ */
+async function stopWithin(server: TestServer, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const stopped = await Promise.race([
+    server.stop().then(() => true),
+    new Promise<false>((resolve) => {
+      timer = setTimeout(() => resolve(false), ms);
+    }),
+  ]);
+  clearTimeout(timer);
+  if (stopped) return;
+  const open = new Map<string, number>();
+  for (const kind of process.getActiveResourcesInfo()) open.set(kind, (open.get(kind) ?? 0) + 1);
+  const listed = [...open].map(([kind, count]) => `${kind} ×${count}`).join(", ");
+  console.error(`the test server's stop did not end within ${ms} ms; open: ${listed}`);
+  process.exit(1);
+}
+
 /**
  * Starts one server for the test file (in a serial `before` hook, ahead of
  * the file's own serial hooks) and stops it afterwards. The handle forwards
@@ -215,7 +241,7 @@ export function useServer(options: ServerOptions = {}): TestServer {
   test.after.always(async () => {
     if (!started) return;
     closeGrpcClient(started);
-    await started.stop();
+    await stopWithin(started, stopWithinMs);
   });
   const current = (): TestServer => {
     if (!started) throw new Error("the test server is not started yet");
