@@ -7,6 +7,7 @@
 import cluster from "node:cluster";
 import { accessSync, constants, mkdirSync } from "node:fs";
 import { isAbsolute, relative } from "node:path";
+import type { Primary } from "./cluster/primary.js";
 import { saveCodeCache } from "./code-cache.js";
 import { type Config, loadConfig } from "./config.js";
 import { developmentSecretsIn } from "./development.js";
@@ -63,8 +64,14 @@ async function serveAsPrimary(config: Config, buildApp: BuildApp): Promise<void>
   const app = await buildApp(config, { cluster: { role: "writer" } }).catch((error: unknown) =>
     exitOnStartupError(error, config),
   );
-  const primary = startPrimary(config, app, process.env);
-  onStopSignal(config, () => primary.stop());
+  // Listened for before the first fork: a signal's default action ends a
+  // process at once, and a primary ended between its forks and its handler
+  // left workers starting with nobody at the other end of their channel
+  // (each died printing EPIPE). Handled, the signal waits for this turn,
+  // when every worker is forked and the primary drains them.
+  let primary: Primary | undefined;
+  onStopSignal(config, () => primary?.stop() ?? app.close());
+  primary = startPrimary(config, app, process.env);
   const port = await primary.started.catch(async (error: unknown) => {
     await primary.stop();
     return exitWith((error as Error).message);
