@@ -7,7 +7,6 @@
 import cluster from "node:cluster";
 import { accessSync, constants, mkdirSync } from "node:fs";
 import { isAbsolute, relative } from "node:path";
-import type { Primary } from "./cluster/primary.js";
 import { saveCodeCache } from "./code-cache.js";
 import { type Config, loadConfig } from "./config.js";
 import { developmentSecretsIn } from "./development.js";
@@ -68,10 +67,10 @@ async function serveAsPrimary(config: Config, buildApp: BuildApp): Promise<void>
   // process at once, and a primary ended between its forks and its handler
   // left workers starting with nobody at the other end of their channel
   // (each died printing EPIPE). Handled, the signal waits for this turn,
-  // when every worker is forked and the primary drains them.
-  let primary: Primary | undefined;
-  onStopSignal(config, () => primary?.stop() ?? app.close());
-  primary = startPrimary(config, app, process.env);
+  // when every worker is forked and the primary drains them (the handler
+  // reads `primary`, declared next, only then).
+  onStopSignal(config, () => primary.stop());
+  const primary = startPrimary(config, app, process.env);
   const port = await primary.started.catch(async (error: unknown) => {
     await primary.stop();
     return exitWith((error as Error).message);

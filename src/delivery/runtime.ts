@@ -153,10 +153,7 @@ export function startWebhookRuntime(deps: {
     if (firstClaim?.check === check) {
       return firstClaim.found.then((found) => found && dispatcher.claimAndDeliver());
     }
-    let tell: (found: boolean) => void = () => {};
-    const found = new Promise<boolean>((resolve) => {
-      tell = resolve;
-    });
+    const { promise: found, resolve: tell } = Promise.withResolvers<boolean>();
     firstClaim = { check, found };
     // A claim that failed tells the others nothing was found: the next check asks again.
     return dispatcher.claimAndDeliver(tell).finally(() => tell(false));

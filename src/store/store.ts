@@ -123,20 +123,19 @@ export interface EmbeddedReader extends EmbeddedBase {
   seeNewCommits(): void;
 }
 
-/**
- * The store's change marks (see `EmbeddedWriter.changeMarkOf`), where it
- * sees every write: the embedded engine's writer. None elsewhere.
- */
-export function changeMarksOf(store: Store): ((name: CollectionName) => number) | null {
-  return store.engine === "embedded" && store.role === "writer" ? store.changeMarkOf : null;
+/** The store as the embedded engine's writer, which sees every write; none elsewhere. */
+function embeddedWriterOf(store: Store): EmbeddedWriter | null {
+  return store.engine === "embedded" && store.role === "writer" ? store : null;
 }
 
-/**
- * The store's erasure mark (see `ErasureMark`), where it sees every
- * erasure commit: the embedded engine's writer. None elsewhere.
- */
+/** The store's change marks (see `EmbeddedWriter.changeMarkOf`), where it sees every write. */
+export function changeMarksOf(store: Store): ((name: CollectionName) => number) | null {
+  return embeddedWriterOf(store)?.changeMarkOf ?? null;
+}
+
+/** The store's erasure mark (see `ErasureMark`), where it sees every erasure's commit. */
 export function erasureMarkOf(store: Store): (() => number) | null {
-  return store.engine === "embedded" && store.role === "writer" ? store.erasureMark : null;
+  return embeddedWriterOf(store)?.erasureMark ?? null;
 }
 
 /** The embedded engine's plan of every distinct query run so far; none on MongoDB (tests, diagnostics). */

@@ -35,7 +35,11 @@ export function addReflection(server: grpc.Server, files: readonly DescFile[]): 
     return method;
   };
   for (const path of reflectionPaths) {
-    const method = () => methodAt(path);
+    let resolved: ReflectionMethod | undefined;
+    const method = () => {
+      resolved ??= methodAt(path);
+      return resolved;
+    };
     const definition: grpc.MethodDefinition<unknown, unknown> = {
       path,
       requestStream: true,
