@@ -5,6 +5,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import test, { type ExecutionContext } from "ava";
+import pLimit from "p-limit";
 import {
   type CodeBlock,
   codeBlocks,
@@ -183,14 +184,26 @@ async function runTours(
 
 const pages = docsPages(root);
 
+/**
+ * Each page's tour starts a service and runs its examples through a bash of
+ * CLI processes. All of them at once (fourteen pages and the two reading
+ * orders, beside the suite's other files) took two cores for minutes, and
+ * each page's tour up to 3 min where alone it takes 12 s: a few at a time,
+ * and each page's timeout counts its own tour, not its wait for a slot.
+ */
+const pageTourSlots = pLimit(2);
+
 for (const page of pages) {
   const tour = tourOf(page);
   const { blocks, shell } = tour;
 
   if (shell.length > 0) {
     test(`${page.path}: every shell example runs and prints what the page shows`, async (t) => {
-      t.timeout(180_000);
-      await runTours(t, [tour]);
+      t.timeout(600_000, "waiting for a slot to run the page's tour");
+      await pageTourSlots(async () => {
+        t.timeout(180_000);
+        await runTours(t, [tour]);
+      });
     });
   }
 
