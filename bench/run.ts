@@ -11,7 +11,7 @@ import { resolve } from "node:path";
 import { createContext } from "./lib/context.js";
 import { type BenchOptions, parseOptions, usage } from "./lib/options.js";
 import { writePerformanceDocs } from "./lib/performance-docs.js";
-import { repoRoot } from "./lib/processes.js";
+import { profileServicesInto, repoRoot } from "./lib/processes.js";
 import { machineInfo } from "./lib/report.js";
 import { type BenchResults, report, resultsDir, writeSuiteResults } from "./lib/results.js";
 import { runCluster } from "./suites/cluster.js";
@@ -42,6 +42,9 @@ if (options.tables !== undefined) {
   process.exit(0);
 }
 
+if (options.profile) {
+  profileServicesInto(`bench/scratch/profiles/${new Date().toISOString().replaceAll(":", "-")}`);
+}
 const context = createContext(options);
 const results: BenchResults = { machine: machineInfo(), options };
 // The docs are rendered from the committed results only, never from a scratch directory.

@@ -60,6 +60,8 @@ export interface BenchOptions {
   /** The directory the JSON results go to, one file per suite (`reads.json`, …). */
   readonly out: string;
   readonly quick: boolean;
+  /** Write CPU profiles of every service started, summarized per call when each stops. */
+  readonly profile: boolean;
   /** A results file to print the tables of, instead of running anything. */
   readonly tables?: string;
 }
@@ -84,7 +86,10 @@ suites: reads, writes, webhooks, operations, defaults (the default: these five),
   --out DIR            where the JSON results go, one file per suite, each run
                        overwriting its suite's file (default bench/results, whose
                        files are committed and docs/performance.md rendered from;
-                       bench/scratch with --quick)
+                       bench/scratch with --quick or --profile)
+  --profile            CPU-profile every service the suites start (--cpu-prof), into
+                       bench/scratch/profiles/, and print where each spent its CPU per
+                       call answered when it stops
   --tables FILE        print the tables of a results file written before; runs nothing
 `;
 
@@ -103,6 +108,7 @@ function optionsFrom(args: readonly string[]): BenchOptions {
     allowPositionals: true,
     options: {
       quick: { type: "boolean", default: false },
+      profile: { type: "boolean", default: false },
       repeats: { type: "string" },
       duration: { type: "string" },
       warmup: { type: "string" },
@@ -132,8 +138,10 @@ function optionsFrom(args: readonly string[]): BenchOptions {
     sizes,
     fraudReferrals: values.sizes === undefined ? defaultFraudReferrals : Math.max(...sizes),
     only: values.only ? values.only.split(",").map((name) => name.trim()) : [],
-    out: values.out ?? (quick ? "bench/scratch" : "bench/results"),
+    // A profiled service runs slower than a deployed one: its figures never replace the results.
+    out: values.out ?? (quick || values.profile ? "bench/scratch" : "bench/results"),
     quick,
+    profile: values.profile,
     ...(values.tables === undefined ? {} : { tables: values.tables }),
   };
 }

@@ -1,7 +1,8 @@
 import { type ChildProcess, fork, spawn, spawnSync } from "node:child_process";
-import { readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join, resolve } from "node:path";
+import { summarizeProfiles } from "./profiles.js";
 
 /** The repository root (bench/lib/ is two levels down). */
 export const repoRoot = resolve(import.meta.dirname, "../..");
@@ -136,6 +137,19 @@ export async function startSharedServices(
   };
 }
 
+let profileRoot: string | undefined;
+let profiledServices = 0;
+
+/**
+ * Makes every service started from now on write V8 CPU profiles
+ * (`--cpu-prof`, each of a cluster's processes and threads its own) into a
+ * directory of its own under `root`, summarized per call answered once it
+ * stops (`--profile`).
+ */
+export function profileServicesInto(root: string): void {
+  profileRoot = resolve(repoRoot, root);
+}
+
 /**
  * Spawns a service entry with `npm start`'s Node flags, serving on `ports`
  * (the first is `PORT`), and waits until every port's `/readyz` answers
@@ -147,8 +161,13 @@ async function spawnService(
   env: Record<string, string>,
 ): Promise<ServiceProcess[]> {
   buildOnce();
+  const profileDir = profileRoot && join(profileRoot, String(++profiledServices).padStart(3, "0"));
+  if (profileDir) mkdirSync(profileDir, { recursive: true });
+  const profileFlags = profileDir ? ["--cpu-prof", `--cpu-prof-dir=${profileDir}`] : [];
+  // A profile is read per call answered, which the service's metrics count.
+  const metricsToken = env.METRICS_TOKEN ?? "bench-profile-metrics";
   const started = performance.now();
-  const child = spawn(process.execPath, [...startNodeFlags(), ...entry], {
+  const child = spawn(process.execPath, [...startNodeFlags(), ...profileFlags, ...entry], {
     cwd: repoRoot,
     env: {
       ...process.env,
@@ -162,6 +181,7 @@ async function spawnService(
       // One process unless the suite says otherwise (the cluster suite does):
       // the other suites compare one process's costs with bare ceilings.
       WORKERS: "1",
+      ...(profileDir ? { METRICS_TOKEN: metricsToken } : {}),
       ...env,
     },
     stdio: ["ignore", "pipe", "pipe"],
@@ -204,11 +224,34 @@ async function spawnService(
       return errors.join("");
     },
     alive: () => child.exitCode === null && child.signalCode === null,
-    stop: () => {
+    stop: async () => {
+      if (stopping) return exited.then(() => undefined);
       stopping = true;
-      return stopChild(child, exited);
+      const calls = profileDir ? await callsAnswered(origins[0] as string, metricsToken) : 0;
+      await stopChild(child, exited);
+      if (profileDir) {
+        process.stderr.write(`[bench] profiled service ${child.pid}:\n`);
+        process.stderr.write(summarizeProfiles(profileDir, repoRoot, calls, 12));
+      }
     },
   }));
+}
+
+/** Every call the service answered so far, from its `/metrics` (`rpc_calls_total`); 0 if it cannot tell. */
+async function callsAnswered(origin: string, token: string): Promise<number> {
+  try {
+    const response = await fetch(`${origin}/metrics`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
+    const text = await response.text();
+    let calls = 0;
+    for (const match of text.matchAll(/^rpc_calls_total\{[^}]*\} (\d+)/gm)) {
+      calls += Number(match[1]);
+    }
+    return calls;
+  } catch {
+    return 0;
+  }
 }
 
 async function waitUntilReady(
