@@ -194,7 +194,10 @@ half its median peak without additions, for its p50 and p99 (the goal: p99 ≤ 1
 service's CPU per call and the time its threads spent runnable but waiting for one of the
 machine's cores, per call (the run queue's delay, from \`/proc/<pid>/task/<tid>/schedstat\`):
 a call crosses several threads (worker, primary, the thread that syncs the log, worker), and
-each may wait.`,
+each may wait. What bounds each goal these tables miss, and the command that shows its profile:
+two rewards in [Rewards](rewards.md#performance), a webhook in
+[Webhooks](webhooks.md#what-a-delivery-costs), the half-peak p99 in
+[Scaling](scaling.md#figures).`,
   },
 };
 

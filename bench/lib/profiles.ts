@@ -29,21 +29,33 @@ export interface ProfileSummary {
 }
 
 /**
+ * The time on the clock V8 stamps a profile's samples with (the system's
+ * monotonic clock, in µs): the same in every process of the machine.
+ */
+export function profileClockMicros(): number {
+  return Number(process.hrtime.bigint() / 1000n);
+}
+
+/**
  * Reads a `.cpuprofile` and adds up each sample's interval under the frame
  * it caught (self time), by function and by where the function comes from.
- * Idle samples are left out: what is left is the CPU the process spent.
+ * Idle samples are left out: what is left is the CPU the process spent,
+ * from `fromMicros` on ({@link profileClockMicros}; a start's compiling and
+ * loading are not what a call costs).
  */
-export function summarizeProfile(file: string, root: string): ProfileSummary {
+export function summarizeProfile(file: string, root: string, fromMicros = 0): ProfileSummary {
   const profile = JSON.parse(readFileSync(file, "utf8")) as CpuProfile;
   const frames = new Map(profile.nodes.map((node) => [node.id, node.callFrame]));
   const byFunction = new Map<string, number>();
   const bySource = new Map<string, number>();
   let busyMicros = 0;
+  let sampledAt = profile.startTime;
   profile.samples.forEach((id, index) => {
+    sampledAt += profile.timeDeltas[index] ?? 0;
     const frame = frames.get(id);
     // A sample's interval is the delta of the next one (the last has none).
     const micros = profile.timeDeltas[index + 1] ?? 0;
-    if (!frame || frame.functionName === "(idle)") return;
+    if (!frame || frame.functionName === "(idle)" || sampledAt < fromMicros) return;
     busyMicros += micros;
     const source = sourceOf(frame.url, root, frame.functionName);
     const where = frame.url ? ` (${shortPath(frame.url, root)}:${frame.lineNumber + 1})` : "";
@@ -77,10 +89,16 @@ function shortPath(url: string, root: string): string {
 
 /**
  * Summarizes every profile a service wrote into `dir` (a cluster writes one
- * per process, and each worker thread its own), per call answered, and
- * writes the summary to `summary.md` there. Returns the summary's text.
+ * per process, and each worker thread its own), from `fromMicros` on, per
+ * call answered meanwhile, and writes the summary to `summary.md` there.
+ * Returns the summary's text.
  */
-export function summarizeProfiles(dir: string, root: string, calls: number, rows = 25): string {
+export function summarizeProfiles(
+  dir: string,
+  root: string,
+  calls: number,
+  { rows = 25, fromMicros = 0 }: { rows?: number; fromMicros?: number } = {},
+): string {
   const files = readdirSync(dir)
     .filter((name) => name.endsWith(".cpuprofile"))
     .sort();
@@ -88,10 +106,10 @@ export function summarizeProfiles(dir: string, root: string, calls: number, rows
   const lines = [
     `# CPU profiles of ${relative(root, dir)}`,
     "",
-    `${calls.toLocaleString("en-US")} calls answered (rpc_calls_total); µs per call is self time over them.`,
+    `${calls.toLocaleString("en-US")} calls answered (rpc_calls_total) once it was ready; µs per call is the self time sampled meanwhile over them.`,
   ];
   for (const name of files) {
-    const summary = summarizeProfile(join(dir, name), root);
+    const summary = summarizeProfile(join(dir, name), root, fromMicros);
     if (summary.busyMicros === 0) continue;
     lines.push(
       "",
