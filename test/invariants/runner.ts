@@ -230,13 +230,19 @@ class Check {
   }
 
   /** One run: a new application, the steps, every invariant after each. */
-  private async runSteps(sequence: Iterable<Step>): Promise<void> {
+  private async runSteps(
+    sequence: Iterable<Step>,
+    until = Number.POSITIVE_INFINITY,
+  ): Promise<void> {
     this.runs += 1;
     const model = await setUpRun(this.system, this.runs);
-    await fc.asyncModelRun(() => ({ model, real: this.system }), sequence);
+    const cut = { steps: false };
+    await fc.asyncModelRun(() => ({ model, real: this.system }), stepsUntil(sequence, until, cut));
     this.steps += model.steps;
-    if (!this.shrinking)
-      this.options.log(`run ${this.runs}: ${model.steps} steps, every invariant held`);
+    if (!this.shrinking) {
+      const when = cut.steps ? " (the time was up: its other steps were not taken)" : "";
+      this.options.log(`run ${this.runs}: ${model.steps} steps${when}, every invariant held`);
+    }
   }
 
   /** A run of fast-check's: while a failure is shrunk, only the same failure counts. */
@@ -247,7 +253,12 @@ class Check {
     // A replay is one run: fast-check goes on from a path that passes, those pass at once.
     if (options.path !== undefined && this.runs > 0 && !this.shrinking) return;
     try {
-      await this.runSteps(sequence);
+      // A random run stops taking steps when the time given is up, however many it drew: a run
+      // is up to 30 steps of kills and restarts, and one that began just before the end took
+      // three times the check's minute on a loaded two-core machine. A shrink or a replay
+      // takes every step of the sequence it tries.
+      const replaying = this.shrinking !== undefined || options.path !== undefined;
+      await this.runSteps(sequence, replaying ? undefined : this.started + options.runForMs);
     } catch (error) {
       options.log(`run ${this.runs} failed: ${(error as Error).message.slice(0, 300)}`);
       const broken = invariantOf(error);
@@ -377,6 +388,28 @@ async function setUpRun(system: System, run: number): Promise<Model> {
 }
 
 /** The invariant an error of a run broke; any other error is one kind of its own. */
+/**
+ * The sequence, each step taken only if it begins before `until` (a
+ * `performance.now()` time); `cut.steps` tells whether any were left.
+ * fast-check chains every step of a sequence before the first runs, so the
+ * time is read at each step's precondition (`check`), which it calls as the
+ * step comes up. The steps are those fast-check drew, run through its own
+ * wrappers, so a failure still replays from its seed and path.
+ */
+function stepsUntil(sequence: Iterable<Step>, until: number, cut: { steps: boolean }): Step[] {
+  return [...sequence].map((step) => {
+    const timed = Object.create(step) as Step;
+    timed.check = (model) => {
+      if (performance.now() < until) return step.check(model);
+      cut.steps = true;
+      return false;
+    };
+    timed.run = (model, real) => step.run(model, real);
+    timed.toString = () => String(step);
+    return timed;
+  });
+}
+
 function invariantOf(error: unknown): string {
   if (!(error instanceof InvariantViolation)) return "an error of the checker or the service";
   return error.kind ? `${error.invariant} (${error.kind})` : error.invariant;
