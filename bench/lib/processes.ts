@@ -2,6 +2,7 @@ import { type ChildProcess, fork, spawn, spawnSync } from "node:child_process";
 import { mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join, resolve } from "node:path";
+import { metricSum, scrapeMetrics } from "./metrics.js";
 import { profileClockMicros, summarizeProfiles } from "./profiles.js";
 
 /** The repository root (bench/lib/ is two levels down). */
@@ -229,7 +230,9 @@ async function spawnService(
     stop: async () => {
       if (stopping) return exited.then(() => undefined);
       stopping = true;
-      const calls = profileDir ? await callsAnswered(origins[0] as string, metricsToken) : 0;
+      // Every call it answered, all after its start (0 if it cannot tell).
+      const metrics = profileDir && (await scrapeMetrics(origins[0] as string, metricsToken));
+      const calls = metrics ? metricSum(metrics, "rpc_calls_total") : 0;
       await stopChild(child, exited);
       if (profileDir) {
         process.stderr.write(`[bench] profiled service ${child.pid}:\n`);
@@ -239,23 +242,6 @@ async function spawnService(
       }
     },
   }));
-}
-
-/** Every call the service answered so far, from its `/metrics` (`rpc_calls_total`); 0 if it cannot tell. */
-async function callsAnswered(origin: string, token: string): Promise<number> {
-  try {
-    const response = await fetch(`${origin}/metrics`, {
-      headers: { authorization: `Bearer ${token}` },
-    });
-    const text = await response.text();
-    let calls = 0;
-    for (const match of text.matchAll(/^rpc_calls_total\{[^}]*\} (\d+)/gm)) {
-      calls += Number(match[1]);
-    }
-    return calls;
-  } catch {
-    return 0;
-  }
 }
 
 async function waitUntilReady(

@@ -12,7 +12,6 @@ interface CpuProfile {
     };
   }[];
   readonly startTime: number;
-  readonly endTime: number;
   readonly samples: readonly number[];
   readonly timeDeltas: readonly number[];
 }

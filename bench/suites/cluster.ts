@@ -10,6 +10,7 @@ import {
   withGeneratorCpu,
   withServiceCpu,
 } from "../lib/measure.js";
+import { metricSamples, metricSum, scrapeMetrics } from "../lib/metrics.js";
 import { type BenchOptions, selected } from "../lib/options.js";
 import {
   cpuSecondsOf,
@@ -691,36 +692,12 @@ function medianOf(runs: readonly ClusterRun[], figure: (run: ClusterRun) => numb
   return values.length > 0 ? median(values) : undefined;
 }
 
-/** The service's metrics in Prometheus text, or undefined when they cannot be read. */
-async function scrape(origin: string): Promise<string | undefined> {
-  try {
-    const response = await fetch(`${origin}/metrics`, {
-      headers: { authorization: `Bearer ${metricsToken}` },
-    });
-    const text = await response.text();
-    return response.status === 200 ? text : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/** The samples of one metric: its labels as written (`{worker="1"}`, or empty) and values. */
-function samples(text: string, name: string): Map<string, number> {
-  const found = new Map<string, number>();
-  for (const line of text.split("\n")) {
-    if (!line.startsWith(name)) continue;
-    const match = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)/.exec(line);
-    if (match?.[1] === name) found.set(match[2] ?? "", Number(match[3]));
-  }
-  return found;
-}
-
 async function commitCounts(
   origin: string,
 ): Promise<{ writes: number; commits: number } | undefined> {
-  const text = await scrape(origin);
+  const text = await scrapeMetrics(origin, metricsToken);
   if (text === undefined) return undefined;
-  const sum = (name: string) => [...samples(text, name).values()].reduce((a, b) => a + b, 0);
+  const sum = (name: string) => metricSum(text, name);
   return { writes: sum("store_committed_writes_total"), commits: sum("store_group_commits_total") };
 }
 
@@ -730,9 +707,9 @@ async function commitCounts(
  * of their ids) in a cluster.
  */
 async function residentMemory(origin: string): Promise<Record<string, number>> {
-  const text = await scrape(origin);
+  const text = await scrapeMetrics(origin, metricsToken);
   if (text === undefined) return {};
-  const found = samples(text, "process_resident_memory_bytes");
+  const found = metricSamples(text, "process_resident_memory_bytes");
   const memory: Record<string, number> = {};
   const workers: [number, number][] = [];
   for (const [labels, bytes] of found) {

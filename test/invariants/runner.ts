@@ -387,7 +387,6 @@ async function setUpRun(system: System, run: number): Promise<Model> {
   return model;
 }
 
-/** The invariant an error of a run broke; any other error is one kind of its own. */
 /**
  * The sequence, each step taken only if it begins before `until` (a
  * `performance.now()` time); `cut.steps` tells whether any were left.
@@ -410,6 +409,7 @@ function stepsUntil(sequence: Iterable<Step>, until: number, cut: { steps: boole
   });
 }
 
+/** The invariant an error of a run broke; any other error is one kind of its own. */
 function invariantOf(error: unknown): string {
   if (!(error instanceof InvariantViolation)) return "an error of the checker or the service";
   return error.kind ? `${error.invariant} (${error.kind})` : error.invariant;
