@@ -3,6 +3,7 @@ import { join } from "node:path";
 import test from "ava";
 import { findEvent } from "../../src/store/events.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
+import { waitForRelay } from "../helpers/relay.js";
 import { type Json, keys, rest, useServer } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 
@@ -82,6 +83,15 @@ test.serial(
     await receiver.waitFor(
       () => receiver.received.filter((r) => r.path === "/erasure").length >= 5,
     );
+    // The relay stores an event after its delivery's first attempt: each
+    // delivered event is waited for in the store, for the erasure to find it there.
+    const store = server.app.store.system;
+    await eventually("every delivered event stored", async () => {
+      const ids = receiver.received
+        .filter((r) => r.path === "/erasure")
+        .map((r) => String(r.headers["webhook-id"]));
+      return (await store.events.countDocuments({ _id: { $in: ids } })) === ids.length;
+    });
     for (const text of Object.values(personal)) t.true(onDisk(text), `${text} is on disk before`);
 
     const erased = await secret("DELETE", `/customers/${customer.id}`);
@@ -128,7 +138,6 @@ test.serial(
     t.is(referrals.body.data[0].id, referral.body.id, "the referral keeps its link");
 
     // Stored events no longer hold the data; the erasure's own holds the id and time only.
-    const store = server.app.store.system;
     const events = await store.events.find({}).toArray();
     for (const event of events) {
       const payload = (await findEvent(store, event._id))?.payload ?? "";
@@ -249,6 +258,14 @@ test.serial(
     });
     t.is(moved.body.referrerId, other.id, "re-attributed");
     await identify({ externalUserId: "erasure-moved", name: "Mo B" });
+    // Every event stored before the erasure (the relay stores one after its
+    // deliveries' first attempts, so each of them is received by then).
+    for (const id of [erasedLater.id, other.id, referee.id]) {
+      await waitForRelay(server, "customers", id);
+    }
+    for (const id of new Set([referred.body.id, moved.body.id])) {
+      await waitForRelay(server, "referrals", id);
+    }
     await receiver.waitFor(() =>
       receiver.received.some((r) => r.path === "/reattributed" && r.body.includes(referrer.email)),
     );
@@ -293,7 +310,14 @@ test.serial(
       );
       t.is(redelivered.status, 200);
     }
-    await receiver.waitFor(() => receiver.received.length >= before + holding.length);
+    // Each redelivery itself: the erasure's own event is sent meanwhile, to both endpoints.
+    await receiver.waitFor(() =>
+      holding.every((delivery: Json) =>
+        receiver.received
+          .slice(before)
+          .some((r) => r.path === "/reattributed" && r.headers["webhook-id"] === delivery.eventId),
+      ),
+    );
     for (const request of receiver.received.slice(before)) {
       for (const text of Object.values(referrer))
         t.false(request.body.includes(text), `a redelivery: ${text}`);

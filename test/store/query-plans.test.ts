@@ -436,7 +436,8 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
   await call("POST", `/webhooks/${webhook.id}/rotate-secret`, sk);
   const deliveries = await waitForDeliveries(server, webhook.id);
   await call("GET", `/webhooks/${webhook.id}/deliveries?status=succeeded`, sk);
-  await call("POST", `/webhooks/${webhook.id}/deliveries/${deliveries[0].id}/redeliver`, sk);
+  const redelivered = deliveries[0];
+  await call("POST", `/webhooks/${webhook.id}/deliveries/${redelivered.id}/redeliver`, sk);
   const spare = (await call("POST", "/webhooks", sk, { url: receiverUrl, environment: "test" }))
     .webhook;
   await call("DELETE", `/webhooks/${spare.id}`, sk);
@@ -467,6 +468,18 @@ async function driveEveryRpc(server: TestServer, receiverUrl: string): Promise<v
     name: "Leaving",
   });
   await call("DELETE", `/admin/applications/${appId}/customers/${leaving.id}`, admin);
+  // The redelivery's claim and record are queries of their own, made after
+  // the receiver got it: its attempt is waited for, not a count of deliveries.
+  await eventually("the redelivery recorded", async () => {
+    const listed = await rest(server, "GET", `/webhooks/${webhook.id}/deliveries?limit=100`, {
+      key: sk,
+    });
+    const again = (listed.body.data as Json[]).find((d) => d.id === redelivered.id);
+    return (
+      again?.status === "succeeded" &&
+      (again.attempts as Json[]).length === (redelivered.attempts as Json[]).length + 1
+    );
+  });
 }
 
 function waitForDeliveries(server: TestServer, webhookId: string): Promise<Json[]> {
