@@ -19,7 +19,7 @@ import { withErasedScrubbed } from "../store/erasure.js";
 import { findEvent } from "../store/events.js";
 import { keptWhileMarkStays } from "../store/kept-reads.js";
 import type { SecretBox } from "../store/secret-box.js";
-import { changeMarksOf, erasureMarkOf, type Store } from "../store/store.js";
+import { changeMarksOf, erasureMarkOf, forgetFreedOf, type Store } from "../store/store.js";
 import {
   disableFailingWebhook,
   findWebhookById,
@@ -133,6 +133,7 @@ export function createDispatcher(deps: DispatcherDeps) {
   // Where writes leave no mark here (MongoDB), every delivery reads it.
   const markOf = changeMarksOf(deps.store);
   const erasureMark = erasureMarkOf(deps.store);
+  const forgetFreed = forgetFreedOf(deps.store);
   const endpointOf = keptWhileMarkStays(
     () => markOf?.("webhooks"),
     (id: string) => findWebhookById(db, id),
@@ -163,7 +164,7 @@ export function createDispatcher(deps: DispatcherDeps) {
       // Built when it was handed over, perhaps before a customer it names
       // was erased: what is sent now holds nothing the erasure removed. The
       // last read before the attempt, which signs and sends in the same turn.
-      event = await withErasedScrubbed(db, handed.event, erasureMark);
+      event = await withErasedScrubbed(db, handed.event, erasureMark, forgetFreed);
       const unstored = handed.attempted !== undefined;
       attempted = await attempt(handed.delivery, webhook, event, unstored);
     } finally {

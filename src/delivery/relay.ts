@@ -14,7 +14,7 @@ import {
   storeRelayed,
 } from "../store/events.js";
 import { keptWhileMarkStays } from "../store/kept-reads.js";
-import { changeMarksOf, erasureMarkOf, type Store } from "../store/store.js";
+import { changeMarksOf, erasureMarkOf, forgetFreedOf, type Store } from "../store/store.js";
 import { findEnabledWebhooks } from "../store/webhooks.js";
 
 /** How many documents the relay takes from a collection per pass. */
@@ -90,7 +90,8 @@ export function createOutboxRelay(deps: {
   // every event, and reading the four collections cost more than the event.
   const markOf = changeMarksOf(store);
   const erasureMark = erasureMarkOf(store);
-  const scrubbed = (event: EventDoc) => withErasedScrubbed(db, event, erasureMark);
+  const forgetFreed = forgetFreedOf(store);
+  const scrubbed = (event: EventDoc) => withErasedScrubbed(db, event, erasureMark, forgetFreed);
   const nothingAt: Partial<Record<HolderName, number>> = {};
   // Per collection, the documents a pass read past while their first
   // attempts were out (see `findOutboxHolders`). A write may append an

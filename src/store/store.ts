@@ -86,6 +86,8 @@ interface EmbeddedBase extends StoreBase {
   queryPlans(): QueryPlan[];
   /** The free bytes of DATA_DIR's file system (for an unprivileged process, as `df` shows them) and the database's size. */
   diskUsage(): { freeBytes: number; storeBytes: number };
+  /** Leaves no copy of erased data in the database's files (see `SqliteDatabase.forgetFreed`). */
+  forgetFreed(): Promise<void>;
 }
 
 /** The embedded engine's one writer: the process alone, or a cluster's primary. */
@@ -131,6 +133,11 @@ function embeddedWriterOf(store: Store): EmbeddedWriter | null {
 /** The store's change marks (see `EmbeddedWriter.changeMarkOf`), where it sees every write. */
 export function changeMarksOf(store: Store): ((name: CollectionName) => number) | null {
   return embeddedWriterOf(store)?.changeMarkOf ?? null;
+}
+
+/** How the embedded store leaves no copy of erased data in its files; none on MongoDB. */
+export function forgetFreedOf(store: Store): (() => Promise<void>) | null {
+  return store.engine === "embedded" ? store.forgetFreed : null;
 }
 
 /** The store's erasure mark (see `ErasureMark`), where it sees every erasure's commit. */
@@ -324,7 +331,8 @@ function openEmbedded(
       );
     }
     const system = observed(collections as unknown as Collections, observe);
-    const kept = keptInMemory(db, system, () => db.forgetFreed());
+    const forgetFreed = () => db.forgetFreed();
+    const kept = keptInMemory(db, system, forgetFreed);
     const raw = collections as unknown as Record<
       string,
       Record<string, (...args: unknown[]) => unknown>
@@ -338,6 +346,7 @@ function openEmbedded(
       stats,
       changeMarkOf,
       erasureMark: erasures.current,
+      forgetFreed,
       async runCommand(command) {
         switch (command.kind) {
           case "write": {
@@ -476,9 +485,8 @@ function openEmbeddedReader(
       (...args) => writes.run({ kind: "replaceStats", args }) as Promise<void>,
     );
     const system = observed(collections as unknown as Collections, observe);
-    const kept = keptInMemory(db, system, () =>
-      writes.run({ kind: "forgetFreed" }).then(() => undefined),
-    );
+    const forgetFreed = () => writes.run({ kind: "forgetFreed" }).then(() => undefined);
+    const kept = keptInMemory(db, system, forgetFreed);
     const together: WriteTogether = (group) =>
       writes.run({ kind: "together", writes: group }) as Promise<JointOutcome>;
     return {
@@ -492,6 +500,7 @@ function openEmbeddedReader(
         stats.changedElsewhere(scopes);
       },
       seeNewCommits: () => db.forgetVersionsRead(),
+      forgetFreed,
       queryPlans: () => db.queryPlans(),
       async ping() {
         db.ping();

@@ -1,16 +1,27 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import test from "ava";
 import { withErasedScrubbed } from "../../src/store/erasure.js";
 import { findEvent, storeEvent } from "../../src/store/events.js";
-import { erasureMarkOf } from "../../src/store/store.js";
+import { erasureMarkOf, forgetFreedOf } from "../../src/store/store.js";
 import { keys, rest, useServer } from "../helpers/server.js";
 
 /**
  * The relay reads a customer, builds its event, and stores it; an erasure
  * between the read and the store rewrote the events stored before it, not
- * this one. The relay then scrubs it itself (see `withErasedScrubbed`).
+ * this one. The relay then scrubs it itself (see `withErasedScrubbed`), and
+ * the files keep no copy of what the scrub overwrote.
  */
 
 const server = useServer();
+
+/** Whether any file of the data directory holds `text`, as UTF-8 bytes. */
+function onDisk(text: string): boolean {
+  const needle = Buffer.from(text);
+  return readdirSync(server.dataDir).some((file) =>
+    readFileSync(join(server.dataDir, file)).includes(needle),
+  );
+}
 
 test("an event stored after its customer's erasure, from a read made before, is scrubbed", async (t) => {
   const personal = { name: "Perpetua Vantongeren", email: "perpetua.v@example.org" };
@@ -51,13 +62,20 @@ test("an event stored after its customer's erasure, from a read made before, is 
   );
 
   const db = server.app.store.system;
+  const forgetFreed = forgetFreedOf(server.app.store);
   for (const event of [own, refereeEvent]) {
-    const stored = await withErasedScrubbed(db, await storeEvent(db, event));
+    const unscrubbed = await storeEvent(db, event);
+    // The payload as the row holds it (packed), before the scrub overwrites it.
+    const packed = (await db.events.findOne({ _id: event._id }))?.payload ?? "";
+    t.true(onDisk(packed), `${event._id}: its unscrubbed payload is on disk`);
+    const stored = await withErasedScrubbed(db, unscrubbed, null, forgetFreed);
     const kept = (await findEvent(db, event._id))?.payload ?? "";
     for (const text of Object.values(personal)) {
       t.false(stored.payload.includes(text), `${event._id} as handed on: ${text}`);
       t.false(kept.includes(text), `${event._id} as stored: ${text}`);
     }
+    // Nor is any earlier image left in the write-ahead log.
+    t.false(onDisk(packed), `${event._id}: its unscrubbed payload is gone from disk`);
   }
   const untouched = built(`evt_race_live_${Date.now()}`, refereeView, referee.id);
   t.is(
