@@ -8,6 +8,7 @@ import { buildApp } from "../../src/app.js";
 import { type Config, loadConfig } from "../../src/config.js";
 import type { WebhookSender } from "../../src/delivery/sender.js";
 import type { Interceptor } from "../../src/transport/pipeline.js";
+import { builtService, serviceEntry } from "../helpers/cluster.js";
 import { keys, type TestServer } from "../helpers/server.js";
 
 /** The repository, where a spawned service runs. */
@@ -82,12 +83,13 @@ export interface Exited {
   readonly stderr: string;
 }
 
-/** Runs `src/main.ts` (through tsx) to its end, as `npm start` would run the compiled entry. */
-export function runService(
+/** Runs `npm start`'s entry point (see `serviceEntry`) to its end. */
+export async function runService(
   env: Record<string, string>,
   options: { uid?: number; gid?: number } = {},
 ): Promise<Exited> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+  await builtService();
+  const child = spawn(process.execPath, [serviceEntry], {
     cwd: repoRoot,
     env: serviceEnv(env),
     ...options,

@@ -7,7 +7,13 @@ import test, { type ExecutionContext } from "ava";
 import { StoreOpenError } from "../../src/store/errors.js";
 import { differencesOf, recountStats } from "../../src/store/stats-recount.js";
 import { embeddedDatabaseFile, openStore } from "../../src/store/store.js";
-import { customersMissing, waitGone, workerPidsOf } from "../helpers/cluster.js";
+import {
+  builtService,
+  customersMissing,
+  serviceEntry,
+  waitGone,
+  workerPidsOf,
+} from "../helpers/cluster.js";
 import { OpenApiMismatch, validatedFetch } from "../helpers/openapi.js";
 import { startReceiver } from "../helpers/receiver.js";
 import { keys } from "../helpers/server.js";
@@ -31,12 +37,13 @@ const tenantOfDemo = async (dataDir: string) => {
  * more than one, the child is the primary, the store's one writer); resolves
  * with its port.
  */
-function startService(
+async function startService(
   dataDir: string,
   workers: number,
   env: Record<string, string> = {},
 ): Promise<{ child: ChildProcess; port: number }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/main.ts"], {
+  await builtService();
+  const child = spawn(process.execPath, [serviceEntry], {
     cwd: root,
     env: {
       ...process.env,
