@@ -244,13 +244,15 @@ test.serial("a connection handed to a worker as it dies is closed, not left hang
     const killedAt = performance.now();
     process.kill(stopped, "SIGKILL");
     const answers = await Promise.all(calls);
-    const late = answers.filter((answer) => answer.at > killedAt);
-    t.true(late.length > 0);
+    // The live worker answers the others, on a busy machine after the kill
+    // too: the connection left with the primary is the one closed unanswered.
+    const closed = answers.filter((answer) => answer.status !== 200);
+    t.true(closed.length > 0, "the connection the stopped worker never took is closed");
     t.true(
-      late.every((answer) => answer.status !== 200),
-      `closed as the worker died, unanswered: ${JSON.stringify(late.map((answer) => answer.status))}`,
+      closed.every((answer) => typeof answer.status === "string" && answer.at > killedAt),
+      `closed unanswered as the worker died: ${JSON.stringify(answers)} (killed at ${killedAt})`,
     );
-    const waited = Math.max(...late.map((answer) => answer.at - killedAt));
+    const waited = Math.max(...closed.map((answer) => answer.at - killedAt));
     t.log(`closed ${Math.round(waited)} ms after the kill`);
     // The hand-over grace is a second; the rest is the exit's notice and a busy machine.
     t.true(waited < 5_000, `closed ${Math.round(waited)} ms after the kill`);
