@@ -341,7 +341,7 @@ test.serial(
 test.serial(
   "the script itself: ADMIN_TOKEN from the environment, exit codes, no stack trace",
   async (t) => {
-    // `npm run admin` is `tsx src/cli/admin.ts`: the same entry point, loaded through tsx.
+    // `npm run admin` runs this entry point's build; here its source, through tsx.
     const script = (...args: string[]) =>
       run(process.execPath, ["--import", "tsx", "src/cli/admin.ts", ...args], {
         cwd: root,
