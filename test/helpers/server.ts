@@ -1,5 +1,5 @@
 import { execFileSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { request as httpsRequest } from "node:https";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -46,6 +46,14 @@ export interface TestServer {
   readonly cluster?: SpawnedService;
   /** Stops the service; `keepData` leaves the directory for a restart. */
   stop(options?: { keepData?: boolean }): Promise<void>;
+}
+
+/** Whether any file of the server's data directory holds `text`, as UTF-8 bytes. */
+export function dataDirHolds(server: TestServer, text: string): boolean {
+  const needle = Buffer.from(text);
+  return readdirSync(server.dataDir).some((file) =>
+    readFileSync(join(server.dataDir, file)).includes(needle),
+  );
 }
 
 /** How a test server is started. */

@@ -1,10 +1,8 @@
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import test from "ava";
 import { findEvent } from "../../src/store/events.js";
 import { type Receiver, startReceiver } from "../helpers/receiver.js";
 import { waitForRelay } from "../helpers/relay.js";
-import { type Json, keys, rest, useServer } from "../helpers/server.js";
+import { dataDirHolds, type Json, keys, rest, useServer } from "../helpers/server.js";
 import { eventually } from "../helpers/wait.js";
 
 /**
@@ -32,13 +30,7 @@ const personal = {
   property: "zabriskie-private-note",
 };
 
-/** Whether any file of the data directory holds `text`, as UTF-8 bytes. */
-function onDisk(text: string): boolean {
-  const needle = Buffer.from(text);
-  return readdirSync(server.dataDir).some((file) =>
-    readFileSync(join(server.dataDir, file)).includes(needle),
-  );
-}
+const onDisk = (text: string) => dataDirHolds(server, text);
 
 test.serial(
   "an erased customer is gone from every record and file; its tombstone, links and counts stay",

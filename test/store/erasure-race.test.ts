@@ -1,10 +1,8 @@
-import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
 import test from "ava";
 import { withErasedScrubbed } from "../../src/store/erasure.js";
 import { findEvent, storeEvent } from "../../src/store/events.js";
 import { erasureMarkOf, forgetFreedOf } from "../../src/store/store.js";
-import { keys, rest, useServer } from "../helpers/server.js";
+import { dataDirHolds, keys, rest, useServer } from "../helpers/server.js";
 
 /**
  * The relay reads a customer, builds its event, and stores it; an erasure
@@ -15,13 +13,7 @@ import { keys, rest, useServer } from "../helpers/server.js";
 
 const server = useServer();
 
-/** Whether any file of the data directory holds `text`, as UTF-8 bytes. */
-function onDisk(text: string): boolean {
-  const needle = Buffer.from(text);
-  return readdirSync(server.dataDir).some((file) =>
-    readFileSync(join(server.dataDir, file)).includes(needle),
-  );
-}
+const onDisk = (text: string) => dataDirHolds(server, text);
 
 test("an event stored after its customer's erasure, from a read made before, is scrubbed", async (t) => {
   const personal = { name: "Perpetua Vantongeren", email: "perpetua.v@example.org" };
